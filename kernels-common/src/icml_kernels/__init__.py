@@ -1,0 +1,11 @@
+"""icml-kernels: Triton kernels, their pure-torch references and one dispatcher for the icml packages.
+
+Every op runs its Triton kernel on CUDA and its reference on CPU; ``ICML_KERNELS_IMPL=torch|triton``
+forces one, and an explicit request that cannot be met raises :class:`KernelUnavailableError`.
+"""
+
+from icml_kernels._dispatch import KernelUnavailableError, select_impl
+from icml_kernels.fwht import fwht, fwht_reference, hadamard_matrix
+
+__version__ = "0.1.0"
+__all__ = ["KernelUnavailableError", "fwht", "fwht_reference", "hadamard_matrix", "select_impl"]

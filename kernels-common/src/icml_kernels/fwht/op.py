@@ -1,0 +1,82 @@
+"""The public FWHT entry point, its input checks and its ``torch.library`` registration."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from icml_kernels._dispatch import select_impl
+from icml_kernels.fwht.reference import fwht_reference
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
+
+
+def _check(x: torch.Tensor) -> int:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"x must have a floating dtype (float16, bfloat16, float32, float64), got {x.dtype}")
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dimension; the transform runs along the last one")
+    n = x.shape[-1]
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"x.shape[-1] must be a power of two (1, 2, 4, ...), got {n}")
+    return n
+
+
+def _run(x: torch.Tensor, scale: float) -> torch.Tensor:
+    _check(x)
+    reason = None if x.dtype in KERNEL_DTYPES else f"the kernel does not take {x.dtype}"
+    if select_impl("fwht", x.device, kernel_reason=reason) == "triton":
+        from icml_kernels.fwht.triton_fwht import fwht_triton
+
+        return fwht_triton(x, scale)
+    return fwht_reference(x, scale)
+
+
+@torch.library.custom_op("icml_kernels::fwht", mutates_args=(), device_types=("cpu", "cuda"))
+def fwht_op(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """``torch.ops.icml_kernels.fwht(x, scale)``: ``scale * x @ H_n`` along the last dimension."""
+    return _run(x, scale)
+
+
+@fwht_op.register_fake
+def _fwht_fake(x: torch.Tensor, scale: float) -> torch.Tensor:
+    _check(x)
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    ctx.scale = inputs[1]
+
+
+def _backward(ctx, grad: torch.Tensor):
+    # H_n is symmetric, so the vector-Jacobian product is the same transform of the gradient.
+    return fwht_op(grad.contiguous(), ctx.scale), None
+
+
+fwht_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def fwht(x: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
+    """Fast Walsh–Hadamard transform along the last dimension.
+
+    Args:
+        x (torch.Tensor): floating tensor (float16, bfloat16, float32 or float64) whose last dimension
+            ``n`` is a power of two.
+        scale (float, Optional): multiplies the result. Default: ``1/sqrt(n)``, the orthonormal
+            transform, which is its own inverse (``fwht(fwht(x)) == x``) and preserves norms.
+
+    Returns:
+        ``scale * x @ H_n`` with ``H_n`` the Sylvester–Hadamard matrix, same shape and dtype as ``x``.
+        Differentiable. Runs the Triton kernel on CUDA and the torch reference on CPU
+        (``ICML_KERNELS_IMPL=torch|triton`` forces one).
+    """
+    n = _check(x)
+    if scale is None:
+        scale = 1.0 / math.sqrt(n)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite float or None, got {scale!r}")
+    return fwht_op(x, float(scale))

@@ -1,0 +1,34 @@
+"""Pure-torch fast Walsh–Hadamard transform: the ground truth the Triton kernel is tested against."""
+
+from __future__ import annotations
+
+import torch
+
+
+def fwht_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """``scale * x @ H_n`` along the last dimension, with ``H_n`` the Sylvester–Hadamard matrix.
+
+    ``n = x.shape[-1]`` must be a power of two. Half-precision inputs are transformed in float32 and the
+    result is cast back, like the kernel does. Costs ``n log2 n`` additions per row.
+    """
+    n = x.shape[-1]
+    compute = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    y = x.reshape(-1, n).to(compute)  # (rows, n)
+    h = 1
+    while h < n:
+        y = y.view(-1, n // (2 * h), 2, h)  # (rows, blocks, pair, h): pairs are h apart
+        a, b = y[:, :, 0, :], y[:, :, 1, :]
+        y = torch.stack((a + b, a - b), dim=2)
+        h *= 2
+    return (y.reshape(x.shape) * scale).to(x.dtype)
+
+
+def hadamard_matrix(n: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The unnormalized Sylvester–Hadamard matrix of size ``n`` (a power of two), built by Kronecker products."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"n must be a positive power of two, got {n}")
+    h = torch.ones(1, 1, dtype=dtype)
+    base = torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=dtype)
+    while h.shape[0] < n:
+        h = torch.kron(base, h)
+    return h
