@@ -45,7 +45,7 @@ def triton_interpret() -> bool:
 def triton_import_error() -> str | None:
     """None when Triton imports, else the reason it does not."""
     try:
-        import triton  # noqa: F401
+        import triton
         import triton.language  # noqa: F401
     except Exception as exc:  # ImportError, or a broken install raising anything at import
         return f"{type(exc).__name__}: {exc}"

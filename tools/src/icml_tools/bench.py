@@ -1,2 +1,94 @@
-def main():
-    raise SystemExit(0)
+"""``icml-bench``: run the benchmarks that packages register and write their results as CSV and JSON.
+
+A benchmark is ``run(budget: "quick" | "full", seed: int) -> list[dict]`` registered under the
+entry-point group ``icml.benchmarks``; each row is a flat dict of JSON scalars (shape, implementation,
+median time, ratio to the baseline measured in the same run, correctness). Benchmarks check correctness
+before timing and leave the speed-up empty when their op is wrong.
+Results go to ``<out>/<timestamp>/<name>.csv`` and ``results.json``; exit code 1 when one raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from icml_tools.repro import discover, new_report_folder
+
+GROUP = "icml.benchmarks"
+
+
+def _device_description() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"CUDA {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads), torch {torch.__version__}"
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="icml-bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="list the registered benchmarks and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this benchmark")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--quick", dest="budget", action="store_const", const="quick", help="small sizes (default)")
+    budget.add_argument("--full", dest="budget", action="store_const", const="full", help="all sizes")
+    parser.set_defaults(budget="quick")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="results folder")
+    args = parser.parse_args(argv)
+
+    registered = discover(GROUP)
+    if args.list:
+        for name, ep in registered.items():
+            print(f"{name:24s} {ep.value}")
+        return 0
+    wanted = [n for item in args.only for n in item.split(",") if n]
+    unknown = [n for n in wanted if n not in registered]
+    if unknown:
+        print(f"icml-bench: unknown benchmark(s) {', '.join(unknown)}; registered: {', '.join(registered)}",
+              file=sys.stderr)
+        return 2
+    now = datetime.now(timezone.utc)
+    folder = new_report_folder(args.out, now)
+    folder.mkdir(parents=True)
+    meta = {"budget": args.budget, "seed": args.seed, "started": now.isoformat(timespec="seconds"),
+            "device": _device_description(), "python": platform.python_version()}
+    results, failed = {}, False
+    for name in wanted or registered:
+        start = time.perf_counter()
+        try:
+            rows = registered[name].load()(budget=args.budget, seed=args.seed)
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise TypeError(f"benchmark {name} must return a list of dicts")
+        except Exception:
+            failed = True
+            results[name] = {"error": traceback.format_exc(), "seconds": time.perf_counter() - start}
+            print(f"{name} raised:\n{results[name]['error']}", file=sys.stderr)
+            continue
+        write_rows(rows, folder / f"{name}.csv")
+        results[name] = {"rows": rows, "seconds": time.perf_counter() - start}
+        print(f"== {name} ({results[name]['seconds']:.1f} s)")
+        for row in rows:
+            print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    (folder / "results.json").write_text(json.dumps({"meta": meta, "benchmarks": results}, indent=2))
+    print(f"\nresults: {folder}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

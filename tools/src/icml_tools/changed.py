@@ -1,2 +1,69 @@
-def main():
-    raise SystemExit(0)
+"""``changed-packages``: which distributions a change must test.
+
+Maps the files of a git diff to workspace members, then adds every member that depends on a selected one
+(a change in kernels-common selects all its dependants). A change to shared build files (the root
+pyproject.toml, uv.lock, tools/, tests-integration/, CI files) selects every distribution; documentation
+outside the members selects none. Prints one name per line, or ``--format json`` for a CI matrix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+from icml_tools.workspace import dependants, find_root, members
+
+SHARED = ("pyproject.toml", "uv.lock", ".ci/", ".github/", "tools/", "tests-integration/")
+
+
+def select(files: list[str], root: Path) -> list[dict]:
+    """Published distributions to test for the changed ``files`` (paths relative to the root)."""
+    found = members(root)
+    published = {n for n, m in found.items() if m.published}
+    touched: set[str] = set()
+    for file in files:
+        path = PurePosixPath(file)
+        if any(file == s or (s.endswith("/") and file.startswith(s)) for s in SHARED):
+            touched |= set(found)
+            continue
+        for member in found.values():
+            if path.is_relative_to(PurePosixPath(member.path.as_posix())):
+                touched.add(member.name)
+    if touched - published:  # an unpublished member (the tools) is used by every package's tests
+        touched |= published
+    chosen = sorted(dependants(found, touched) & published)
+    return [{"name": n, "path": found[n].path.as_posix()} for n in chosen]
+
+
+def git_changed_files(base: str, root: Path) -> list[str]:
+    out = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"git diff against {base!r} failed: {out.stderr.strip()}")
+    return [line for line in out.stdout.splitlines() if line]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="changed-packages", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default="origin/main", help="git ref to diff against (default origin/main)")
+    parser.add_argument("--files", nargs="*", default=None, help="use these changed paths instead of git diff")
+    parser.add_argument("--format", choices=("lines", "json"), default="lines")
+    args = parser.parse_args(argv)
+    root = find_root()
+    try:
+        files = args.files if args.files is not None else git_changed_files(args.base, root)
+    except RuntimeError as exc:
+        print(f"changed-packages: {exc}", file=sys.stderr)
+        return 1
+    chosen = select(files, root)
+    if args.format == "json":
+        print(json.dumps(chosen))
+    else:
+        print("\n".join(c["name"] for c in chosen))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,2 +1,212 @@
-def main():
-    raise SystemExit(0)
+"""``icml-repro``: run the registered reproductions and report what they measured.
+
+Reproductions are found through the entry-point group ``icml.reproductions`` (protocol in
+:mod:`icml_tools.protocol`). Each selected one runs in turn; the runner prints a table (system, claim,
+metric, ours, baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and one PNG
+per figure. Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised or
+returned something that does not follow the protocol; 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from icml_tools.plots import draw_figure
+from icml_tools.protocol import format_number, validate_result
+
+GROUP = "icml.reproductions"
+
+
+@dataclass
+class Outcome:
+    name: str  # entry-point name
+    target: str  # "module:function"
+    distribution: str
+    seconds: float
+    result: dict | None = None
+    error: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.error is not None:
+            return "ERROR"
+        return "PASS" if self.result["passed"] else "FAIL"
+
+
+def discover(group: str = GROUP) -> dict:
+    """Registered entry points of ``group`` by name (a name registered twice is an error)."""
+    found = {}
+    for ep in entry_points(group=group):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise RuntimeError(f"{group} entry point {ep.name!r} is registered twice: {found[ep.name].value} and {ep.value}")
+        found[ep.name] = ep
+    return dict(sorted(found.items()))
+
+
+def run_one(ep, budget: str, seed: int) -> Outcome:
+    dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+    start = time.perf_counter()
+    try:
+        fn = ep.load()
+        result = validate_result(fn(budget=budget, seed=seed))
+    except Exception:
+        return Outcome(ep.name, ep.value, dist, time.perf_counter() - start, error=traceback.format_exc())
+    return Outcome(ep.name, ep.value, dist, time.perf_counter() - start, result=result)
+
+
+def _shorten(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def summary_rows(outcomes: list[Outcome]) -> list[list[str]]:
+    rows = []
+    for o in outcomes:
+        r = o.result or {}
+        rows.append([
+            r.get("system", o.name), r.get("claim", "(raised, see report)"), r.get("metric", ""),
+            format_number(r["ours"]) if r else "", format_number(r["baseline"]) if r else "",
+            o.verdict, f"{o.seconds:.1f}",
+        ])
+    return rows
+
+
+HEADER = ["system", "claim", "metric", "ours", "baseline", "verdict", "time (s)"]
+
+
+def text_table(rows: list[list[str]], claim_width: int = 60) -> str:
+    rows = [[_shorten(c, claim_width) if i == 1 else _shorten(c, 40) for i, c in enumerate(r)] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
+    line = "  ".join("-" * w for w in widths)
+    out = ["  ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True)), line]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+def _md_escape(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        cells = [format_number(c) if isinstance(c, float) else _md_escape(c) for c in r]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    sections = [
+        "# icml reproductions", "",
+        f"Budget `{meta['budget']}`, seed {meta['seed']}, {meta['started']}, {meta['platform']}.", "",
+        markdown_table(HEADER, summary_rows(outcomes)), "",
+    ]
+    for o in outcomes:
+        sections += [f"## {o.result.get('system', o.name) if o.result else o.name}", "",
+                     f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), {o.seconds:.1f} s.", ""]
+        if o.error is not None:
+            sections += ["Raised:", "", "```", o.error.rstrip(), "```", ""]
+            continue
+        r = o.result
+        sections += [f"**Claim.** {r['claim']}", "", f"**Metric.** {r['metric']}", "",
+                     f"**Criterion.** {r['criterion']}", "",
+                     f"**Measured.** ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])}: "
+                     f"**{o.verdict}**", ""]
+        if r.get("notes"):
+            sections += [r["notes"], ""]
+        if r.get("rows"):
+            keys = list(dict.fromkeys(k for row in r["rows"] for k in row))
+            sections += [markdown_table(keys, [[row.get(k, "") for k in keys] for row in r["rows"]]), ""]
+        for fig in r.get("figures", []):
+            png = f"{o.name}__{fig['name']}.png"
+            try:
+                draw_figure(fig, folder / png)
+                sections += [f"![{fig['title']}]({png})", ""]
+            except Exception as exc:  # a figure that cannot be drawn is reported, not fatal
+                sections += [f"(figure {fig['name']!r} could not be drawn: {exc})", ""]
+    (folder / "report.md").write_text("\n".join(sections))
+    payload = {
+        "meta": meta,
+        "results": [
+            {"name": o.name, "target": o.target, "distribution": o.distribution, "seconds": o.seconds,
+             "verdict": o.verdict, "result": o.result, "error": o.error}
+            for o in outcomes
+        ],
+    }
+    (folder / "results.json").write_text(json.dumps(payload, indent=2, allow_nan=True))
+
+
+def new_report_folder(out: Path, now: datetime) -> Path:
+    base = out / now.strftime("%Y%m%d-%H%M%S")
+    folder, k = base, 1
+    while folder.exists():
+        folder, k = Path(f"{base}-{k}"), k + 1
+    return folder
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="icml-repro", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="list the registered reproductions and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this reproduction (repeat or comma-separate for several)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--quick", dest="budget", action="store_const", const="quick",
+                        help="small budget, about 2 minutes per system on 2 CPU cores (default)")
+    budget.add_argument("--full", dest="budget", action="store_const", const="full", help="the full budget")
+    parser.set_defaults(budget="quick")
+    parser.add_argument("--seed", type=int, default=0, help="seed passed to every reproduction (default 0)")
+    parser.add_argument("--out", type=Path, default=Path("reports"), help="report folder (default ./reports)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = parse_args(argv)
+    registered = discover()
+    if args.list:
+        for name, ep in registered.items():
+            dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+            print(f"{name:24s} {dist:18s} {ep.value}")
+        return 0
+    wanted = [n for item in args.only for n in item.split(",") if n]
+    unknown = [n for n in wanted if n not in registered]
+    if unknown:
+        print(f"icml-repro: unknown reproduction(s) {', '.join(unknown)}; registered: {', '.join(registered)}",
+              file=sys.stderr)
+        return 2
+    selected = [registered[n] for n in (wanted or registered)]
+    if not selected:
+        print("icml-repro: no reproductions are registered (is the workspace synced?)", file=sys.stderr)
+        return 1
+    now = datetime.now(timezone.utc)
+    meta = {"budget": args.budget, "seed": args.seed, "started": now.isoformat(timespec="seconds"),
+            "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"}
+    outcomes = []
+    bar = tqdm(selected, desc="reproductions", unit="system", file=sys.stderr)
+    for ep in bar:
+        bar.set_postfix_str(ep.name)
+        outcomes.append(run_one(ep, args.budget, args.seed))
+    bar.close()
+    folder = new_report_folder(args.out, now)
+    write_report(outcomes, folder, meta)
+    print(text_table(summary_rows(outcomes)))
+    print(f"\nreport: {folder / 'report.md'}")
+    errors = [o for o in outcomes if o.error is not None]
+    for o in errors:
+        print(f"\n{o.name} raised:\n{o.error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

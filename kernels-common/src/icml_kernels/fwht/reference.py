@@ -14,12 +14,13 @@ def fwht_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
     n = x.shape[-1]
     compute = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
     y = x.reshape(-1, n).to(compute)  # (rows, n)
-    h = 1
-    while h < n:
-        y = y.view(-1, n // (2 * h), 2, h)  # (rows, blocks, pair, h): pairs are h apart
-        a, b = y[:, :, 0, :], y[:, :, 1, :]
-        y = torch.stack((a + b, a - b), dim=2)
-        h *= 2
+    # Stage s transforms index bit s. Each stage pairs neighbours (the lowest bit) and writes the sums
+    # before the differences, which rotates the index bits right by one: after log2(n) stages every bit
+    # was transformed once and the order is back to the original (the Triton kernel does the same).
+    for _ in range(n.bit_length() - 1):
+        pairs = y.view(-1, n // 2, 2)  # (rows, n/2, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        y = torch.stack((a + b, a - b), dim=1).view(-1, n)  # (rows, 2, n/2) -> (rows, n)
     return (y.reshape(x.shape) * scale).to(x.dtype)
 
 
