@@ -4,8 +4,10 @@ Every op runs its Triton kernel on CUDA and its reference on CPU; ``ICML_KERNELS
 forces one, and an explicit request that cannot be met raises :class:`KernelUnavailableError`.
 """
 
+from importlib.metadata import version as _version
+
 from icml_kernels._dispatch import KernelUnavailableError, select_impl
 from icml_kernels.fwht import fwht, fwht_reference, hadamard_matrix
 
-__version__ = "0.1.0"
+__version__ = _version("icml-kernels")
 __all__ = ["KernelUnavailableError", "fwht", "fwht_reference", "hadamard_matrix", "select_impl"]
