@@ -3,7 +3,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -61,7 +60,9 @@ def test_bump_changes_only_that_distribution(tmp_path):
     assert tag == "icml-stats-v0.2.0"
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {"packages/icml-stats/pyproject.toml", "packages/icml-stats/CHANGELOG.md", "uv.lock"}
-    assert tomllib.loads(after["packages/icml-stats/pyproject.toml"])["project"]["version"] == "0.2.0"
+    versions = {n: m.version for n, m in members(ws).items()}
+    assert versions.pop("icml-stats") == "0.2.0"
+    assert versions == {n: m.version for n, m in members(ROOT).items() if n != "icml-stats"}
     assert "## Unreleased\n\n## 0.2.0 (2026-11-29)\n" in after["packages/icml-stats/CHANGELOG.md"]
     # the lock changes in the icml-stats entry only: one version line
     diff = [(a, b) for a, b in zip(before["uv.lock"].splitlines(), after["uv.lock"].splitlines(), strict=True) if a != b]

@@ -2,5 +2,7 @@
 
 from importlib.metadata import version as _version
 
+from icml_agents.rl import exact_match_reward, group_relative_advantages, normalize_answer
+
 __version__ = _version("icml-agents")
-__all__: list[str] = []
+__all__ = ["exact_match_reward", "group_relative_advantages", "normalize_answer"]

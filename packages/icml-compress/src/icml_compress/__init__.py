@@ -2,5 +2,8 @@
 
 from importlib.metadata import version as _version
 
+from icml_compress import baselines
+from icml_compress.baselines import *  # noqa: F403  (each subpackage's public API, listed in its __all__)
+
 __version__ = _version("icml-compress")
-__all__: list[str] = []
+__all__ = [*baselines.__all__]

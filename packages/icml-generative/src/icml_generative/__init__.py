@@ -2,5 +2,7 @@
 
 from importlib.metadata import version as _version
 
+from icml_generative.sampling import gaussian_mixture_score, karras_sigmas, sample_pf_ode, sliced_wasserstein
+
 __version__ = _version("icml-generative")
-__all__: list[str] = []
+__all__ = ["gaussian_mixture_score", "karras_sigmas", "sample_pf_ode", "sliced_wasserstein"]

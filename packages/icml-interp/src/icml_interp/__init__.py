@@ -2,5 +2,7 @@
 
 from importlib.metadata import version as _version
 
+from icml_interp.lens import logit_lens
+
 __version__ = _version("icml-interp")
-__all__: list[str] = []
+__all__ = ["logit_lens"]

@@ -2,5 +2,8 @@
 
 from importlib.metadata import version as _version
 
+from icml_stats import conformal
+from icml_stats.conformal import *  # noqa: F403  (each subpackage's public API, listed in its __all__)
+
 __version__ = _version("icml-stats")
-__all__: list[str] = []
+__all__ = [*conformal.__all__]

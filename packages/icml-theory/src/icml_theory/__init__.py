@@ -2,5 +2,8 @@
 
 from importlib.metadata import version as _version
 
+from icml_theory import boolean
+from icml_theory.boolean import *  # noqa: F403  (each subpackage's public API, listed in its __all__)
+
 __version__ = _version("icml-theory")
-__all__: list[str] = []
+__all__ = [*boolean.__all__]

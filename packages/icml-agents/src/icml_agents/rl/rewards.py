@@ -1,0 +1,38 @@
+"""Reward functions with TRL's ``reward_funcs`` signature: ``reward(completions, **kwargs) -> list[float]``.
+
+TRL's ``GRPOTrainer`` calls each reward function with the generated ``completions`` (strings, or for
+conversational data lists of ``{"role", "content"}`` messages) and every other dataset column as a keyword
+argument holding one value per completion (plus ``prompts``, ``completion_ids``, ... which we ignore).
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _text(completion) -> str:
+    if isinstance(completion, str):
+        return completion
+    last = completion[-1] if isinstance(completion, list) and completion else None
+    if isinstance(last, dict) and "content" in last:
+        return str(last["content"])  # conversational: the last message is the assistant's answer
+    raise TypeError(f"a completion must be a string or a list of {{'role', 'content'}} messages, got {completion!r}")
+
+
+def normalize_answer(text: str) -> str:
+    """Case-fold, collapse whitespace and strip surrounding whitespace and ``.``: ``" Paris. "`` -> ``"paris"``."""
+    return re.sub(r"\s+", " ", text).strip().strip(".").strip().casefold()
+
+
+def exact_match_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 where the completion equals the reference ``answer`` after :func:`normalize_answer`, else 0.0.
+
+    ``answer`` holds one reference per completion (the dataset column ``answer``, as TRL passes it).
+    """
+    if not isinstance(completions, (list, tuple)):
+        raise TypeError(f"completions must be a list, got {type(completions).__name__}")
+    if isinstance(answer, str) or not isinstance(answer, (list, tuple)) or len(answer) != len(completions):
+        raise ValueError(f"answer must be a list with one reference per completion ({len(completions)}), "
+                         f"got {answer!r}")
+    pairs = zip(completions, answer, strict=True)
+    return [float(normalize_answer(_text(c)) == normalize_answer(str(a))) for c, a in pairs]

@@ -1,0 +1,124 @@
+import statistics
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icml_agents.rl import exact_match_reward, group_relative_advantages, normalize_answer
+from icml_agents.rl.repro import ARM_PROBS, run, train
+
+rewards_and_groups = st.integers(2, 6).flatmap(lambda g: st.tuples(
+    st.lists(st.floats(-100, 100, allow_nan=False), min_size=g, max_size=4 * g).map(lambda r: r[: len(r) // g * g]),
+    st.just(g)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rewards_and_groups)
+def test_advantages_equal_a_per_group_brute_force(case):
+    rewards, g = case
+    adv = group_relative_advantages(rewards, g)
+    assert isinstance(adv, np.ndarray) and adv.shape == (len(rewards),) and np.isfinite(adv).all()
+    for start in range(0, len(rewards), g):
+        group = rewards[start : start + g]
+        mean, sd = statistics.fmean(group), statistics.stdev(group)
+        expected = [(r - mean) / (sd + 1e-4) for r in group]
+        np.testing.assert_allclose(adv[start : start + g], expected, rtol=1e-9, atol=1e-9)
+        assert abs(adv[start : start + g].sum()) < 1e-6 * max(1.0, np.abs(adv[start : start + g]).max())
+
+
+def test_advantages_have_zero_mean_and_unit_std_per_group():
+    rewards = torch.tensor([0.0, 1.0, 1.0, 0.0, 3.0, -2.0, 7.5, 0.5, 2.0, 2.0, 2.0, 2.0], dtype=torch.float64)
+    adv = group_relative_advantages(rewards, 4, eps=0.0).view(3, 4)
+    torch.testing.assert_close(adv[:2].mean(dim=1), torch.zeros(2, dtype=torch.float64), atol=1e-15, rtol=0)
+    torch.testing.assert_close(adv[:2].std(dim=1), torch.ones(2, dtype=torch.float64))
+    # A constant group has no signal: zeros, not NaN, with the default eps.
+    assert group_relative_advantages(rewards, 4).view(3, 4)[2].tolist() == [0.0, 0.0, 0.0, 0.0]
+    # With eps the std shrinks to s / (s + eps): for {0, 1, 1, 0}, s = sqrt(1/3).
+    s = (1 / 3) ** 0.5
+    assert group_relative_advantages(rewards, 4).view(3, 4)[0].std().item() == pytest.approx(s / (s + 1e-4), rel=1e-12)
+
+
+def test_advantages_without_std_normalization_only_subtract_the_group_mean():
+    adv = group_relative_advantages([1.0, 2.0, 6.0, 10.0, 10.0, 13.0], 3, normalize_std=False)
+    np.testing.assert_allclose(adv, [-2.0, -1.0, 3.0, -1.0, -1.0, 2.0])
+
+
+def test_advantages_keep_the_input_kind():
+    t = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float32)
+    out = group_relative_advantages(t, 2)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    ints = group_relative_advantages(torch.tensor([1, 0, 0, 0]), 2)
+    assert ints.is_floating_point()
+    torch.testing.assert_close(ints, out)
+    assert group_relative_advantages([1, 0], 2).dtype == np.float64
+
+
+def test_advantages_bad_input_raises():
+    for bad in (1, 0, True, 2.0):
+        with pytest.raises(ValueError, match="group_size"):
+            group_relative_advantages([1.0, 0.0], bad)
+    with pytest.raises(ValueError, match="multiple"):
+        group_relative_advantages([1.0, 0.0, 1.0], 2)
+    with pytest.raises(ValueError, match="1-D"):
+        group_relative_advantages(np.zeros((2, 2)), 2)
+    with pytest.raises(ValueError, match="1-D"):
+        group_relative_advantages([], 2)
+    with pytest.raises(ValueError, match="NaN"):
+        group_relative_advantages([1.0, float("nan")], 2)
+    with pytest.raises(TypeError, match="rewards"):
+        group_relative_advantages(["a", "b"], 2)
+    with pytest.raises(ValueError, match="eps"):
+        group_relative_advantages([1.0, 0.0], 2, eps=-1.0)
+
+
+def test_exact_match_reward_has_the_trl_signature():
+    completions = ["Paris", " paris. ", "The capital is Paris", "Tokyo\n"]
+    rewards = exact_match_reward(completions, answer=["Paris"] * 3 + ["tokyo"], prompts=["q"] * 4,
+                                 completion_ids=[[1], [2], [3], [4]], trainer_state=None)
+    assert rewards == [1.0, 1.0, 0.0, 1.0] and all(type(r) is float for r in rewards)
+    conversational = [[{"role": "assistant", "content": "Paris."}], [{"role": "assistant", "content": "Lyon"}]]
+    assert exact_match_reward(conversational, ["Paris", "Paris"]) == [1.0, 0.0]
+    assert exact_match_reward([], []) == []
+
+
+def test_normalize_answer():
+    assert normalize_answer("  New   York. ") == "new york"
+    assert normalize_answer("3.14") == "3.14"
+
+
+def test_exact_match_reward_bad_input_raises():
+    with pytest.raises(ValueError, match="one reference per completion"):
+        exact_match_reward(["a", "b"], ["a"])
+    with pytest.raises(ValueError, match="one reference per completion"):
+        exact_match_reward(["a"], "a")
+    with pytest.raises(TypeError, match="completions"):
+        exact_match_reward("a", ["a"])
+    with pytest.raises(TypeError, match="completion must be"):
+        exact_match_reward([42], ["42"])
+
+
+def test_bandit_training_starts_uniform_and_is_reproducible():
+    curve = train("grpo", runs=4, steps=20, seed=3)
+    assert curve.shape == (21, 4)
+    np.testing.assert_allclose(curve[0], ARM_PROBS.mean())  # zero logits: the uniform policy
+    np.testing.assert_array_equal(curve, train("grpo", runs=4, steps=20, seed=3))
+    assert ((curve >= ARM_PROBS.min()) & (curve <= ARM_PROBS.max())).all()
+    with pytest.raises(ValueError, match="method"):
+        train("ppo", runs=1, steps=1, seed=0)
+
+
+def test_repro_follows_the_protocol():
+    from icml_tools.protocol import validate_result
+
+    result = validate_result(run("quick", 0))
+    rows = {r["method"]: r for r in result["rows"]}
+    assert result["ours"] == rows["grpo"]["final_expected_reward"]
+    assert result["baseline"] == rows["reinforce"]["final_expected_reward"]
+    paired = rows["grpo - reinforce (paired)"]
+    assert paired["final_expected_reward"] == pytest.approx(result["ours"] - result["baseline"])
+    assert result["passed"] == (paired["final_expected_reward"] > 2 * paired["standard_error"])
+    assert result["claim"].startswith("Placeholder")
+    with pytest.raises(ValueError, match="budget"):
+        run("medium", 0)

@@ -1,0 +1,58 @@
+"""Round-to-nearest (RTN) quantization: the baseline every weight quantizer is compared with.
+
+Asymmetric min-max per group (the ``--w_asym`` RTN of GPTQ, Frantar et al., 2023, and of QTIP's tables):
+each run of ``group_size`` consecutive weights along the input dimension (the last one, as in
+``nn.Linear.weight`` of shape ``(out, in)``) gets the uniform grid ``offset + scale * {0, ..., 2^bits - 1}``
+with ``offset = min``, ``scale = (max - min) / (2^bits - 1)``, and every weight is rounded to the nearest
+grid point, so the error is at most ``scale / 2``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from icml_compress.baselines._checks import check_float_tensor, check_int, compute_dtype
+
+
+class RTNQuantized(NamedTuple):
+    """Result of :func:`rtn_quantize`; ``dequantized == offset + scale * codes`` group by group."""
+
+    dequantized: torch.Tensor  # (..., in) same shape and dtype as the weight
+    codes: torch.Tensor  # (..., in) uint8 in 0..2^bits - 1
+    scale: torch.Tensor  # (..., in / group_size) grid step per group
+    offset: torch.Tensor  # (..., in / group_size) group minimum, the grid's first point
+
+
+def rtn_quantize(weight: torch.Tensor, bits: int, group_size: int) -> RTNQuantized:
+    """Asymmetric min-max round-to-nearest quantization per group along the last dimension.
+
+    Args:
+        weight (torch.Tensor): floating tensor ``(..., in)``, e.g. a linear layer's ``(out, in)`` weight.
+        bits (int): bits per weight, 1..8 (``2^bits`` grid points per group).
+        group_size (int): weights sharing one scale and offset; must divide ``in``.
+
+    Returns:
+        :class:`RTNQuantized` with the dequantized tensor, the codes, and per-group scales and offsets.
+        A constant group gets ``scale = 0`` and is reproduced exactly.
+    """
+    check_float_tensor(weight, "weight")
+    check_int(bits, "bits", 1, 8)
+    check_int(group_size, "group_size", 1)
+    size = weight.shape[-1]
+    if size % group_size:
+        raise ValueError(f"group_size must divide weight.shape[-1] = {size}, got {group_size}")
+    top = 2**bits - 1
+    w = weight.to(compute_dtype(weight)).reshape(*weight.shape[:-1], size // group_size, group_size)  # (..., G, g)
+    lo = w.amin(dim=-1, keepdim=True)  # (..., G, 1)
+    scale = (w.amax(dim=-1, keepdim=True) - lo) / top  # (..., G, 1)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # constant group: every code is 0
+    codes = torch.clamp(torch.round((w - lo) / safe), 0, top)  # (..., G, g)
+    dequantized = (lo + codes * scale).reshape(weight.shape).to(weight.dtype)
+    return RTNQuantized(
+        dequantized=dequantized,
+        codes=codes.to(torch.uint8).reshape(weight.shape),
+        scale=scale.squeeze(-1),
+        offset=lo.squeeze(-1),
+    )

@@ -1,0 +1,37 @@
+"""Sample-quality metric with a known zero: the sliced Wasserstein-2 distance between two point clouds.
+
+Rabin, Peyré, Delon, Bernot, "Wasserstein Barycenter and its Application to Texture Mixing", SSVM 2011;
+Bonneel, Rabin, Peyré, Pfister, "Sliced and Radon Wasserstein Barycenters of Measures", JMIV 2015.
+In one dimension the W2 coupling of two equal-size samples matches them in sorted order, so each slice is
+exact; the average over random directions is a Monte Carlo estimate of the integral over the sphere.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, n_projections: int = 256, seed: int = 0) -> float:
+    """``SW₂(x, y) = sqrt(mean_θ W₂²(θᵀx, θᵀy))`` over ``n_projections`` directions uniform on the sphere.
+
+    ``x`` and ``y`` are ``(n, d)`` samples of equal size (each slice is then an exact sorted matching). The
+    directions come from ``seed``, so two calls with the same seed use the same slices. Zero iff the two
+    samples agree on every slice; equal to ``sqrt(mean_θ (θᵀv)²)`` when ``y = x + v``.
+    """
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.ndim != 2:
+            raise ValueError(f"{name} must be a floating-point tensor shaped (n, d), got "
+                             f"{getattr(t, 'shape', type(t).__name__)}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape (equal sample sizes), got {tuple(x.shape)} "
+                         f"and {tuple(y.shape)}")
+    if isinstance(n_projections, bool) or not isinstance(n_projections, int) or n_projections < 1:
+        raise ValueError(f"n_projections must be a positive integer, got {n_projections!r}")
+    gen = torch.Generator().manual_seed(seed)
+    theta = torch.randn(x.shape[1], n_projections, generator=gen, dtype=torch.float64)  # (d, p)
+    theta = theta / theta.norm(dim=0, keepdim=True)
+    px = torch.sort(x.double() @ theta, dim=0).values  # (n, p)
+    py = torch.sort(y.double() @ theta, dim=0).values  # (n, p)
+    return ((px - py) ** 2).mean().sqrt().item()

@@ -1,0 +1,56 @@
+"""The exact score of an isotropic Gaussian mixture under Gaussian noise: a ground truth for samplers.
+
+If ``p = Σ_k w_k N(μ_k, s_k² I)`` then ``p_σ = p * N(0, σ² I) = Σ_k w_k N(μ_k, (s_k² + σ²) I)``, so
+
+    ∇ₓ log p_σ(x) = Σ_k r_k(x) (μ_k - x) / (s_k² + σ²),   r_k(x) = w_k N(x; μ_k, v_k I) / p_σ(x),
+
+with the responsibilities ``r_k`` computed by a log-sum-exp for stability far from every mode.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+
+def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor, float], torch.Tensor]:
+    """Return ``score(x, sigma)``: the exact ``∇ₓ log p_σ(x)`` of the mixture convolved with ``N(0, σ² I)``.
+
+    ``means`` is ``(k, d)``, ``stds`` a positive scalar or ``(k,)``, ``weights`` ``(k,)`` non-negative and
+    summing to one (uniform if omitted); the same parameters as :func:`icml_tools.assets.gaussian_mixture`.
+    The returned function takes ``x`` shaped ``(n, d)`` (floating point) and ``sigma >= 0`` and returns
+    ``(n, d)`` in ``x``'s dtype and device.
+    """
+    mu = torch.as_tensor(means, dtype=torch.float64)
+    if mu.ndim != 2 or mu.shape[0] < 1 or not torch.isfinite(mu).all():
+        raise ValueError(f"means must be a finite array shaped (k, d), got shape {tuple(mu.shape)}")
+    k, d = mu.shape
+    s = torch.as_tensor(stds, dtype=torch.float64)
+    if s.ndim > 1 or (s.ndim == 1 and s.shape[0] != k):
+        raise ValueError(f"stds must be a scalar or shaped ({k},), got shape {tuple(s.shape)}")
+    s = s.expand(k)  # (k,)
+    if not torch.isfinite(s).all() or (s <= 0).any():
+        raise ValueError("stds must be positive and finite")
+    f64 = torch.float64
+    w = torch.full((k,), 1.0 / k, dtype=f64) if weights is None else torch.as_tensor(weights, dtype=f64)
+    if w.shape != (k,) or (w < 0).any() or not math.isclose(w.sum().item(), 1.0, abs_tol=1e-6):
+        raise ValueError(f"weights must be {k} non-negative numbers summing to 1")
+    log_w = torch.log(w)  # (k,); -inf for empty components, which then get zero responsibility
+
+    def score(x: torch.Tensor, sigma: float) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"x must be a floating-point tensor shaped (n, {d}), got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+        sigma = float(sigma)
+        if not (math.isfinite(sigma) and sigma >= 0):
+            raise ValueError(f"sigma must be a finite number >= 0, got {sigma}")
+        m, lw = mu.to(x), log_w.to(x)
+        var = (s**2 + sigma**2).to(x)  # (k,)
+        diff = m[None, :, :] - x[:, None, :]  # (n, k, d)
+        log_comp = lw - 0.5 * d * torch.log(2 * math.pi * var) - 0.5 * (diff**2).sum(-1) / var  # (n, k)
+        resp = torch.softmax(log_comp, dim=1)  # (n, k)
+        return torch.einsum("nk,nkd->nd", resp / var, diff)  # (n, d)
+
+    return score

@@ -1,0 +1,104 @@
+import pytest
+import torch
+from torch import nn
+
+from icml_interp.lens import logit_lens
+from icml_tools.assets import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(seed=0, layers=3)
+
+
+def ids(shape, seed=0):
+    return torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def all_hooks(model) -> set:  # transformers installs hooks of its own (output_hidden_states): compare sets
+    return {h for m in model.modules() for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())}
+
+
+def test_last_layer_equals_model_logits(model):
+    x = ids((9,))
+    lens = logit_lens(model, x)
+    assert lens.shape == (4, 9, 256)  # (n_layers + 1, seq, vocab)
+    with torch.no_grad():
+        logits = model(x[None]).logits[0]
+    torch.testing.assert_close(lens[-1], logits)
+    assert (lens[-2] - logits).abs().max() > 1e-2  # the last block matters: the check above can fail
+
+
+def test_every_layer_matches_hugging_face_hidden_states(model):
+    x = ids((2, 6), seed=1)
+    lens = logit_lens(model, x)  # (4, 2, 6, 256)
+    with torch.no_grad():
+        hidden = model(x, output_hidden_states=True).hidden_states  # embeddings, blocks 1..L-1, then post-norm
+        expected = torch.stack([model.lm_head(model.model.norm(h)) for h in hidden[:-1]])
+        embeddings = model.lm_head(model.model.norm(model.model.embed_tokens(x)))
+    torch.testing.assert_close(lens[:-1], expected)
+    torch.testing.assert_close(lens[0], embeddings)
+
+
+def test_batched_equals_one_sequence_at_a_time(model):
+    x = ids((3, 5), seed=2)
+    lens = logit_lens(model, x)
+    assert lens.shape == (4, 3, 5, 256)
+    for b in range(3):
+        torch.testing.assert_close(lens[:, b], logit_lens(model, x[b]), rtol=1e-5, atol=1e-5)
+
+
+def test_hooks_are_removed_even_when_the_forward_pass_fails(model):
+    before = all_hooks(model)
+    logit_lens(model, ids((4,)))
+    assert all_hooks(model) == before and model.model.layers[0]._forward_pre_hooks == {}
+
+    def explode(module, args, output):
+        raise RuntimeError("boom")
+
+    handle = model.model.layers[1].register_forward_hook(explode)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            logit_lens(model, ids((4,)))
+        assert all_hooks(model) == before | {explode}
+    finally:
+        handle.remove()
+    assert all_hooks(model) == before
+
+
+def test_bad_input_raises(model):
+    with pytest.raises(TypeError, match="LongTensor"):
+        logit_lens(model, ids((4,)).float())
+    with pytest.raises(TypeError, match="LongTensor"):
+        logit_lens(model, [1, 2, 3])
+    with pytest.raises(ValueError, match="shaped"):
+        logit_lens(model, ids((1, 2, 3)))
+    with pytest.raises(ValueError, match="shaped"):
+        logit_lens(model, torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\[0, 256\)"):
+        logit_lens(model, torch.tensor([1, 256]))
+    with pytest.raises(TypeError, match="Llama-family"):
+        logit_lens(nn.Linear(3, 3), ids((4,)))
+
+
+def test_repro_rejects_an_unknown_budget():
+    from icml_interp.lens.repro import run
+
+    with pytest.raises(ValueError, match="budget"):
+        run("medium", 0)
+
+
+@pytest.mark.slow
+def test_repro_follows_the_protocol():
+    from icml_interp.lens.repro import run
+    from icml_tools.protocol import validate_result
+
+    result = validate_result(run("quick", 0))
+    assert result["claim"].startswith("Placeholder")
+    assert result["ours"] <= 1e-4 < 1.0 < result["baseline"]
+    n_layers = result["rows"][0]["n_layers"]
+    correct = [r for r in result["rows"] if r["correct"]]
+    assert result["passed"] == (2 * len(correct) >= len(result["rows"])
+                                and all(r["first_top1_layer"] > 2 / 3 * n_layers for r in correct))
+    for series in result["figures"][0]["series"].values():
+        assert len(series) == n_layers + 1 and series[-1] == 1  # the answer is top-1 at the last layer

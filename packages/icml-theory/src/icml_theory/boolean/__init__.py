@@ -1,0 +1,17 @@
+"""Fourier analysis of Boolean functions: exact spectra by one fast Walsh–Hadamard transform.
+
+A placeholder for the Boolean-function tools the coming systems need (the CA-learnability paper's
+Fourier-degree weights); its reproduction checks the transform against a closed form.
+"""
+
+from icml_theory.boolean.fourier import fourier_coefficients, spectral_weights, subset_sizes
+from icml_theory.boolean.majority import majority, majority_coefficient, majority_spectrum
+
+__all__ = [
+    "fourier_coefficients",
+    "majority",
+    "majority_coefficient",
+    "majority_spectrum",
+    "spectral_weights",
+    "subset_sizes",
+]

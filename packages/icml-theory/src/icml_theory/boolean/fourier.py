@@ -1,0 +1,71 @@
+"""Fourier expansion of real functions on the Boolean cube {-1, 1}^n (O'Donnell, *Analysis of Boolean
+Functions*, 2014, ch. 1).
+
+Truth-table convention: a function ``f: {-1, 1}^n -> R`` is given as the ``2^n`` values ``values[j]``,
+where bit ``i`` of the index ``j`` encodes coordinate ``x_i``: bit value 0 means ``x_i = +1``, bit value
+1 means ``x_i = -1``. The same indexing names subsets: coefficient ``S`` is the set of bits of ``S``. With
+this convention ``chi_S(x) = prod_{i in S} x_i = (-1)^popcount(j & S)`` is the Sylvester–Hadamard
+matrix, so the whole spectrum is one fast Walsh–Hadamard transform.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from icml_kernels import fwht
+
+
+def fourier_coefficients(values) -> torch.Tensor:
+    """All ``2^n`` Fourier coefficients ``f̂(S) = E_x[f(x) chi_S(x)]`` of a function on {-1, 1}^n.
+
+    Args:
+        values: the truth table, shaped ``(..., 2^n)`` (a tensor, array or sequence of real numbers;
+            leading dimensions are a batch of functions), indexed as in this module's docstring.
+
+    Returns:
+        float64 tensor of the same shape: entry ``S`` is ``f̂(S)``, so ``f = sum_S f̂(S) chi_S``.
+        Computed by ``icml_kernels.fwht`` with scale ``2^-n``: ``n 2^n`` additions instead of ``4^n``.
+    """
+    table = _as_truth_table(values, "values")
+    return fwht(table, scale=1.0 / table.shape[-1])  # (..., 2^n)
+
+
+def spectral_weights(coeffs) -> torch.Tensor:
+    """Fourier weight per level, ``W^k[f] = sum_{|S| = k} f̂(S)^2`` for ``k = 0..n`` (O'Donnell, Def. 1.17).
+
+    Args:
+        coeffs: Fourier coefficients shaped ``(..., 2^n)``, as returned by :func:`fourier_coefficients`.
+
+    Returns:
+        float64 tensor ``(..., n + 1)``; by Parseval its sum is ``E[f^2]`` (1 for Boolean-valued f).
+    """
+    c = _as_truth_table(coeffs, "coeffs")
+    size = c.shape[-1]
+    n = size.bit_length() - 1
+    levels = subset_sizes(n).to(c.device)  # (2^n,) |S| of each index S
+    weights = torch.zeros((*c.shape[:-1], n + 1), dtype=torch.float64, device=c.device)
+    return weights.index_add_(-1, levels, c * c)  # (..., n + 1)
+
+
+def subset_sizes(n: int) -> torch.Tensor:
+    """``|S|`` (the popcount) of every index ``S = 0..2^n - 1``, as an int64 tensor ``(2^n,)``."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 30:
+        raise ValueError(f"n must be an integer in 0..30, got {n!r}")
+    idx = torch.arange(1 << n)
+    return sum(((idx >> i) & 1 for i in range(n)), torch.zeros_like(idx))
+
+
+def _as_truth_table(values, name: str) -> torch.Tensor:
+    """Check a ``(..., 2^n)`` table of finite real numbers and return it as float64."""
+    t = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    if t.dtype == torch.bool or t.is_complex():
+        raise TypeError(f"{name} must hold real numbers (a float or integer dtype), got {t.dtype}")
+    if t.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension of length 2^n, got a scalar")
+    size = t.shape[-1]
+    if size < 1 or size & (size - 1):
+        raise ValueError(f"{name}.shape[-1] must be a power of two 2^n (one value per point of the cube), got {size}")
+    t = t.to(torch.float64)
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} must be finite, got NaN or infinite entries")
+    return t

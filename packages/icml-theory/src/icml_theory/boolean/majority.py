@@ -1,0 +1,49 @@
+"""The majority function and its Fourier spectrum in closed form (O'Donnell, *Analysis of Boolean
+Functions*, 2014, Thm. 5.19 and Thm. 5.18: ``W^1[Maj_n]`` decreases to ``2/pi``)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import torch
+
+from icml_theory.boolean.fourier import subset_sizes
+
+
+def majority(n: int) -> torch.Tensor:
+    """Truth table of ``Maj_n(x) = sign(x_1 + ... + x_n)`` for odd ``n`` (float64 ``(2^n,)`` of ±1).
+
+    Index convention of :mod:`icml_theory.boolean.fourier`: bit ``i`` set means ``x_i = -1``, so the
+    sum of the coordinates is ``n - 2 popcount(j)``.
+    """
+    _check_odd(n)
+    minus_ones = subset_sizes(n)  # (2^n,) number of coordinates equal to -1
+    return torch.where(2 * minus_ones < n, 1.0, -1.0).to(torch.float64)
+
+
+def majority_coefficient(n: int, k: int) -> float:
+    """``Maj_n^(S)`` for any ``|S| = k`` (it depends only on ``|S|``), exact then rounded to float.
+
+    O'Donnell Thm. 5.19: zero for even ``k``; for odd ``k``
+    ``(-1)^((k-1)/2) * C((n-1)/2, (k-1)/2) / C(n-1, k-1) * 2^-(n-1) * C(n-1, (n-1)/2)``.
+    """
+    _check_odd(n)
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
+        raise ValueError(f"k must be an integer in 0..n={n}, got {k!r}")
+    if k % 2 == 0:
+        return 0.0
+    m, j = (n - 1) // 2, (k - 1) // 2
+    value = Fraction(math.comb(m, j), math.comb(n - 1, k - 1)) * Fraction(math.comb(n - 1, m), 2 ** (n - 1))
+    return float(-value if j % 2 else value)
+
+
+def majority_spectrum(n: int) -> torch.Tensor:
+    """All ``2^n`` coefficients of ``Maj_n`` from the closed form, indexed like :func:`fourier_coefficients`."""
+    by_level = torch.tensor([majority_coefficient(n, k) for k in range(n + 1)], dtype=torch.float64)
+    return by_level[subset_sizes(n)]  # (2^n,)
+
+
+def _check_odd(n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n % 2 == 0 or n > 29:
+        raise ValueError(f"n must be an odd integer in 1..29 (majority needs no ties), got {n!r}")
