@@ -19,7 +19,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from icml_tools.repro import discover, new_report_folder
+from icml_tools.repro import add_common_args, discover, list_registered, new_report_folder, pick
 
 GROUP = "icml.benchmarks"
 
@@ -42,26 +42,14 @@ def write_rows(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icml-bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--list", action="store_true", help="list the registered benchmarks and exit")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this benchmark")
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--quick", dest="budget", action="store_const", const="quick", help="small sizes (default)")
-    budget.add_argument("--full", dest="budget", action="store_const", const="full", help="all sizes")
-    parser.set_defaults(budget="quick")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="results folder")
+    add_common_args(parser, out="bench-results")
     args = parser.parse_args(argv)
-
     registered = discover(GROUP)
     if args.list:
-        for name, ep in registered.items():
-            print(f"{name:24s} {ep.value}")
+        list_registered(registered)
         return 0
-    wanted = [n for item in args.only for n in item.split(",") if n]
-    unknown = [n for n in wanted if n not in registered]
-    if unknown:
-        print(f"icml-bench: unknown benchmark(s) {', '.join(unknown)}; registered: {', '.join(registered)}",
-              file=sys.stderr)
+    names = pick(registered, args.only, "icml-bench")
+    if names is None:
         return 2
     now = datetime.now(timezone.utc)
     folder = new_report_folder(args.out, now)
@@ -69,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"budget": args.budget, "seed": args.seed, "started": now.isoformat(timespec="seconds"),
             "device": _device_description(), "python": platform.python_version()}
     results, failed = {}, False
-    for name in wanted or registered:
+    for name in names:
         start = time.perf_counter()
         try:
             rows = registered[name].load()(budget=args.budget, seed=args.seed)

@@ -154,38 +154,50 @@ def new_report_folder(out: Path, now: datetime) -> Path:
     return folder
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="icml-repro", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--list", action="store_true", help="list the registered reproductions and exit")
+def add_common_args(parser: argparse.ArgumentParser, out: str) -> None:
+    """The options icml-repro and icml-bench share: --list, --only, --quick/--full, --seed, --out."""
+    parser.add_argument("--list", action="store_true", help="list what is registered and exit")
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only this reproduction (repeat or comma-separate for several)")
+                        help="run only this one (repeat or comma-separate for several)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--quick", dest="budget", action="store_const", const="quick",
                         help="small budget, about 2 minutes per system on 2 CPU cores (default)")
     budget.add_argument("--full", dest="budget", action="store_const", const="full", help="the full budget")
     parser.set_defaults(budget="quick")
-    parser.add_argument("--seed", type=int, default=0, help="seed passed to every reproduction (default 0)")
-    parser.add_argument("--out", type=Path, default=Path("reports"), help="report folder (default ./reports)")
-    return parser.parse_args(argv)
+    parser.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
+    parser.add_argument("--out", type=Path, default=Path(out), help=f"output folder (default ./{out})")
+
+
+def list_registered(registered: dict) -> None:
+    for name, ep in registered.items():
+        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+        print(f"{name:24s} {dist:18s} {ep.value}")
+
+
+def pick(registered: dict, only: list[str], prog: str) -> list[str] | None:
+    """Names selected by ``--only`` (all when empty), or None after reporting unknown names."""
+    wanted = [n for item in only for n in item.split(",") if n]
+    unknown = [n for n in wanted if n not in registered]
+    if unknown:
+        print(f"{prog}: unknown name(s) {', '.join(unknown)}; registered: {', '.join(registered)}", file=sys.stderr)
+        return None
+    return wanted or list(registered)
 
 
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
-    args = parse_args(argv)
+    parser = argparse.ArgumentParser(prog="icml-repro", description=__doc__.split("\n\n")[0])
+    add_common_args(parser, out="reports")
+    args = parser.parse_args(argv)
     registered = discover()
     if args.list:
-        for name, ep in registered.items():
-            dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
-            print(f"{name:24s} {dist:18s} {ep.value}")
+        list_registered(registered)
         return 0
-    wanted = [n for item in args.only for n in item.split(",") if n]
-    unknown = [n for n in wanted if n not in registered]
-    if unknown:
-        print(f"icml-repro: unknown reproduction(s) {', '.join(unknown)}; registered: {', '.join(registered)}",
-              file=sys.stderr)
+    names = pick(registered, args.only, "icml-repro")
+    if names is None:
         return 2
-    selected = [registered[n] for n in (wanted or registered)]
+    selected = [registered[n] for n in names]
     if not selected:
         print("icml-repro: no reproductions are registered (is the workspace synced?)", file=sys.stderr)
         return 1
