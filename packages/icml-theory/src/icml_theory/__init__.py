@@ -2,8 +2,9 @@
 
 from importlib.metadata import version as _version
 
-from icml_theory import boolean
+from icml_theory import boolean, privacy
 from icml_theory.boolean import *  # noqa: F403  (each subpackage's public API, listed in its __all__)
+from icml_theory.privacy import *  # noqa: F403
 
 __version__ = _version("icml-theory")
-__all__ = [*boolean.__all__]
+__all__ = [*boolean.__all__, *privacy.__all__]

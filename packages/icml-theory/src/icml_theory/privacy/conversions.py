@@ -1,0 +1,226 @@
+"""Conversions: optimal trade-off -> (epsilon, delta), attack views, and the classical RDP -> (epsilon, delta)
+conversions they are compared with.
+
+Optimal rule (this package): with ``f`` the optimal trade-off (:func:`optimal_tradeoff`),
+``delta(eps) = sup_alpha [1 - f(alpha) - e^eps alpha]`` (Dong, Roth, Su 2022, Prop. 2.12; ``f`` is symmetric)
+and ``eps(delta) = log sup_alpha (1 - delta - f(alpha)) / alpha`` (the least ``eps`` with ``delta(eps) <= delta``).
+Both objectives are unimodal in ``alpha`` (concave, resp. quasi-concave, since ``f`` is convex), so we
+locate the maximizer on a coarse log grid of ``alpha`` (our design: ``0`` and 201 points in
+``[1e-40, 0.5]``), then shrink the bracket around it by multi-section search (:data:`ALPHA_ROUNDS` rounds of
+:data:`SECTION_POINTS` points, to a relative width below 1e-11). The reported value is the bracket's *upper bound* (``f`` non-increasing: on ``[a, b]``,
+``1 - f(alpha) - e^eps alpha <= 1 - f(b) - e^eps a``), so it stays valid while the bracket shrinks. Below the first grid point (1e-40) we only use ``f >= f(1e-40)``:
+``delta(eps) >= 1 - f(1e-40)`` always, and a ``delta`` below that floor (about ``e^eps * 1e-40``) gets ``eps = inf``.
+
+Classical conversions on the same inputs (orders ``> 1`` only; they have no use for lower orders):
+
+- Mironov (2017, Prop. 3): ``eps = min_tau rho(tau) + log(1/delta) / (tau - 1)``.
+- Balle et al. (2020, Thm 21) = Canonne, Kamath, Steinke (2020, Prop. 12), as in dp_accounting's
+  ``RdpAccountant`` (orders ``> 1.01``, plus the KL shortcut ``eps = 0`` when ``delta^2 + expm1(-rho) > 0``):
+  ``eps = min_tau rho + log1p(-1/tau) - (log delta + log tau) / (tau - 1)``, and
+  ``log delta = min_tau min(0.5 log1p(-e^-rho), (tau-1)(rho - eps + log1p(-1/tau)) - log tau)``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from icml_theory.privacy.profiles import check_orders
+from icml_theory.privacy.tradeoff import (
+    DEFAULT_ORDERS,
+    SECTION_POINTS,
+    TradeoffCurve,
+    _optimal,
+    _rho,
+    check_alphas,
+    epsilon_delta_tradeoff,
+    optimal_tradeoff,
+)
+
+COARSE_ALPHAS = np.concatenate([[0.0], np.geomspace(1e-40, 0.5, 201)])
+ALPHA_ROUNDS = 18
+
+
+def check_delta(delta, name: str = "delta") -> float:
+    """``delta`` as a float in the open interval (0, 1)."""
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
+        raise TypeError(f"{name} must be a real number in (0, 1), got {type(delta).__name__}")
+    if not 0 < delta < 1:
+        raise ValueError(f"{name} must be in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+def check_epsilon(epsilon, name: str = "epsilon") -> float:
+    """``epsilon`` as a finite float >= 0."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(f"{name} must be a real number >= 0, got {type(epsilon).__name__}")
+    if not (epsilon >= 0 and math.isfinite(epsilon)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {epsilon!r}")
+    return float(epsilon)
+
+
+class OptimalConverter:
+    """Optimal-rule conversions for one profile, caching the coarse curve between queries."""
+
+    def __init__(self, profile, orders=None):
+        if not callable(profile):
+            raise TypeError(f"profile must be an RDPProfile or a callable of orders, got {type(profile).__name__}")
+        self.profile = profile
+        self.grid = DEFAULT_ORDERS if orders is None else np.unique(check_orders(orders, "orders").ravel())
+        self.rho_grid = _rho(profile, self.grid)  # evaluated once per converter
+        self.coarse = self.curve(COARSE_ALPHAS)
+
+    def curve(self, alphas) -> TradeoffCurve:
+        """The optimal trade-off at ``alphas`` (see :func:`optimal_tradeoff`)."""
+        return _optimal(self.profile, check_alphas(alphas).ravel(), self.grid, self.rho_grid, True)
+
+    def _power(self, alphas):
+        """``1 - f(alpha)`` at full relative precision (from ``log beta``)."""
+        return -np.expm1(self.curve(alphas).log_beta)
+
+    def _maximize(self, objective, bound, n_targets):
+        """Per target j: upper bound on sup_alpha objective(alpha, 1 - f(alpha), j) by bracket + multi-section search.
+
+        Each round evaluates :data:`SECTION_POINTS` interior points per target in one vectorized call and keeps
+        the two cells around the best (the objective is unimodal), shrinking the bracket by ``2/(m+1)``.
+        """
+        a, power = self.coarse.alpha, -np.expm1(self.coarse.log_beta)
+        idx = np.arange(n_targets)[:, None]
+        vals = objective(a[None, :], power[None, :], idx)  # (t, n)
+        i = np.argmax(vals, axis=1)
+        ll = np.log(a[np.maximum(i - 1, 1)])  # never 0: searched in log alpha
+        lh = np.log(a[np.minimum(i + 1, a.size - 1)])
+        ll = np.where(ll >= lh, lh - 7.0, ll)
+        m = SECTION_POINTS
+        frac = np.arange(1, m + 1) / (m + 1)  # (m,)
+        for _ in range(ALPHA_ROUNDS):
+            x = ll[:, None] + frac[None, :] * (lh - ll)[:, None]  # (t, m) log alpha
+            g = objective(np.exp(x), self._power(np.exp(x).ravel()).reshape(x.shape), idx)
+            j = np.argmax(g, axis=1)
+            step = (lh - ll) / (m + 1)
+            ll, lh = ll + j * step, ll + (j + 2) * step
+        a_lo, a_hi = np.exp(ll), np.exp(lh)
+        upper = bound(a_lo, a_hi, self._power(a_hi), idx[:, 0])
+        at0 = np.where(a[None, :] == 0, vals, -np.inf).max(axis=1)  # alpha = 0 lies outside the log search
+        return np.maximum(upper, at0)
+
+    def delta(self, epsilons) -> np.ndarray:
+        """``delta(eps)`` of the optimal trade-off for each ``eps`` (array)."""
+        eps = np.asarray(epsilons, dtype=np.float64).ravel()
+        e = np.exp(np.minimum(eps, 700.0))  # delta(eps) is 0 long before e^700 (alpha >= 1e-40)
+
+        def objective(alpha, power, j):
+            return power - e[j] * alpha
+
+        def bound(a_lo, a_hi, power_hi, j):
+            return power_hi - e[j] * a_lo
+
+        # on [0, alpha_1] (below the coarse grid) f >= f(alpha_1), so the objective is <= 1 - f(alpha_1)
+        first = -math.expm1(self.coarse.log_beta[1])
+        return np.clip(np.maximum(self._maximize(objective, bound, e.size), first), 0.0, 1.0)
+
+    def epsilon(self, deltas) -> np.ndarray:
+        """``eps(delta)`` of the optimal trade-off for each ``delta`` (array); 0 when ``delta >= delta(0)``."""
+        d = np.asarray(deltas, dtype=np.float64).ravel()
+
+        def objective(alpha, power, j):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(alpha > 0, (power - d[j]) / np.where(alpha > 0, alpha, 1.0), -np.inf)
+
+        def bound(a_lo, a_hi, power_hi, j):
+            return (power_hi - d[j]) / a_lo
+
+        ratio = self._maximize(objective, bound, d.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            eps = np.where(ratio > 1, np.log(np.maximum(ratio, 1.0)), 0.0)
+        # below the coarse grid's first alpha the ratio is not bounded: such tiny deltas get eps = inf
+        return np.where(-math.expm1(self.coarse.log_beta[1]) - d > 0, np.inf, eps)
+
+
+def optimal_epsilon(profile, delta: float, *, orders=None) -> float:
+    """Least ``eps`` such that the optimal trade-off of ``profile`` is ``(eps, delta)``-DP."""
+    return float(OptimalConverter(profile, orders).epsilon([check_delta(delta)])[0])
+
+
+def optimal_delta(profile, epsilon: float, *, orders=None) -> float:
+    """``delta(eps) = sup_alpha [1 - f(alpha) - e^eps alpha]`` of the optimal trade-off of ``profile``."""
+    return float(OptimalConverter(profile, orders).delta([check_epsilon(epsilon)])[0])
+
+
+def tpr_at_fpr(profile, fpr, *, orders=None) -> np.ndarray:
+    """The most power (TPR = ``1 - f(FPR)``) a membership-inference attack can have at false-positive rate ``fpr``."""
+    return 1 - optimal_tradeoff(profile, check_alphas(fpr, "fpr"), orders=orders).beta
+
+
+def max_advantage(profile, *, orders=None) -> float:
+    """Maximal attack advantage ``sup_alpha (1 - alpha - f(alpha)) = delta(0)`` (TPR - FPR)."""
+    return float(OptimalConverter(profile, orders).delta([0.0])[0])
+
+
+def _classical_inputs(orders, rdp):
+    t = check_orders(orders).ravel()
+    r = np.asarray(rdp, dtype=np.float64).ravel()
+    if t.size != r.size or t.size == 0:
+        raise ValueError(f"orders and rdp must be non-empty and of equal length, got {t.size} and {r.size}")
+    if np.any(np.isnan(r)) or np.any(r < 0):
+        raise ValueError("rdp must hold non-negative RDP values (inf allowed)")
+    return t, r
+
+
+def mironov_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
+    """Mironov (2017, Prop. 3): ``min_tau rho(tau) + log(1/delta)/(tau - 1)`` over orders > 1; returns (eps, order)."""
+    t, r = _classical_inputs(orders, rdp)
+    delta = check_delta(delta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.where(t > 1, r + math.log(1 / delta) / (t - 1), np.inf)
+    k = int(np.argmin(eps))
+    return max(0.0, float(eps[k])), float(t[k])
+
+
+def mironov_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
+    """Mironov (2017): ``delta = min_tau exp((tau - 1)(rho - eps))`` over orders > 1; returns (delta, order)."""
+    t, r = _classical_inputs(orders, rdp)
+    epsilon = check_epsilon(epsilon)
+    with np.errstate(invalid="ignore"):
+        logd = np.where(t > 1, (t - 1) * (r - epsilon), np.inf)
+    k = int(np.argmin(logd))
+    return min(1.0, math.exp(min(float(logd[k]), 0.0))), float(t[k])
+
+
+def cks_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
+    """Balle et al. 2020 / Canonne-Kamath-Steinke 2020 conversion (dp_accounting's); returns (eps, order)."""
+    t, r = _classical_inputs(orders, rdp)
+    delta = check_delta(delta)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        eps = np.where(t > 1.01, r + np.log1p(-1 / t) - (math.log(delta) + np.log(t)) / (t - 1), np.inf)
+        eps = np.where(delta**2 + np.expm1(-r) > 0, 0.0, eps)
+    k = int(np.argmin(eps))
+    return max(0.0, float(eps[k])), float(t[k])
+
+
+def cks_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
+    """Balle et al. 2020 / Canonne-Kamath-Steinke 2020 ``delta(eps)`` (dp_accounting's); returns (delta, order)."""
+    t, r = _classical_inputs(orders, rdp)
+    epsilon = check_epsilon(epsilon)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        logd = np.where(r > 0, 0.5 * np.log1p(-np.exp(-r)), -np.inf)
+        bound = np.where(t > 1.01, (t - 1) * (r - epsilon + np.log1p(-1 / t)) - np.log(t), np.inf)
+        logd = np.minimum(logd, bound)
+    k = int(np.argmin(logd))
+    return min(1.0, math.exp(float(logd[k]))), float(t[k])
+
+
+def tradeoff_from_epsilon_delta_curve(alphas, epsilons, deltas) -> np.ndarray:
+    """The trade-off implied by a family of ``(eps_i, delta_i)`` guarantees: ``max_i f_{eps_i, delta_i}(alpha)``."""
+    a = check_alphas(alphas)
+    eps = np.asarray(epsilons, dtype=np.float64).ravel()
+    dl = np.asarray(deltas, dtype=np.float64).ravel()
+    if eps.size != dl.size or eps.size == 0:
+        raise ValueError("epsilons and deltas must be non-empty and of equal length")
+    out = np.zeros(a.shape)
+    for e, d in zip(eps, dl, strict=True):
+        if np.isfinite(e):
+            out = np.maximum(out, epsilon_delta_tradeoff(a, float(e), float(d)))
+    return out

@@ -1,0 +1,111 @@
+"""Conversions: optimal (eps, delta) against exact Gaussian, dominance over Balle/CKS and Mironov, formulas."""
+
+import math
+
+import numpy as np
+import pytest
+
+from icml_theory.privacy import (
+    GaussianRDP,
+    OptimalConverter,
+    SubsampledGaussianRDP,
+    cks_delta,
+    cks_epsilon,
+    epsilon_delta_tradeoff,
+    max_advantage,
+    mironov_delta,
+    mironov_epsilon,
+    optimal_delta,
+    optimal_epsilon,
+    tpr_at_fpr,
+)
+from icml_theory.privacy.compare import classical_tradeoff, gaussian_epsilon
+
+DELTAS = [1e-1, 1e-3, 1e-5, 1e-10]
+ALPHAS = np.array([0.001, 0.01, 0.05, 0.1, 0.3, 0.5])
+ORDERS = np.concatenate([1 + np.arange(1, 100) / 10, np.arange(11, 64), [128, 256, 512, 1024]])  # dp_accounting's
+
+
+def test_classical_formulas_by_hand():
+    orders, rdp = np.array([2.0, 4.0, 0.7]), np.array([0.5, 1.0, 0.1])
+    delta = 1e-5
+    mir = min(r + math.log(1 / delta) / (t - 1) for t, r in [(2.0, 0.5), (4.0, 1.0)])
+    assert mironov_epsilon(orders, rdp, delta)[0] == pytest.approx(mir, rel=1e-15)
+    cks = min(r + math.log1p(-1 / t) - (math.log(delta) + math.log(t)) / (t - 1) for t, r in [(2.0, 0.5), (4.0, 1.0)])
+    assert cks_epsilon(orders, rdp, delta)[0] == pytest.approx(cks, rel=1e-15)
+    eps = 3.0
+    d_cks = min(math.exp((t - 1) * (r - eps + math.log1p(-1 / t)) - math.log(t)) for t, r in [(2.0, 0.5), (4.0, 1.0)])
+    assert cks_delta(orders, rdp, eps)[0] == pytest.approx(d_cks, rel=1e-13)
+    assert mironov_delta(orders, rdp, eps)[0] == pytest.approx(math.exp(3 * (1.0 - eps)), rel=1e-13)
+    # the KL shortcut: tiny RDP and a large delta give eps = 0
+    assert cks_epsilon([2.0], [1e-6], 0.1)[0] == 0.0
+
+
+@pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
+def test_dominance_and_soundness_gaussian(mu):
+    """Acceptance: exact <= optimal <= CKS <= Mironov in eps(delta); optimal beta >= CKS-implied beta."""
+    prof = GaussianRDP(sigma=1 / mu)
+    conv = OptimalConverter(prof)
+    opt = conv.epsilon(DELTAS)
+    for d, e in zip(DELTAS, opt, strict=True):
+        cks = cks_epsilon(ORDERS, prof(ORDERS), d)[0]
+        mir = mironov_epsilon(ORDERS, prof(ORDERS), d)[0]
+        assert gaussian_epsilon(mu, d) - 1e-9 <= e <= cks + 1e-9
+        assert cks <= mir
+    beta = conv.curve(ALPHAS).beta
+    assert np.all(beta >= classical_tradeoff(prof, ALPHAS, "cks") - 1e-9)
+    assert np.all(beta > classical_tradeoff(prof, ALPHAS, "mironov"))
+
+
+def test_dominance_dp_sgd_and_inverse_consistency():
+    prof = SubsampledGaussianRDP(0.01, 1.0, 1000)
+    conv = OptimalConverter(prof)
+    eps = conv.epsilon(DELTAS)
+    for d, e in zip(DELTAS, eps, strict=True):
+        assert e <= cks_epsilon(ORDERS, prof(ORDERS), d)[0] + 1e-9
+    back = conv.delta(eps)  # delta(eps(delta)) = delta: 1 - f is carried as -expm1(log beta)
+    np.testing.assert_allclose(back, DELTAS, rtol=1e-9)
+    # far below 1e-16 too (beta within 1e-20 of 1), and deltas under the alpha grid's floor give inf
+    tiny = conv.epsilon([1e-20, 1e-30, 1e-60])
+    assert tiny[0] > eps[-1] and np.isfinite(tiny[1]) and tiny[2] == np.inf
+    np.testing.assert_allclose(conv.delta(tiny[:2]), [1e-20, 1e-30], rtol=1e-9)
+
+
+def test_optimal_delta_is_sound_for_gaussian():
+    from scipy.stats import norm
+
+    mu = 1.0
+    for eps in (0.0, 0.5, 2.0, 5.0):
+        exact = norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+        got = optimal_delta(GaussianRDP(1.0), eps)
+        assert exact - 1e-12 <= got <= cks_delta(ORDERS, GaussianRDP(1.0)(ORDERS), eps)[0] + 1e-12
+
+
+def test_attack_views():
+    prof = GaussianRDP(1.0)
+    tpr = tpr_at_fpr(prof, [0.01, 0.1])
+    assert np.all(tpr >= 0.01) and tpr[1] > tpr[0]
+    adv = max_advantage(prof)
+    exact_adv = 2 * __import__("scipy.stats").stats.norm.cdf(0.5) - 1  # TV distance of N(0,1), N(1,1)
+    assert exact_adv <= adv <= 1
+
+
+def test_epsilon_delta_tradeoff():
+    f = epsilon_delta_tradeoff([0.0, 0.1, 0.5, 1.0], 1.0, 0.01)
+    assert f[0] == pytest.approx(0.99) and f[-1] == 0.0
+    assert f[1] == pytest.approx(max(0.99 - math.e * 0.1, math.exp(-1) * 0.89))
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: optimal_epsilon(GaussianRDP(1.0), 0.0), ValueError, "delta"),
+    (lambda: optimal_epsilon(GaussianRDP(1.0), 1.0), ValueError, "delta"),
+    (lambda: optimal_epsilon(GaussianRDP(1.0), "x"), TypeError, "delta"),
+    (lambda: optimal_delta(GaussianRDP(1.0), -1.0), ValueError, "epsilon"),
+    (lambda: cks_epsilon([2.0], [0.1], 1.5), ValueError, "delta"),
+    (lambda: mironov_epsilon([2.0, 3.0], [0.1], 1e-5), ValueError, "equal length"),
+    (lambda: mironov_epsilon([2.0], [-0.1], 1e-5), ValueError, "rdp"),
+    (lambda: epsilon_delta_tradeoff([0.1], 1.0, 2.0), ValueError, "delta"),
+])
+def test_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
