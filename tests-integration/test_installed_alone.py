@@ -34,6 +34,10 @@ SMOKE = {
         from icml_theory.boolean import fourier_coefficients, majority
         coeffs = fourier_coefficients(majority(3))  # Maj3 = (x1 + x2 + x3 - x1 x2 x3) / 2
         assert np.allclose(sorted(np.abs(coeffs)), [0, 0, 0, 0, 0.5, 0.5, 0.5, 0.5])
+        from icml_theory.privacy import GaussianRDP, gaussian_tradeoff, optimal_tradeoff
+        alphas = np.logspace(-6, -0.1, 20)
+        curve = optimal_tradeoff(GaussianRDP(sigma=1.0), alphas)  # sound: never above the exact G_1
+        assert np.all(curve.beta <= gaussian_tradeoff(alphas, 1.0) + 1e-9) and np.all(curve.beta > 0)
     """,
     "icml-compress": """
         import torch
