@@ -48,12 +48,7 @@ def split_conformal_interval(estimator, X_fit, y_fit, X_calib, y_calib, X_test, 
         ``[[lower, upper], ...]``: ``mu(x) ∓ q`` with ``q = conformal_quantile(|y_calib - mu(X_calib)|, alpha)``.
     """
     alpha = _check_alpha(alpha)
-    X_fit, y_fit = _check_xy(X_fit, y_fit, "X_fit", "y_fit")
-    X_calib, y_calib = _check_xy(X_calib, y_calib, "X_calib", "y_calib")
-    X_test = _as_2d(X_test, "X_test")
-    for name, X in (("X_calib", X_calib), ("X_test", X_test)):
-        if X.shape[1] != X_fit.shape[1]:
-            raise ValueError(f"{name} must have {X_fit.shape[1]} features like X_fit, got {X.shape[1]}")
+    X_fit, y_fit, X_calib, y_calib, X_test = _check_split(X_fit, y_fit, X_calib, y_calib, X_test)
     model = clone(estimator).fit(X_fit, y_fit)
     q = conformal_quantile(np.abs(y_calib - model.predict(X_calib)), alpha)  # (n_calib,) scores -> scalar
     center = np.asarray(model.predict(X_test), dtype=float)  # (n_test,)
@@ -100,6 +95,17 @@ def _as_2d(values, name: str) -> np.ndarray:
     if not np.isfinite(a).all():
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")
     return a
+
+
+def _check_split(X_fit, y_fit, X_calib, y_calib, X_test):
+    """Validate the fit, calibration and test parts of a split-conformal regression."""
+    X_fit, y_fit = _check_xy(X_fit, y_fit, "X_fit", "y_fit")
+    X_calib, y_calib = _check_xy(X_calib, y_calib, "X_calib", "y_calib")
+    X_test = _as_2d(X_test, "X_test")
+    for name, X in (("X_calib", X_calib), ("X_test", X_test)):
+        if X.shape[1] != X_fit.shape[1]:
+            raise ValueError(f"{name} must have {X_fit.shape[1]} features like X_fit, got {X.shape[1]}")
+    return X_fit, y_fit, X_calib, y_calib, X_test
 
 
 def _check_xy(X, y, x_name: str, y_name: str) -> tuple[np.ndarray, np.ndarray]:
