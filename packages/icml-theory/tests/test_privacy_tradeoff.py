@@ -126,11 +126,18 @@ def test_structure_properties(mu, scale):
 @settings(max_examples=5, deadline=None)
 @given(q=st.floats(0.001, 1.0), sigma=st.floats(0.6, 3.0), steps=st.integers(1, 500))
 def test_subsampled_structure(q, sigma, steps):
-    alphas = np.geomspace(1e-6, 0.9, 25)
-    f = optimal_tradeoff(SubsampledGaussianRDP(q, sigma, steps), alphas).beta
+    """The same five properties for DP-SGD profiles."""
+    prof = SubsampledGaussianRDP(q, sigma, steps)
+    alphas = np.linspace(0.0, 1.0, 41)
+    f = optimal_tradeoff(prof, alphas).beta
     assert np.all(f <= 1 - alphas + 1e-15) and np.all(np.diff(f) <= 1e-12)
-    more = optimal_tradeoff(SubsampledGaussianRDP(q, sigma, steps + 10), alphas).beta
-    assert np.all(more <= f + 1e-12)
+    assert np.all(f[:-2] - 2 * f[1:-1] + f[2:] >= -1e-9)  # convex
+    ff = optimal_tradeoff(prof, f[1:-1]).beta
+    inner = (f[1:-1] > 1e-6) & (alphas[1:-1] > 1e-6)
+    np.testing.assert_allclose(ff[inner], alphas[1:-1][inner], atol=1e-7)  # symmetric
+    small = np.geomspace(1e-6, 0.9, 25)
+    more = optimal_tradeoff(SubsampledGaussianRDP(q, sigma, steps + 10), small).beta
+    assert np.all(more <= optimal_tradeoff(prof, small).beta + 1e-12)
 
 
 @pytest.mark.parametrize("call, error, match", [
