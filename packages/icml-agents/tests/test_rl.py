@@ -9,9 +9,14 @@ from hypothesis import strategies as st
 from icml_agents.rl import exact_match_reward, group_relative_advantages, normalize_answer
 from icml_agents.rl.repro import ARM_PROBS, run, train
 
-rewards_and_groups = st.integers(2, 6).flatmap(lambda g: st.tuples(
-    st.lists(st.floats(-100, 100, allow_nan=False), min_size=g, max_size=4 * g).map(lambda r: r[: len(r) // g * g]),
-    st.just(g)))
+rewards_and_groups = st.integers(2, 6).flatmap(
+    lambda g: st.tuples(
+        st.lists(st.floats(-100, 100, allow_nan=False), min_size=g, max_size=4 * g).map(
+            lambda r: r[: len(r) // g * g]
+        ),
+        st.just(g),
+    )
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -37,7 +42,9 @@ def test_advantages_have_zero_mean_and_unit_std_per_group():
     assert group_relative_advantages(rewards, 4).view(3, 4)[2].tolist() == [0.0, 0.0, 0.0, 0.0]
     # With eps the std shrinks to s / (s + eps): for {0, 1, 1, 0}, s = sqrt(1/3).
     s = (1 / 3) ** 0.5
-    assert group_relative_advantages(rewards, 4).view(3, 4)[0].std().item() == pytest.approx(s / (s + 1e-4), rel=1e-12)
+    assert group_relative_advantages(rewards, 4).view(3, 4)[0].std().item() == pytest.approx(
+        s / (s + 1e-4), rel=1e-12
+    )
 
 
 def test_advantages_without_std_normalization_only_subtract_the_group_mean():
@@ -75,10 +82,18 @@ def test_advantages_bad_input_raises():
 
 def test_exact_match_reward_has_the_trl_signature():
     completions = ["Paris", " paris. ", "The capital is Paris", "Tokyo\n"]
-    rewards = exact_match_reward(completions, answer=["Paris"] * 3 + ["tokyo"], prompts=["q"] * 4,
-                                 completion_ids=[[1], [2], [3], [4]], trainer_state=None)
+    rewards = exact_match_reward(
+        completions,
+        answer=["Paris"] * 3 + ["tokyo"],
+        prompts=["q"] * 4,
+        completion_ids=[[1], [2], [3], [4]],
+        trainer_state=None,
+    )
     assert rewards == [1.0, 1.0, 0.0, 1.0] and all(type(r) is float for r in rewards)
-    conversational = [[{"role": "assistant", "content": "Paris."}], [{"role": "assistant", "content": "Lyon"}]]
+    conversational = [
+        [{"role": "assistant", "content": "Paris."}],
+        [{"role": "assistant", "content": "Lyon"}],
+    ]
     assert exact_match_reward(conversational, ["Paris", "Paris"]) == [1.0, 0.0]
     assert exact_match_reward([], []) == []
 

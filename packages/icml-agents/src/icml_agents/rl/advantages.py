@@ -21,7 +21,9 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
     the result has the same length and is a tensor for a tensor input, else a float64 NumPy array.
     """
     if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
-        raise ValueError(f"group_size must be an integer >= 2 (a group of one has no baseline), got {group_size!r}")
+        raise ValueError(
+            f"group_size must be an integer >= 2 (a group of one has no baseline), got {group_size!r}"
+        )
     if not (isinstance(eps, (int, float)) and eps >= 0):
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     is_tensor = isinstance(rewards, torch.Tensor)
@@ -31,10 +33,14 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
         try:
             r = torch.from_numpy(np.asarray(rewards, dtype=np.float64))
         except (TypeError, ValueError):
-            raise TypeError(f"rewards must be numbers (a tensor, an array or a sequence), got {rewards!r}") from None
+            raise TypeError(
+                f"rewards must be numbers (a tensor, an array or a sequence), got {rewards!r}"
+            ) from None
     if r.ndim != 1 or r.numel() == 0 or r.numel() % group_size:
-        raise ValueError(f"rewards must be 1-D with a length that is a positive multiple of group_size={group_size}, "
-                         f"got shape {tuple(r.shape)}")
+        raise ValueError(
+            f"rewards must be 1-D with a length that is a positive multiple of group_size={group_size}, "
+            f"got shape {tuple(r.shape)}"
+        )
     if not torch.isfinite(r).all():
         raise ValueError("rewards contain NaN or infinite values")
     grouped = r.reshape(-1, group_size)  # (n_groups, group_size); reshape: the input may be strided

@@ -17,10 +17,13 @@ import numpy as np
 from icml_agents.rl.advantages import group_relative_advantages
 
 SYSTEM = "grpo-bandit"
-CLAIM = ("Placeholder until SSL4RL, Bi-NAC and the other RL systems land: group-relative advantages (GRPO) "
-         "learn faster than REINFORCE without a baseline at the same samples and learning rate.")
-CRITERION = ("mean paired difference (GRPO - REINFORCE) of the final expected reward over the runs "
-             "> 2 standard errors")
+CLAIM = (
+    "Placeholder until SSL4RL, Bi-NAC and the other RL systems land: group-relative advantages (GRPO) "
+    "learn faster than REINFORCE without a baseline at the same samples and learning rate."
+)
+CRITERION = (
+    "mean paired difference (GRPO - REINFORCE) of the final expected reward over the runs > 2 standard errors"
+)
 ARM_PROBS = np.linspace(0.1, 0.9, 10)  # K = 10 Bernoulli arms; the best pays 0.9
 GROUP_SIZE, LEARNING_RATE = 8, 0.1
 METHODS = ("grpo", "dr_grpo", "reinforce")
@@ -45,7 +48,9 @@ def train(method: str, runs: int, steps: int, seed: int) -> np.ndarray:
         if t == steps:
             break
         u_action, u_reward = rng.random((2, runs, GROUP_SIZE))
-        actions = (u_action[..., None] > np.cumsum(pi, axis=1)[:, None, :]).sum(-1).clip(max=k - 1)  # (runs, G)
+        actions = (
+            (u_action[..., None] > np.cumsum(pi, axis=1)[:, None, :]).sum(-1).clip(max=k - 1)
+        )  # (runs, G)
         rewards = (u_reward < ARM_PROBS[actions]).astype(float)  # (runs, G)
         if method == "reinforce":
             adv = rewards
@@ -67,37 +72,61 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     final = {m: c[-1] for m, c in curves.items()}  # (runs,) each
     diff = final["grpo"] - final["reinforce"]
     se_diff = diff.std(ddof=1) / math.sqrt(len(diff))
-    rows = [{"method": m, "final_expected_reward": float(final[m].mean()),
-             "standard_error": float(final[m].std(ddof=1) / math.sqrt(len(final[m]))),
-             "final_regret": float(ARM_PROBS.max() - final[m].mean()), "runs": cfg["runs"], "steps": cfg["steps"],
-             "samples_per_run": cfg["steps"] * GROUP_SIZE} for m in METHODS]
-    rows.append({"method": "grpo - reinforce (paired)", "final_expected_reward": float(diff.mean()),
-                 "standard_error": float(se_diff)})
+    rows = [
+        {
+            "method": m,
+            "final_expected_reward": float(final[m].mean()),
+            "standard_error": float(final[m].std(ddof=1) / math.sqrt(len(final[m]))),
+            "final_regret": float(ARM_PROBS.max() - final[m].mean()),
+            "runs": cfg["runs"],
+            "steps": cfg["steps"],
+            "samples_per_run": cfg["steps"] * GROUP_SIZE,
+        }
+        for m in METHODS
+    ]
+    rows.append(
+        {
+            "method": "grpo - reinforce (paired)",
+            "final_expected_reward": float(diff.mean()),
+            "standard_error": float(se_diff),
+        }
+    )
     stride = max(1, cfg["steps"] // 100)
     steps = list(range(0, cfg["steps"] + 1, stride))
     return {
         "system": SYSTEM,
         "claim": CLAIM,
-        "metric": (f"expected reward of the final policy, mean over {cfg['runs']} runs "
-                   "(higher is better; best arm 0.9)"),
+        "metric": (
+            f"expected reward of the final policy, mean over {cfg['runs']} runs "
+            "(higher is better; best arm 0.9)"
+        ),
         "ours": float(final["grpo"].mean()),
         "baseline": float(final["reinforce"].mean()),
         "criterion": CRITERION,
         "passed": bool(diff.mean() > 2 * se_diff),
         "rows": rows,
-        "figures": [{
-            "name": "grpo_bandit_reward", "title": f"{len(ARM_PROBS)}-armed Bernoulli bandit, G = {GROUP_SIZE}, "
-                                                   f"lr = {LEARNING_RATE}",
-            "xlabel": "step", "ylabel": "expected reward π·p (mean over runs)", "x": steps,
-            "series": {"GRPO (group-relative)": curves["grpo"].mean(axis=1)[steps].tolist(),
-                       "group mean only (Dr. GRPO)": curves["dr_grpo"].mean(axis=1)[steps].tolist(),
-                       "REINFORCE (no baseline)": curves["reinforce"].mean(axis=1)[steps].tolist(),
-                       "best arm": [float(ARM_PROBS.max())] * len(steps)},
-            "kind": "line"}],
-        "notes": (f"arms p = {np.round(ARM_PROBS, 3).tolist()}; policy logits start at zero (expected reward 0.5); "
-                  f"paired difference {diff.mean():.4g} ± {se_diff:.2g} (standard error). At an equal learning "
-                  "rate, dividing by the group's standard deviation (~0.5 for these rewards) also enlarges the step; "
-                  f"the group mean alone (dr_grpo, no division) reaches {final['dr_grpo'].mean():.4g}: subtracting a "
-                  "mean that includes the sample itself shrinks the expected gradient by (G-1)/G, so the variance "
-                  "reduction must outweigh that to help."),
+        "figures": [
+            {
+                "name": "grpo_bandit_reward",
+                "title": f"{len(ARM_PROBS)}-armed Bernoulli bandit, G = {GROUP_SIZE}, lr = {LEARNING_RATE}",
+                "xlabel": "step",
+                "ylabel": "expected reward π·p (mean over runs)",
+                "x": steps,
+                "series": {
+                    "GRPO (group-relative)": curves["grpo"].mean(axis=1)[steps].tolist(),
+                    "group mean only (Dr. GRPO)": curves["dr_grpo"].mean(axis=1)[steps].tolist(),
+                    "REINFORCE (no baseline)": curves["reinforce"].mean(axis=1)[steps].tolist(),
+                    "best arm": [float(ARM_PROBS.max())] * len(steps),
+                },
+                "kind": "line",
+            }
+        ],
+        "notes": (
+            f"arms p = {np.round(ARM_PROBS, 3).tolist()}; policy logits start at zero (expected reward 0.5); "
+            f"paired difference {diff.mean():.4g} ± {se_diff:.2g} (standard error). At an equal learning "
+            "rate, dividing by the group's standard deviation (~0.5 for these rewards) also enlarges the step; "
+            f"the group mean alone (dr_grpo, no division) reaches {final['dr_grpo'].mean():.4g}: subtracting a "
+            "mean that includes the sample itself shrinks the expected gradient by (G-1)/G, so the variance "
+            "reduction must outweigh that to help."
+        ),
     }

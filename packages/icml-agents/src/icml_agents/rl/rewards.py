@@ -16,7 +16,9 @@ def _text(completion) -> str:
     last = completion[-1] if isinstance(completion, list) and completion else None
     if isinstance(last, dict) and "content" in last:
         return str(last["content"])  # conversational: the last message is the assistant's answer
-    raise TypeError(f"a completion must be a string or a list of {{'role', 'content'}} messages, got {completion!r}")
+    raise TypeError(
+        f"a completion must be a string or a list of {{'role', 'content'}} messages, got {completion!r}"
+    )
 
 
 def normalize_answer(text: str) -> str:
@@ -32,7 +34,8 @@ def exact_match_reward(completions, answer, **kwargs) -> list[float]:
     if not isinstance(completions, (list, tuple)):
         raise TypeError(f"completions must be a list, got {type(completions).__name__}")
     if isinstance(answer, str) or not isinstance(answer, (list, tuple)) or len(answer) != len(completions):
-        raise ValueError(f"answer must be a list with one reference per completion ({len(completions)}), "
-                         f"got {answer!r}")
+        raise ValueError(
+            f"answer must be a list with one reference per completion ({len(completions)}), got {answer!r}"
+        )
     pairs = zip(completions, answer, strict=True)
     return [float(normalize_answer(_text(c)) == normalize_answer(str(a))) for c, a in pairs]

@@ -1,0 +1,209 @@
+"""SSL4RL's verifiable rewards: the official scoring, as plain functions and in TRL's ``reward_funcs`` signature.
+
+The official scoring (PKU-ML/SSL4RL, ``verl/utils/reward_score/{ssl4rl,jigsaw}.py``, as read for our
+research notes; we wrote our own code):
+
+* the response is the text after the last ``"assistant\\n"`` (the whole text when there is none);
+* the answer is the first ``<answer>...</answer>`` span (non-greedy, across lines), stripped of surrounding
+  whitespace; **no tags gives 0**;
+* rotation, position and contrastive (:func:`score_answer_match`): the ground truth is split on ``,`` into
+  alternatives and the reward is 1.0 if the answer equals one of them, else 0.0 (case-sensitive);
+* jigsaw (:func:`score_jigsaw`): both sides are comma lists of integers and the reward is the fraction of
+  ground-truth positions ``i`` with ``int(pred[i]) == int(gt[i])``; a position that does not parse as an
+  integer, or is missing, scores 0 for that position (the others still count).
+
+Our own choices, documented rather than official: ground-truth alternatives are stripped (so ``"90, 450"``
+works); ``ignore_case=True`` case-folds both sides (off by default, as in the release); extra predicted
+positions beyond the ground truth's length are ignored; the masked-patch reward (:func:`score_patch`) and
+the format reward (:func:`score_format`) are our design (the release has no patch task, and its
+``format_score`` parameter is unused).
+
+TRL's ``GRPOTrainer`` calls a reward function as ``f(prompts=..., completions=..., completion_ids=...,
+trainer_state=..., log_extra=..., log_metric=..., **dataset_columns)`` with one value per completion in
+every list; completions are strings, or lists of ``{"role", "content"}`` messages for conversational data.
+The ``*_reward`` functions below accept exactly that and read the ``answer`` column (and ``task`` for
+:func:`ssl4rl_reward`).
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_FORMAT = re.compile(r"^\s*(<think>.*?</think>\s*)?<answer>.*?</answer>\s*$", re.DOTALL)
+ASSISTANT_MARKER = "assistant\n"
+EXACT_MATCH_TASKS = ("rotation", "position", "contrastive")
+TASKS = (*EXACT_MATCH_TASKS, "jigsaw", "patch")
+PATCH_LEVELS = 4  # quantization levels of the masked-patch code (tasks.patch_task's default)
+
+
+def response_text(completion) -> str:
+    """The model's response: for a string, the text after the last ``"assistant\\n"`` (all of it if absent);
+    for a conversational completion (a list of messages), the content of the last assistant message."""
+    if isinstance(completion, str):
+        return completion.rsplit(ASSISTANT_MARKER, 1)[-1]
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)) and completion and all(isinstance(m, dict) for m in completion):
+        turns = [m for m in completion if m.get("role", "assistant") == "assistant"] or list(completion)
+        content = turns[-1].get("content", "")
+        if isinstance(content, list):  # multimodal content parts: keep the text parts
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if isinstance(content, str):
+            return content
+    raise TypeError(
+        f"a completion must be a string or a list of {{'role', 'content'}} messages, got {completion!r}"
+    )
+
+
+def extract_answer(completion) -> str | None:
+    """The stripped text of the first ``<answer>...</answer>`` in the response, or None without tags."""
+    match = _ANSWER.search(response_text(completion))
+    return None if match is None else match.group(1).strip()
+
+
+def _ground_truth(ground_truth) -> str:
+    if isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
+        return str(ground_truth)
+    if not isinstance(ground_truth, str):
+        raise TypeError(f"ground_truth must be a string, got {ground_truth!r}")
+    return ground_truth
+
+
+def score_answer_match(completion, ground_truth, ignore_case: bool = False) -> float:
+    """Official exact-match score: 1.0 if the tagged answer equals one comma-separated alternative, else 0.0."""
+    truth = _ground_truth(ground_truth)
+    answer = extract_answer(completion)
+    if answer is None:
+        return 0.0
+    alternatives = [a.strip() for a in truth.split(",")]
+    if ignore_case:
+        answer, alternatives = answer.casefold(), [a.casefold() for a in alternatives]
+    return float(answer in alternatives)
+
+
+def _int_or_none(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def score_jigsaw(completion, ground_truth) -> float:
+    """Official jigsaw score: the fraction of ground-truth positions whose integer the answer repeats."""
+    truth = [_int_or_none(t) for t in _ground_truth(ground_truth).split(",")]
+    if any(t is None for t in truth):
+        raise ValueError(f"ground_truth must be a comma list of integers, got {ground_truth!r}")
+    answer = extract_answer(completion)
+    if answer is None:
+        return 0.0
+    pred = [_int_or_none(p) for p in answer.split(",")]
+    hits = sum(i < len(pred) and pred[i] is not None and pred[i] == t for i, t in enumerate(truth))
+    return hits / len(truth)
+
+
+def score_patch(completion, ground_truth, levels: int = 4) -> float:
+    """Masked-patch reconstruction score (our design, not in the release).
+
+    The ground truth is a comma list of the masked patch's intensities quantized to ``levels`` levels
+    (``0..levels-1``, one per cell of a coarse code, see :func:`icml_agents.ssl4rl.tasks.patch_task`). The
+    score is ``1 - mean_i |pred_i - gt_i| / (levels - 1)``: dense, 1 for an exact reconstruction, 0 for the
+    farthest one. A cell that is missing, not an integer, or outside ``0..levels-1`` counts as the maximal
+    error; no tags give 0, like every other SSL4RL reward.
+    """
+    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
+        raise ValueError(f"levels must be an integer >= 2, got {levels!r}")
+    truth = [_int_or_none(t) for t in _ground_truth(ground_truth).split(",")]
+    if any(t is None or not 0 <= t < levels for t in truth):
+        raise ValueError(
+            f"ground_truth must be a comma list of integers in [0, {levels}), got {ground_truth!r}"
+        )
+    answer = extract_answer(completion)
+    if answer is None:
+        return 0.0
+    pred = [_int_or_none(p) for p in answer.split(",")]
+    error = 0.0
+    for i, t in enumerate(truth):
+        p = pred[i] if i < len(pred) else None
+        error += 1.0 if p is None or not 0 <= p < levels else abs(p - t) / (levels - 1)
+    return 1.0 - error / len(truth)
+
+
+def score_format(completion) -> float:
+    """Optional format reward (our design): 1.0 if the response is ``[<think>...</think>] <answer>...</answer>``
+    and nothing else, else 0.0."""
+    return float(_FORMAT.match(response_text(completion)) is not None)
+
+
+def score_task(
+    task: str, completion, ground_truth, ignore_case: bool = False, levels: int = PATCH_LEVELS
+) -> float:
+    """Dispatch on the task name, like the release's ``data_source`` dispatch (``"RotationQA"`` -> exact match)."""
+    name = str(task).lower()
+    if "jigsaw" in name:
+        return score_jigsaw(completion, ground_truth)
+    if "patch" in name:
+        return score_patch(completion, ground_truth, levels=levels)
+    if any(t in name for t in EXACT_MATCH_TASKS):
+        return score_answer_match(completion, ground_truth, ignore_case=ignore_case)
+    raise ValueError(f"task must name one of {TASKS}, got {task!r}")
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info=None) -> float:
+    """verl's reward hook ``compute_score(data_source, solution_str, ground_truth, extra_info)``."""
+    return score_task(data_source, solution_str, ground_truth)
+
+
+# ---- TRL reward_funcs signature -------------------------------------------------------------------------
+
+
+def _columns(completions, answer) -> list:
+    if not isinstance(completions, (list, tuple)):
+        raise TypeError(f"completions must be a list, got {type(completions).__name__}")
+    if isinstance(answer, str) or not isinstance(answer, (list, tuple)) or len(answer) != len(completions):
+        raise ValueError(
+            f"answer must be a list with one ground truth per completion ({len(completions)}), got {answer!r}"
+        )
+    return list(zip(completions, answer, strict=True))
+
+
+def answer_match_reward(completions, answer, **kwargs) -> list[float]:
+    """TRL reward for rotation / position / contrastive: :func:`score_answer_match` per completion."""
+    return [score_answer_match(c, a) for c, a in _columns(completions, answer)]
+
+
+def jigsaw_reward(completions, answer, **kwargs) -> list[float]:
+    """TRL reward for jigsaw: :func:`score_jigsaw` (partial credit per position) per completion."""
+    return [score_jigsaw(c, a) for c, a in _columns(completions, answer)]
+
+
+def patch_reward(completions, answer, levels: int = PATCH_LEVELS, **kwargs) -> list[float]:
+    """TRL reward for masked-patch reconstruction: :func:`score_patch` per completion (our design)."""
+    return [score_patch(c, a, levels=levels) for c, a in _columns(completions, answer)]
+
+
+def format_reward(completions, **kwargs) -> list[float]:
+    """TRL format reward: :func:`score_format` per completion."""
+    if not isinstance(completions, (list, tuple)):
+        raise TypeError(f"completions must be a list, got {type(completions).__name__}")
+    return [score_format(c) for c in completions]
+
+
+def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
+    """TRL reward for a mixed-task dataset: dispatch each row on its ``task`` column.
+
+    Rows whose task is None get None (TRL skips them), so several task datasets can be concatenated.
+    """
+    if isinstance(task, str) or not isinstance(task, (list, tuple)) or len(task) != len(completions):
+        raise ValueError(f"task must be a list with one task name per completion, got {task!r}")
+    return [
+        None if t is None else score_task(t, c, a)
+        for (c, a), t in zip(_columns(completions, answer), task, strict=True)
+    ]
+
+
+def average_rewards(*reward_lists) -> list[float]:
+    """The mean of several per-completion reward lists (the naive combined reward the paper ablates)."""
+    if not reward_lists or len({len(r) for r in reward_lists}) != 1:
+        raise ValueError("average_rewards needs one or more reward lists of equal length")
+    return [sum(vals) / len(vals) for vals in zip(*reward_lists, strict=True)]

@@ -1,0 +1,172 @@
+import math
+
+import pytest
+import torch
+
+from icml_agents.rl.grpo import GRPOConfig, compute_advantages, grpo_loss, k3_kl
+
+torch.set_num_threads(1)
+
+
+def test_advantages_scales_match_explicit_formulas():
+    r = [1.0, 0.0, 0.0, 0.0, 2.0, 4.0, 6.0, 8.0]
+    adv, frac = compute_advantages(r, 4, scale="group")
+    g1 = [1 - 0.25, -0.25, -0.25, -0.25]
+    sd1 = math.sqrt(sum(x * x for x in g1) / 3)
+    g2 = [-3.0, -1.0, 1.0, 3.0]
+    sd2 = math.sqrt(sum(x * x for x in g2) / 3)
+    expected = [x / (sd1 + 1e-4) for x in g1] + [x / (sd2 + 1e-4) for x in g2]
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64))
+    assert frac == 0.0
+    mean = sum(r) / 8
+    sd_all = math.sqrt(sum((x - mean) ** 2 for x in r) / 7)
+    adv_b, _ = compute_advantages(r, 4, scale="batch")
+    torch.testing.assert_close(
+        adv_b, torch.tensor([x / (sd_all + 1e-4) for x in g1 + g2], dtype=torch.float64)
+    )
+    adv_n, _ = compute_advantages(r, 4, scale="none")
+    torch.testing.assert_close(adv_n, torch.tensor(g1 + g2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="scale"):
+        compute_advantages(r, 4, scale="token")
+
+
+def test_tied_groups_are_counted():
+    r = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5])[:9]  # groups of 3
+    adv, frac = compute_advantages(r, 3)
+    assert frac == pytest.approx(2 / 3)
+    assert adv[:6].abs().max() == 0
+
+
+def explicit_loss(logp, old, ref, adv, mask, eps_low, eps_high, beta, loss_type, max_len):
+    """A per-element Python loop over the GRPO formula."""
+    b, t = len(logp), len(logp[0])
+    per_token = [[0.0] * t for _ in range(b)]
+    for i in range(b):
+        for j in range(t):
+            rho = math.exp(logp[i][j] - old[i][j])
+            clipped = min(max(rho, 1 - eps_low), 1 + eps_high)
+            kl = math.exp(ref[i][j] - logp[i][j]) - (ref[i][j] - logp[i][j]) - 1
+            per_token[i][j] = -min(rho * adv[i], clipped * adv[i]) + beta * kl
+    if loss_type == "grpo":
+        rows = [sum(per_token[i][j] * mask[i][j] for j in range(t)) / max(1, sum(mask[i])) for i in range(b)]
+        return sum(rows) / b
+    total = sum(per_token[i][j] * mask[i][j] for i in range(b) for j in range(t))
+    if loss_type == "dapo":
+        return total / sum(map(sum, mask))
+    return total / (b * max_len)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize(("eps_high", "beta"), [(None, 0.0), (0.28, 0.04)])
+def test_loss_equals_explicit_computation(loss_type, eps_high, beta):
+    gen = torch.Generator().manual_seed(0)
+    b, t = 6, 5
+    logp = -torch.rand(b, t, generator=gen, dtype=torch.float64) * 2
+    old = (
+        logp + torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.4
+    )  # ratios on both sides of the clip
+    ref = logp + torch.randn(b, t, generator=gen, dtype=torch.float64) * 0.3
+    adv = torch.randn(b, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(b, t, generator=gen) > 0.3).double()
+    mask[0] = 0  # an empty completion must not divide by zero
+    loss, stats = grpo_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        ref,
+        epsilon=0.2,
+        epsilon_high=eps_high,
+        beta=beta,
+        loss_type=loss_type,
+        max_completion_length=7,
+    )
+    expected = explicit_loss(
+        logp.tolist(),
+        old.tolist(),
+        ref.tolist(),
+        adv.tolist(),
+        mask.tolist(),
+        0.2,
+        0.2 if eps_high is None else eps_high,
+        beta,
+        loss_type,
+        7,
+    )
+    assert loss.item() == pytest.approx(expected, rel=1e-12, abs=1e-14)
+    kl = k3_kl(logp, ref)
+    assert stats["kl"] == pytest.approx(float((kl * mask).sum() / mask.sum()), rel=1e-12)
+    assert 0 < stats["clip_ratio"] < 1
+
+
+def test_k3_is_an_unbiased_nonnegative_kl_estimate():
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.2, 0.6], dtype=torch.float64)
+    per = k3_kl(p.log(), q.log())
+    assert (per >= 0).all()
+    assert float((p * per).sum()) == pytest.approx(
+        float((p * (p / q).log()).sum()), rel=1e-12
+    )  # E_p[k3] = KL(p||q)
+
+
+def test_on_policy_gradient_is_the_advantage_weighted_score():
+    theta = torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64, requires_grad=True)
+    actions = torch.tensor([0, 1, 2, 0])
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+    logp = torch.log_softmax(theta, 0)[actions].unsqueeze(1)  # (4, 1): a categorical policy, one token
+    loss, _ = grpo_loss(logp, logp.detach(), adv, loss_type="grpo")
+    loss.backward()
+    pi = torch.softmax(theta.detach(), 0)
+    expected = (
+        -sum(a * (torch.eye(3, dtype=torch.float64)[k] - pi) for a, k in zip(adv, actions, strict=True)) / 4
+    )
+    torch.testing.assert_close(theta.grad, expected)
+
+
+def test_tied_reward_group_gives_zero_gradient():
+    torch.manual_seed(0)
+    policy = torch.nn.Linear(4, 3)
+    x = torch.randn(6, 4)
+    actions = torch.tensor([0, 2, 1, 1, 0, 2])
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0])  # group 1 tied, group 2 not
+    adv, frac = compute_advantages(rewards, 3)
+    assert frac == 0.5
+
+    def grads(rows):
+        policy.zero_grad()
+        logp = torch.log_softmax(policy(x[rows]), -1).gather(1, actions[rows, None])  # (n, 1)
+        loss, _ = grpo_loss(
+            logp, logp.detach(), adv[rows].float(), loss_type="dr_grpo", max_completion_length=1
+        )
+        loss.backward()
+        return [p.grad.clone() for p in policy.parameters()]
+
+    for g in grads(slice(0, 3)):  # the tied group alone: exactly zero gradient
+        assert g.abs().max() == 0
+    for g in grads(slice(3, 6)):
+        assert g.abs().max() > 0
+    both, second = grads(slice(0, 6)), grads(slice(3, 6))
+    for g_all, g_2 in zip(both, second, strict=True):  # dr_grpo sums: the tied group adds nothing
+        torch.testing.assert_close(g_all * 6, g_2 * 3)
+
+
+def test_bad_input_raises():
+    lp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="advantages"):
+        grpo_loss(lp, lp, torch.zeros(3))
+    with pytest.raises(ValueError, match="old_logp"):
+        grpo_loss(lp, torch.zeros(2, 4), torch.zeros(2))
+    with pytest.raises(ValueError, match="ref_logp"):
+        grpo_loss(lp, lp, torch.zeros(2), beta=0.1)
+    with pytest.raises(ValueError, match="loss_type"):
+        grpo_loss(lp, lp, torch.zeros(2), loss_type="ppo")
+    with pytest.raises(TypeError, match="logp"):
+        grpo_loss([[0.0]], lp, torch.zeros(2))
+    with pytest.raises(ValueError, match="mask"):
+        grpo_loss(lp, lp, torch.zeros(2), mask=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="scale_rewards"):
+        GRPOConfig(scale_rewards="token")
+    with pytest.raises(ValueError, match="num_generations"):
+        GRPOConfig(num_generations=1)
+    with pytest.raises(ValueError, match="beta"):
+        GRPOConfig(beta=-1.0)
