@@ -8,6 +8,15 @@ from importlib.metadata import version as _version
 
 from icml_kernels._dispatch import KernelUnavailableError, select_impl
 from icml_kernels.fwht import fwht, fwht_reference, hadamard_matrix
+from icml_kernels.trellis import trellis_decode, trellis_gemv
 
 __version__ = _version("icml-kernels")
-__all__ = ["KernelUnavailableError", "fwht", "fwht_reference", "hadamard_matrix", "select_impl"]
+__all__ = [
+    "KernelUnavailableError",
+    "fwht",
+    "fwht_reference",
+    "hadamard_matrix",
+    "select_impl",
+    "trellis_decode",
+    "trellis_gemv",
+]

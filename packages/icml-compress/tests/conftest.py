@@ -1,0 +1,15 @@
+"""The trellis tests run many tiny torch ops in Python loops: on a shared 2-core machine intra-op threads
+only add synchronization, so these tests run single-threaded (restored afterwards)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
