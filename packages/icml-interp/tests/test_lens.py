@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from icml_interp.lens import logit_lens
+from icml_interp.lens import logit_lens, mlp_value_lens, token_rank_by_layer
 from icml_tools.assets import tiny_llama
 
 
@@ -33,7 +33,9 @@ def test_every_layer_matches_hugging_face_hidden_states(model):
     x = ids((2, 6), seed=1)
     lens = logit_lens(model, x)  # (4, 2, 6, 256)
     with torch.no_grad():
-        hidden = model(x, output_hidden_states=True).hidden_states  # embeddings, blocks 1..L-1, then post-norm
+        hidden = model(
+            x, output_hidden_states=True
+        ).hidden_states  # embeddings, blocks 1..L-1, then post-norm
         expected = torch.stack([model.lm_head(model.model.norm(h)) for h in hidden[:-1]])
         embeddings = model.lm_head(model.model.norm(model.model.embed_tokens(x)))
     torch.testing.assert_close(lens[:-1], expected)
@@ -77,8 +79,32 @@ def test_bad_input_raises(model):
         logit_lens(model, torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[0, 256\)"):
         logit_lens(model, torch.tensor([1, 256]))
-    with pytest.raises(TypeError, match="Llama-family"):
+    with pytest.raises(TypeError, match=r"config\.model_type"):
         logit_lens(nn.Linear(3, 3), ids((4,)))
+
+
+def test_gpt2_lens_ends_at_the_logits(zoo):
+    gpt2 = zoo.gpt2()
+    x = ids((5,), seed=3)
+    with torch.no_grad():
+        torch.testing.assert_close(logit_lens(gpt2, x)[-1], gpt2(x[None]).logits[0], rtol=0, atol=1e-5)
+
+
+def test_token_rank_and_value_lens(model):
+    x = ids((6,), seed=4)
+    lens = logit_lens(model, x)[:, -1]
+    target = int(lens[-1].argmax())
+    curve = token_rank_by_layer(model, x, target)
+    assert curve["rank"][-1] == 0 and len(curve["rank"]) == 4
+    assert curve["rank"] == [int((row > row[target]).sum()) for row in lens]
+    tokens, _ = mlp_value_lens(model, 1, top_k=3)
+    values = model.model.layers[1].mlp.down_proj.weight.T  # (d_mlp, d_model)
+    expected = model.lm_head(model.model.norm(values)).topk(3)
+    assert tokens.shape == (128, 3) and torch.equal(tokens, expected.indices)
+    with pytest.raises(ValueError, match="layer"):
+        mlp_value_lens(model, 5)
+    with pytest.raises(ValueError, match="top_k"):
+        mlp_value_lens(model, 0, top_k=0)
 
 
 def test_repro_rejects_an_unknown_budget():
@@ -94,11 +120,9 @@ def test_repro_follows_the_protocol():
     from icml_tools.protocol import validate_result
 
     result = validate_result(run("quick", 0))
-    assert result["claim"].startswith("Placeholder")
+    assert result["system"] == "lens-smollm2"
     assert result["ours"] <= 1e-4 < 1.0 < result["baseline"]
-    n_layers = result["rows"][0]["n_layers"]
-    correct = [r for r in result["rows"] if r["correct"]]
-    assert result["passed"] == (2 * len(correct) >= len(result["rows"])
-                                and all(r["first_top1_layer"] > 2 / 3 * n_layers for r in correct))
-    for series in result["figures"][0]["series"].values():
-        assert len(series) == n_layers + 1 and series[-1] == 1  # the answer is top-1 at the last layer
+    row = result["rows"][0]
+    assert row["answer"] == " Paris" and row["effect_patch_all"] == pytest.approx(1.0, abs=1e-4)
+    assert row["effect_patch_none"] == 0
+    assert result["passed"] == row["passed"]

@@ -1,5 +1,5 @@
-"""Lenses on the residual stream of Hugging Face causal LMs: the logit lens (plain torch hooks)."""
+"""Logit lens on the residual stream and on MLP value vectors (any mapped Hugging Face causal LM)."""
 
-from icml_interp.lens.logit_lens import logit_lens
+from icml_interp.lens.logit_lens import logit_lens, mlp_value_lens, token_rank_by_layer
 
-__all__ = ["logit_lens"]
+__all__ = ["logit_lens", "mlp_value_lens", "token_rank_by_layer"]

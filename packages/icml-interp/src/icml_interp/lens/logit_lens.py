@@ -1,11 +1,11 @@
-"""The logit lens: read every layer's residual stream through the model's own final norm and unembedding.
+"""The logit lens: read any residual stream (or MLP value vector) through the model's own final norm and unembedding.
 
 nostalgebraist, "interpreting GPT: the logit lens", LessWrong, 2020; Belrose et al., "Eliciting Latent
-Predictions from Transformers with the Tuned Lens", 2023 (Sec. 2 defines the lens used here). For Hugging
-Face Llama-family causal LMs (``model.model.layers``, ``model.model.norm``, ``model.lm_head``): plain torch
-forward hooks record the residual stream entering the first block and leaving every block, then
-``lm_head(norm(h_l))`` decodes each. Layer ``l`` is TransformerLens's ``blocks.{l-1}.hook_resid_post``
-(layer 0: ``blocks.0.hook_resid_pre``, the embeddings), so the last layer reproduces the model's logits.
+Predictions from Transformers with the Tuned Lens", 2023 (Sec. 2 defines the lens used here). Layer ``l`` of
+:func:`logit_lens` is TransformerLens's ``blocks.{l-1}.hook_resid_post`` (layer 0: ``blocks.0.hook_resid_pre``,
+the embeddings), so the last layer reproduces the model's logits. The value-vector lens (Geva et al. 2022;
+``logit_lens_mlp.py`` of the Anchor–Adapter authors) decodes row ``i`` of an MLP's down projection, the
+direction that key ``i`` writes, as if it were a residual stream.
 """
 
 from __future__ import annotations
@@ -13,45 +13,66 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def _check_model(model) -> tuple[nn.ModuleList, nn.Module, nn.Module]:
-    inner = getattr(model, "model", None)
-    layers, norm, head = getattr(inner, "layers", None), getattr(inner, "norm", None), getattr(model, "lm_head", None)
-    if not (isinstance(layers, nn.ModuleList) and len(layers) > 0 and isinstance(norm, nn.Module)
-            and isinstance(head, nn.Module)):
-        raise TypeError("model must be a Llama-family causal LM with model.model.layers (a non-empty ModuleList), "
-                        f"model.model.norm and model.lm_head; got {type(model).__name__}")
-    return layers, norm, head
+from icml_interp.hooks import HookedModel, wrap
 
 
-def logit_lens(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+def logit_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
     """Logits decoded from the residual stream before the first block and after every block.
 
-    ``input_ids`` is a ``torch.long`` tensor shaped ``(seq,)`` or ``(batch, seq)``. Returns
-    ``(n_layers + 1, seq, vocab)`` (or ``(n_layers + 1, batch, seq, vocab)``): entry 0 decodes the
-    embeddings, entry ``l`` the output of block ``l``; the last entry equals the model's logits. Runs one
-    forward pass without gradients; the hooks are removed afterwards even if the forward pass fails.
+    ``model`` is a Hugging Face causal LM of a mapped architecture (or a :class:`~icml_interp.hooks.HookedModel`);
+    a plain torch module with the Llama-family layout (``model.model.layers``, ``model.model.norm``,
+    ``model.lm_head``) and no Hugging Face config also works. ``input_ids`` is a ``torch.long`` tensor shaped
+    ``(seq,)`` or ``(batch, seq)``. Returns ``(n_layers + 1, seq, vocab)`` (or ``(n_layers + 1, batch, seq,
+    vocab)``): entry 0 decodes the embeddings, entry ``l`` the output of block ``l``; the last entry equals the
+    model's logits. One forward pass without gradients; the hooks are removed afterwards even if it fails.
     """
-    layers, norm, head = _check_model(model)
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
-        raise TypeError(f"input_ids must be a torch.LongTensor, got "
-                        f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}")
-    if input_ids.ndim not in (1, 2) or input_ids.numel() == 0:
-        raise ValueError(f"input_ids must be a non-empty tensor shaped (seq,) or (batch, seq), "
-                         f"got {tuple(input_ids.shape)}")
-    vocab = model.get_input_embeddings().num_embeddings
-    if input_ids.min() < 0 or input_ids.max() >= vocab:
-        raise ValueError(f"input_ids must lie in [0, {vocab}), got values in [{input_ids.min()}, {input_ids.max()}]")
-    batched = input_ids.ndim == 2
-    ids = input_ids if batched else input_ids[None]  # (batch, seq)
+    if getattr(getattr(model, "config", None), "model_type", None) is None and not isinstance(
+        model, HookedModel
+    ):
+        return _plain_layout_lens(model, input_ids)
+    hooked = wrap(model)
+    ids = hooked._ids(input_ids)
+    names = ["blocks.0.hook_resid_pre", *(f"blocks.{i}.hook_resid_post" for i in range(hooked.n_layers))]
+    with torch.no_grad():
+        _, cache = hooked.run_with_cache(ids, names)
+        logits = hooked.lens(torch.stack([cache[n] for n in names]))  # (n_layers + 1, batch, seq, vocab)
+    return logits if input_ids.ndim == 2 else logits[:, 0]
 
-    resid: list[torch.Tensor] = []  # n_layers + 1 tensors shaped (batch, seq, hidden)
+
+def _plain_layout_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """The lens for a plain torch module laid out like a Llama (no config, so no HookedModel)."""
+    inner = getattr(model, "model", None)
+    layers, norm, head = (
+        getattr(inner, "layers", None),
+        getattr(inner, "norm", None),
+        getattr(model, "lm_head", None),
+    )
+    if not (
+        isinstance(layers, nn.ModuleList)
+        and len(layers) > 0
+        and isinstance(norm, nn.Module)
+        and isinstance(head, nn.Module)
+    ):
+        raise TypeError(
+            "model must be a Hugging Face causal LM with a config.model_type, or a torch module laid out "
+            f"as model.model.layers / model.model.norm / model.lm_head; got {type(model).__name__}"
+        )
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
+        raise TypeError(
+            f"input_ids must be a torch.LongTensor, got {getattr(input_ids, 'dtype', type(input_ids))}"
+        )
+    if input_ids.ndim not in (1, 2) or input_ids.numel() == 0:
+        raise ValueError(
+            f"input_ids must be a non-empty tensor shaped (seq,) or (batch, seq), got {tuple(input_ids.shape)}"
+        )
+    ids = input_ids if input_ids.ndim == 2 else input_ids[None]
+    resid: list[torch.Tensor] = []
 
     def record_input(module, args, kwargs):
         resid.append(args[0] if args else kwargs["hidden_states"])
 
     def record_output(module, args, output):
-        resid.append(output[0] if isinstance(output, tuple) else output)  # older transformers return tuples
+        resid.append(output[0] if isinstance(output, tuple) else output)
 
     handles = [layers[0].register_forward_pre_hook(record_input, with_kwargs=True)]
     try:
@@ -62,6 +83,46 @@ def logit_lens(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     finally:
         for handle in handles:
             handle.remove()
-    if len(resid) != len(layers) + 1:
-        raise RuntimeError(f"expected {len(layers) + 1} residual streams, recorded {len(resid)}")
-    return logits if batched else logits[:, 0]
+    return logits if input_ids.ndim == 2 else logits[:, 0]
+
+
+def token_rank_by_layer(model, input_ids: torch.Tensor, target: int, position: int = -1) -> dict:
+    """Rank (0 = top-1) and probability of token ``target`` under the logit lens at every layer.
+
+    ``input_ids`` is one sequence ``(seq,)``; ``position`` the position whose next-token prediction is read.
+    Returns ``{"rank": [n_layers + 1 ints], "prob": [n_layers + 1 floats]}`` (layer 0 = embeddings).
+    """
+    if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 1:
+        raise ValueError(
+            f"input_ids must be one sequence shaped (seq,), got {getattr(input_ids, 'shape', input_ids)}"
+        )
+    lens = logit_lens(model, input_ids)[:, position]  # (n_layers + 1, vocab)
+    if isinstance(target, bool) or not isinstance(target, int) or not 0 <= target < lens.shape[-1]:
+        raise ValueError(f"target must be a token id in [0, {lens.shape[-1]}), got {target!r}")
+    rank = (lens > lens[:, target : target + 1]).sum(-1)
+    prob = torch.softmax(lens.float(), dim=-1)[:, target]
+    return {"rank": rank.tolist(), "prob": prob.tolist()}
+
+
+def mlp_value_lens(model, layer: int, top_k: int = 10, neurons=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top tokens of MLP value vectors under the logit lens.
+
+    Each value vector (row ``i`` of the down projection's ``(d_mlp, d_model)`` view, the direction key ``i``
+    writes) goes through the final norm and the unembedding. Returns ``(token_ids, logits)``, both
+    ``(n_neurons, top_k)``, for ``neurons`` (default: all ``d_mlp``). As in the authors' code, the norm is
+    applied to the bare value vector (so an RMSNorm only rescales it): a choice, since a value vector is never
+    a residual stream on its own.
+    """
+    hooked = wrap(model)
+    values = hooked.mlp_values(layer)  # (d_mlp, d_model)
+    if neurons is not None:
+        neurons = torch.as_tensor(neurons, dtype=torch.long)
+        if neurons.ndim != 1 or neurons.numel() == 0 or neurons.min() < 0 or neurons.max() >= values.shape[0]:
+            raise ValueError(f"neurons must be a non-empty list of indices in [0, {values.shape[0]})")
+        values = values[neurons]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= hooked.d_vocab:
+        raise ValueError(f"top_k must be an int in [1, {hooked.d_vocab}], got {top_k!r}")
+    with torch.no_grad():
+        logits = hooked.lens(values)  # (n_neurons, vocab)
+        top = logits.topk(top_k, dim=-1)
+    return top.indices, top.values

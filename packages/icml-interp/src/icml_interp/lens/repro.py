@@ -1,105 +1,181 @@
-"""Placeholder reproduction ``logit-lens``: the logit lens on SmolLM2-135M-Instruct.
+"""Reproduction ``lens-smollm2``: the logit lens and activation patching on SmolLM2-135M-Instruct.
 
-Two checks on a real pretrained LM (nostalgebraist 2020; Belrose et al. 2023, Sec. 2):
+Two classic pictures on a real pretrained LM, through :mod:`icml_interp.hooks`:
 
-1. the lens is exact at the top: decoding the last block's output through the final norm and unembedding
-   gives the model's own logits (``ours``: the largest absolute difference over all prompts and
-   positions). ``baseline`` is the same difference one block earlier, the size of error a lens that
-   misses a block (or reads a post-norm hidden state) would make; it shows the check can fail;
-2. the classic curve: where the model answers a factual prompt correctly, the answer is top-1 under the
-   lens only in the last third of the layers (it is not decodable from the early residual stream). Wrong
-   answers are reported but not checked: they are often frequent function words (" a"), which the lens
-   decodes from early layers on, a different phenomenon.
+1. *The logit lens is exact at the top* (nostalgebraist 2020; Belrose et al. 2023): ``hook_resid_post`` of
+   the last block through the final norm and unembedding is the model's logits (``ours``: the largest
+   absolute difference over the prompts; ``baseline``: the same one block earlier, the error a lens that
+   misses a block would make). The answer " Paris" becomes top-1 only late.
+2. *Activation patching* (Meng et al. 2022) of ``"The capital of France is"`` with the residual stream of
+   ``"The capital of Italy is"``, metric ``logit(" Paris") - logit(" Rome")`` at the last position,
+   normalized ``(patched - clean) / (corrupt - clean)``: patching nothing gives 0 and patching the whole
+   stream at block 0 gives 1 (checks of the machinery); in block 0 only the subject token matters, in the
+   last block only the last position, and the information moves between them in the middle layers.
 
-The weights were 4-bit (Q4_1) before loading: the numbers describe this float model, not SmolLM2 itself.
+The full budget adds a 12-token prompt pair (Eiffel Tower / Colosseum) and times its full layer × position
+scan. The weights were 4-bit (Q4_1) before loading: the numbers describe this float model, not SmolLM2.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 
+from icml_interp.hooks import HookedModel
 from icml_interp.lens.logit_lens import logit_lens
+from icml_interp.patching import activation_patching, logit_diff, run_with_patches
 
-SYSTEM = "logit-lens"
-CLAIM = ("Placeholder until the interpretability systems (patching, SAEs, steering geometry) land: the logit "
-         "lens reproduces the model's logits at the last layer, and a factual answer becomes the top-1 "
-         "lens prediction only in the last third of the layers (nostalgebraist 2020).")
-EXACT_TOL = 1e-4  # float32 logits of magnitude ~30: a few ulps, far below any one-block difference
-LATE_FRACTION = 2 / 3
-CRITERION = (f"max |lens[last] - model logits| <= {EXACT_TOL:g} over all prompts and positions; the model answers "
-             "at least half of the prompts correctly (its top-1 next token is the expected word); and for every "
-             f"correctly answered prompt the answer is top-1 under the lens at no layer <= {LATE_FRACTION:.3g} "
-             "n_layers")
-PROMPTS = {  # prompt -> the expected answer's first word (the next token, stripped of its leading space)
-    "quick": {"The capital of France is": "Paris", "The capital of Japan is": "Tokyo",
-              "The largest planet in the solar system is": "Jupiter",
-              "The Eiffel Tower is located in the city of": "Paris", "The opposite of hot is": "cold"},
+SYSTEM = "lens-smollm2"
+CLAIM = (
+    "The logit lens of the last block reproduces the model's logits, and activation patching of a factual "
+    "prompt localizes the answer first at the subject token, then at the last position (nostalgebraist 2020; "
+    "Meng et al. 2022)."
+)
+EXACT_TOL = 1e-4
+PAIRS = {  # (clean prompt, corrupt prompt, clean answer, corrupt answer)
+    "quick": [("The capital of France is", "The capital of Italy is", " Paris", " Rome")],
 }
-PROMPTS["full"] = {**PROMPTS["quick"], "The chemical symbol for gold is": "Au",
-                   "The first president of the United States was": "George",
-                   "The currency of the United Kingdom is the": "pound", "Monday, Tuesday, Wednesday,": "Thursday",
-                   "The author of Romeo and Juliet is": "William"}
+PAIRS["full"] = PAIRS["quick"] + [
+    (
+        "We know the Eiffel Tower is located in the city of",
+        "We know the Colosseum is located in the city of",
+        " Paris",
+        " Rome",
+    )
+]
+CRITERION = (
+    f"max |lens(last resid_post) - logits| <= {EXACT_TOL:g}; the model's top-1 answer is the expected one; "
+    "patching nothing gives effect 0 and the whole stream at block 0 effect 1 (within 1e-4); in block 0 "
+    "the subject token is the only position with |effect| > 0.5; in the last block the last position has "
+    "effect >= 0.9 and no other position |effect| > 0.1; for every pair"
+)
+
+
+def _check_run_args(budget, seed) -> None:
+    if budget not in PAIRS:
+        raise ValueError(f"budget must be one of {tuple(PAIRS)}, got {budget!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
 
 
 def run(budget: str = "quick", seed: int = 0) -> dict:
     """Run the reproduction; returns the protocol dict (see :mod:`icml_tools.protocol`).
 
-    Deterministic (one forward pass per prompt, no sampling): ``seed`` is accepted for the protocol.
+    Deterministic (no sampling): ``seed`` is accepted for the protocol.
     """
-    if budget not in PROMPTS:
-        raise ValueError(f"budget must be one of {tuple(PROMPTS)}, got {budget!r}")
+    _check_run_args(budget, seed)
     from icml_tools.assets import smollm2  # test assets: a dev dependency, not a runtime one
 
-    torch.manual_seed(seed)
-    model, tokenizer = smollm2()
-    n_layers = len(model.model.layers)
-    rows, ranks, probs = [], {}, {}
+    model, tok = smollm2()
+    hooked = HookedModel(model)
+    n_layers = hooked.n_layers
+    rows, figures, checks = [], [], []
     top_diff = below_diff = 0.0
-    for prompt, expected in PROMPTS[budget].items():
-        ids = torch.tensor(tokenizer(prompt)["input_ids"], dtype=torch.long)  # (seq,)
-        lens = logit_lens(model, ids)  # (n_layers + 1, seq, vocab)
+    for clean_text, corrupt_text, answer, wrong in PAIRS[budget]:
+        clean = torch.tensor([tok(clean_text)["input_ids"]])
+        corrupt = torch.tensor([tok(corrupt_text)["input_ids"]])
+        answer_id, wrong_id = tok(answer)["input_ids"][0], tok(wrong)["input_ids"][0]
+        if clean.shape != corrupt.shape:
+            raise RuntimeError(
+                f"prompt pair tokenizes to different lengths: {clean.shape} vs {corrupt.shape}"
+            )
+        seq = clean.shape[1]
+        subject = int(torch.nonzero(clean[0] != corrupt[0])[0])
+        tokens = [tok.decode(t) for t in clean[0]]
+        # 1. logit lens
+        lens = logit_lens(hooked, clean[0])  # (n_layers + 1, seq, vocab)
         with torch.no_grad():
-            logits = model(input_ids=ids[None], use_cache=False).logits[0]  # (seq, vocab)
-        top_diff = max(top_diff, (lens[-1] - logits).abs().max().item())
-        below_diff = max(below_diff, (lens[-2] - logits).abs().max().item())
-        answer = int(logits[-1].argmax())
-        last = lens[:, -1, :]  # (n_layers + 1, vocab): the lens at the prediction position
-        rank = (last > last[:, answer : answer + 1]).sum(-1)  # (n_layers + 1,), 0 = top-1
-        prob = torch.softmax(last, dim=-1)[:, answer]  # (n_layers + 1,)
-        top1 = torch.nonzero(rank == 0).flatten()
-        first_top1 = int(top1.min()) if len(top1) else n_layers + 1  # n_layers + 1: never top-1
-        label = f"{prompt} →{tokenizer.decode(answer)!r}"
-        ranks[label], probs[label] = rank.tolist(), prob.tolist()
-        rows.append({"prompt": prompt, "expected": expected, "answer": tokenizer.decode(answer),
-                     "correct": tokenizer.decode(answer).strip() == expected, "answer_prob": prob[-1].item(),
-                     "first_top1_layer": first_top1, "n_layers": n_layers,
-                     "rank_at_two_thirds": int(rank[int(LATE_FRACTION * n_layers)])})
-
-    correct = [r for r in rows if r["correct"]]
-    late = all(r["first_top1_layer"] > LATE_FRACTION * n_layers for r in correct)
-    layers = list(range(n_layers + 1))
+            logits = hooked(clean)[0]
+        top_diff = max(top_diff, float((lens[-1] - logits).abs().max()))
+        below_diff = max(below_diff, float((lens[-2] - logits).abs().max()))
+        top1 = int(logits[-1].argmax())
+        rank = (lens[:, -1] > lens[:, -1, answer_id, None]).sum(-1).tolist()
+        # 2. activation patching, layer x position, resid_pre
+        metric = logit_diff(answer_id, wrong_id)
+        start = time.perf_counter()
+        scan = activation_patching(hooked, clean, corrupt, metric, components=("resid_pre",))
+        scan_seconds = time.perf_counter() - start
+        table, _, _ = scan.grid("resid_pre")  # (n_layers, seq)
+        _, cache = hooked.run_with_cache(corrupt, ["blocks.0.hook_resid_pre"])
+        all_effect = (float(metric(run_with_patches(hooked, clean, cache))) - scan.clean) / (
+            scan.corrupt - scan.clean
+        )
+        none_effect = (float(metric(run_with_patches(hooked, clean, cache, []))) - scan.clean) / (
+            scan.corrupt - scan.clean
+        )
+        first, last = table[0], table[-1]
+        others_first = [abs(v) for p, v in enumerate(first) if p != subject]
+        crossover = next(
+            (layer for layer in range(n_layers) if table[layer, -1] > table[layer, subject]), None
+        )
+        ok = bool(
+            top1 == answer_id
+            and abs(all_effect - 1) <= 1e-4
+            and abs(none_effect) <= 1e-4
+            and abs(first[subject]) > 0.5
+            and max(others_first) <= 0.5
+            and last[-1] >= 0.9
+            and max(abs(v) for v in last[:-1]) <= 0.1
+        )
+        checks.append(ok)
+        rows.append(
+            {
+                "prompt": clean_text,
+                "corrupt": corrupt_text,
+                "n_tokens": seq,
+                "answer": tok.decode(top1),
+                "answer_correct": top1 == answer_id,
+                "first_top1_layer": rank.index(0) if 0 in rank else None,
+                "clean_logit_diff": scan.clean,
+                "corrupt_logit_diff": scan.corrupt,
+                "effect_patch_all": all_effect,
+                "effect_patch_none": none_effect,
+                "subject_effect_block0": float(first[subject]),
+                "max_other_effect_block0": float(max(others_first)),
+                "last_position_effect_last_block": float(last[-1]),
+                "crossover_layer": crossover,
+                "scan_seconds": scan_seconds,
+                "scan_forward_passes": n_layers,
+                "passed": ok,
+            }
+        )
+        name = "france" if "France" in clean_text else "eiffel"
+        figures.append(
+            {
+                "name": f"patching_{name}",
+                "title": f"Activation patching of resid_pre: {clean_text!r}",
+                "xlabel": "block",
+                "ylabel": "normalized effect",
+                "x": list(range(n_layers)),
+                "series": {f"{p}:{tokens[p]!r}": table[:, p].tolist() for p in range(seq)},
+                "kind": "line",
+            }
+        )
+        figures.append(
+            {
+                "name": f"lens_rank_{name}",
+                "title": f"Rank of {answer!r} under the logit lens",
+                "xlabel": "layer (0 = embeddings)",
+                "ylabel": "rank + 1",
+                "x": list(range(n_layers + 1)),
+                "series": {clean_text: [r + 1 for r in rank]},
+                "kind": "line",
+                "logy": True,
+            }
+        )
     return {
         "system": SYSTEM,
         "claim": CLAIM,
-        "metric": ("max |logit-lens logits - model logits| at the last layer "
-                   "(lower is better; baseline: the same one block earlier)"),
+        "metric": "max |logit lens of the last block - model logits| (lower is better; baseline: one block earlier)",
         "ours": top_diff,
         "baseline": below_diff,
         "criterion": CRITERION,
-        "passed": bool(top_diff <= EXACT_TOL and 2 * len(correct) >= len(rows) and late),
+        "passed": bool(top_diff <= EXACT_TOL and all(checks)),
         "rows": rows,
-        "figures": [
-            {"name": "logit_lens_rank", "title": "Rank of the model's answer under the logit lens (SmolLM2-135M)",
-             "xlabel": "layer (0 = embeddings)", "ylabel": "rank + 1 (1 = top-1)", "x": layers,
-             "series": {label: [r + 1 for r in rank] for label, rank in ranks.items()}, "kind": "line", "logy": True},
-            {"name": "logit_lens_prob", "title": "Probability of the model's answer under the logit lens",
-             "xlabel": "layer (0 = embeddings)", "ylabel": "probability", "x": layers, "series": probs,
-             "kind": "line"},
-        ],
-        "notes": (f"SmolLM2-135M-Instruct ({n_layers} layers), dequantized from Q4_1, float32, raw prompts without "
-                  f"the chat template. The model answers {len(correct)} of {len(rows)} prompts correctly; the "
-                  "emergence check covers those (a wrong top-1 is often a frequent function word such as ' a', "
-                  "which the lens decodes from early layers on). Disclosure: the criterion was revised once, "
-                  "after a full-budget run failed the first version (emergence required for every prompt, "
-                  "including the wrongly answered ones)."),
+        "figures": figures,
+        "notes": (
+            f"SmolLM2-135M-Instruct ({n_layers} blocks), dequantized from Q4_1, float32, raw prompts without the "
+            "chat template; scans are batched over positions (one forward pass per block)."
+        ),
     }

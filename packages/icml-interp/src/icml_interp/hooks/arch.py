@@ -1,0 +1,127 @@
+"""The per-architecture map: where a Hugging Face causal LM keeps its blocks, norms, heads and MLP weights.
+
+The hooks never convert weights; they attach plain torch hooks to the modules named here. Supporting a new
+architecture means adding one :class:`ArchSpec` with :func:`register_architecture` (the error raised for an
+unmapped ``model.config.model_type`` says how).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """Dotted module paths of one architecture (relative to the model, or to one block where noted).
+
+    ``qkv`` says how queries, keys and values are produced: ``"separate"`` (``q_proj``, ``k_proj``,
+    ``v_proj`` in ``attn``), ``"gpt2"`` (one ``c_attn`` output split into q | k | v) or ``"neox"`` (one
+    ``query_key_value`` output laid out per head as q | k | v). ``down_is_conv1d`` is true where the down
+    projection stores its weight as ``(d_mlp, d_model)`` (GPT-2's ``Conv1D``) instead of ``nn.Linear``'s
+    ``(d_model, d_mlp)``. ``parallel_attr`` names a config flag that, when true, makes attention and MLP read
+    the same residual (GPT-NeoX): such blocks have no ``hook_resid_mid``.
+    """
+
+    layers: str
+    embed: str
+    final_norm: str
+    unembed: str
+    attn: str  # in a block
+    mlp: str  # in a block
+    o_proj: str  # in attn: its input is hook_z
+    qkv: str  # "separate" | "gpt2" | "neox"
+    qkv_modules: tuple[str, ...]  # in attn
+    mlp_in: str  # in mlp: its output is hook_pre (the gate pre-activation for gated MLPs)
+    down: str  # in mlp: its input is hook_post (the MLP keys), its weight holds the value vectors
+    down_is_conv1d: bool = False
+    pos_embed: str | None = None
+    parallel_attr: str | None = None
+
+
+_LLAMA = ArchSpec(
+    layers="model.layers",
+    embed="model.embed_tokens",
+    final_norm="model.norm",
+    unembed="lm_head",
+    attn="self_attn",
+    mlp="mlp",
+    o_proj="o_proj",
+    qkv="separate",
+    qkv_modules=("q_proj", "k_proj", "v_proj"),
+    mlp_in="gate_proj",
+    down="down_proj",
+)
+ARCHITECTURES: dict[str, ArchSpec] = {
+    "llama": _LLAMA,  # also SmolLM2
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+    "qwen3": _LLAMA,
+    "gpt2": ArchSpec(
+        layers="transformer.h",
+        embed="transformer.wte",
+        final_norm="transformer.ln_f",
+        unembed="lm_head",
+        attn="attn",
+        mlp="mlp",
+        o_proj="c_proj",
+        qkv="gpt2",
+        qkv_modules=("c_attn",),
+        mlp_in="c_fc",
+        down="c_proj",
+        down_is_conv1d=True,
+        pos_embed="transformer.wpe",
+    ),
+    "gpt_neox": ArchSpec(
+        layers="gpt_neox.layers",
+        embed="gpt_neox.embed_in",
+        final_norm="gpt_neox.final_layer_norm",
+        unembed="lm_head",
+        attn="attention",
+        mlp="mlp",
+        o_proj="dense",
+        qkv="neox",
+        qkv_modules=("query_key_value",),
+        mlp_in="dense_h_to_4h",
+        down="dense_4h_to_h",
+        parallel_attr="use_parallel_residual",
+    ),
+}
+
+
+def register_architecture(model_type: str, spec: ArchSpec) -> None:
+    """Map ``model.config.model_type`` to the module paths of its architecture (see :class:`ArchSpec`)."""
+    if not isinstance(model_type, str) or not model_type:
+        raise TypeError(f"model_type must be a non-empty string, got {model_type!r}")
+    if not isinstance(spec, ArchSpec):
+        raise TypeError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    ARCHITECTURES[model_type] = spec
+
+
+def get_module(root: nn.Module, path: str) -> nn.Module:
+    """``root.a.b.0.c`` for the dotted ``path`` ``"a.b.0.c"``."""
+    try:
+        return reduce(getattr, path.split("."), root)
+    except AttributeError:
+        raise AttributeError(f"{type(root).__name__} has no submodule {path!r}") from None
+
+
+def spec_for(model: nn.Module) -> ArchSpec:
+    """The :class:`ArchSpec` of a Hugging Face causal LM, by ``model.config.model_type``."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type is None:
+        raise TypeError(
+            f"model must be a Hugging Face causal LM with a config.model_type, got {type(model).__name__}"
+        )
+    if model_type not in ARCHITECTURES:
+        raise ValueError(
+            f"architecture {model_type!r} has no hook map (known: {sorted(ARCHITECTURES)}). Add one with "
+            "icml_interp.hooks.register_architecture("
+            f"{model_type!r}, ArchSpec(layers='model.layers', "
+            "embed='model.embed_tokens', final_norm='model.norm', unembed='lm_head', attn='self_attn', mlp='mlp', "
+            "o_proj='o_proj', qkv='separate', qkv_modules=('q_proj', 'k_proj', 'v_proj'), mlp_in='gate_proj', "
+            "down='down_proj')), with the module paths of your model (print(model) shows them)."
+        )
+    return ARCHITECTURES[model_type]

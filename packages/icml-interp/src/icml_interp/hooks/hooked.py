@@ -1,0 +1,451 @@
+"""TransformerLens-style named hook points on an unmodified Hugging Face causal LM.
+
+:class:`HookedModel` attaches plain torch forward (pre-)hooks to the modules of the wrapped model for the
+duration of one context and removes them on exit, also when the forward pass raises. The weights are never
+converted or copied, so the wrapped model's logits are the model's own logits, bit for bit.
+
+Hook names (``L`` = layer, shapes for a batch of ``(batch, seq)`` token ids):
+
+==================================  =====================================  ===================================
+name                                what                                   shape
+==================================  =====================================  ===================================
+``hook_embed``                      token embeddings                       ``(batch, seq, d_model)``
+``hook_pos_embed``                  position embeddings (GPT-2 only)       ``(batch, seq, d_model)``
+``blocks.L.hook_resid_pre``         residual stream entering block L       ``(batch, seq, d_model)``
+``blocks.L.attn.hook_q/k/v``        per-head queries / keys / values,      ``(batch, seq, heads, d_head)``
+                                    before rotary embeddings               (keys, values: kv heads)
+``blocks.L.attn.hook_pattern``      attention probabilities (read-only;    ``(batch, heads, seq_q, seq_k)``
+                                    switches to eager attention)
+``blocks.L.attn.hook_z``            per-head outputs before ``o_proj``     ``(batch, seq, heads, d_head)``
+``blocks.L.hook_attn_out``          attention output added to the stream  ``(batch, seq, d_model)``
+``blocks.L.hook_resid_mid``         resid_pre + attn_out (not in parallel  ``(batch, seq, d_model)``
+                                    blocks such as GPT-NeoX's)
+``blocks.L.mlp.hook_pre``           MLP pre-activation (the gate           ``(batch, seq, d_mlp)``
+                                    projection of gated MLPs)
+``blocks.L.mlp.hook_post``          input of the down projection: the      ``(batch, seq, d_mlp)``
+                                    MLP keys (alias ``mlp.hook_key``)
+``blocks.L.hook_mlp_out``           MLP output added to the stream         ``(batch, seq, d_model)``
+``blocks.L.hook_resid_post``        residual stream leaving block L        ``(batch, seq, d_model)``
+``ln_final.hook_normalized``        the final norm's output                ``(batch, seq, d_model)``
+==================================  =====================================  ===================================
+
+Naming note (our choice): as in TransformerLens, ``mlp.hook_post`` is the input of the output (down)
+projection, i.e. the paper's "MLP keys"; ``mlp.hook_pre`` is the pre-activation. ``mlp.hook_key`` is an
+alias of ``mlp.hook_post`` for readers of the Anchor–Adapter paper.
+
+A hook function is called as ``fn(activation, hook)`` (``hook`` is the :class:`HookPoint`, with ``.name``
+and ``.layer``) and returns ``None`` (leave the activation alone) or a tensor of the same shape.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from icml_interp.hooks.arch import ArchSpec, get_module, spec_for
+
+HookFn = Callable[[torch.Tensor, "HookPoint"], "torch.Tensor | None"]
+NameFilter = "str | Iterable[str] | Callable[[str], bool] | None"
+
+_BLOCK_HOOKS = {  # short name -> (suffix in the block, stage: the order of computation inside a block)
+    "resid_pre": ("hook_resid_pre", 0),
+    "q": ("attn.hook_q", 1),
+    "k": ("attn.hook_k", 1),
+    "v": ("attn.hook_v", 1),
+    "pattern": ("attn.hook_pattern", 2),
+    "z": ("attn.hook_z", 3),
+    "attn_out": ("hook_attn_out", 4),
+    "resid_mid": ("hook_resid_mid", 5),
+    "pre": ("mlp.hook_pre", 6),
+    "post": ("mlp.hook_post", 7),
+    "key": ("mlp.hook_key", 7),
+    "mlp_out": ("hook_mlp_out", 8),
+    "resid_post": ("hook_resid_post", 9),
+}
+
+
+def act_name(short: str, layer: int | None = None) -> str:
+    """The full hook name of a short one: ``act_name("resid_post", 3) == "blocks.3.hook_resid_post"``."""
+    if short in ("embed", "pos_embed"):
+        return f"hook_{short}"
+    if short in ("normalized", "ln_final"):
+        return "ln_final.hook_normalized"
+    if short not in _BLOCK_HOOKS:
+        known = [*sorted(_BLOCK_HOOKS), "embed", "pos_embed", "normalized"]
+        raise ValueError(
+            f"unknown short hook name {short!r}; close matches: "
+            f"{difflib.get_close_matches(short, known, n=3, cutoff=0.5)}; known: {known}"
+        )
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise TypeError(f"layer must be an int for {short!r}, got {layer!r}")
+    return f"blocks.{layer}.{_BLOCK_HOOKS[short][0]}"
+
+
+@dataclass(eq=False)
+class HookPoint:
+    """One named place in the forward pass: which module, and how its tensor is read and written."""
+
+    name: str
+    layer: int | None
+    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | pattern
+    module: nn.Module
+    stage: int
+    extra: dict = field(default_factory=dict)
+
+
+class ActivationCache(dict):
+    """Activations by hook name. ``cache["resid_post", 3]`` is ``cache["blocks.3.hook_resid_post"]``."""
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            key = act_name(*key)
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            close = difflib.get_close_matches(str(key), list(self), n=5)
+            raise KeyError(f"{key!r} is not in this cache; close matches: {close}") from None
+
+    def stack(self, short: str, layers: Iterable[int]) -> torch.Tensor:
+        """``torch.stack`` of one activation over ``layers`` (leading dimension = layer)."""
+        return torch.stack([self[short, layer] for layer in layers])
+
+
+def _check_return(point: HookPoint, given: torch.Tensor, out) -> torch.Tensor | None:
+    if out is None:
+        return None
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(
+            f"hook function on {point.name!r} must return None or a tensor, got {type(out).__name__}"
+        )
+    if out.shape != given.shape:
+        raise ValueError(
+            f"hook function on {point.name!r} returned shape {tuple(out.shape)}, "
+            f"expected {tuple(given.shape)} (the activation's shape)"
+        )
+    return out.to(given.dtype)
+
+
+class HookedModel:
+    """A Hugging Face causal LM with named hook points; the model itself is not modified.
+
+    ``HookedModel(model)`` looks up the module paths of ``model.config.model_type`` in
+    :data:`icml_interp.hooks.arch.ARCHITECTURES` (Llama family including SmolLM2, Mistral, Qwen2/3, GPT-2,
+    GPT-NeoX/Pythia). Calling it returns the model's logits; :meth:`run_with_cache` and
+    :meth:`run_with_hooks` read or change activations; :meth:`hooks` is the context manager underneath.
+    """
+
+    def __init__(self, model: nn.Module, spec: ArchSpec | None = None):
+        if isinstance(model, HookedModel):
+            raise TypeError("model is already a HookedModel")
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"model must be a torch.nn.Module (a Hugging Face causal LM), got {type(model).__name__}"
+            )
+        self.model = model
+        self.spec = spec if spec is not None else spec_for(model)
+        self.blocks = get_module(model, self.spec.layers)
+        self.final_norm = get_module(model, self.spec.final_norm)
+        self.unembed = get_module(model, self.spec.unembed)
+        self.embed = get_module(model, self.spec.embed)
+        cfg = model.config
+        self.n_layers = len(self.blocks)
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.d_model = cfg.hidden_size
+        self.d_head = getattr(cfg, "head_dim", None) or self.d_model // self.n_heads
+        self.d_vocab = self.embed.num_embeddings
+        self.parallel = bool(self.spec.parallel_attr and getattr(cfg, self.spec.parallel_attr, False))
+        self._points = self._build_points()
+
+    # ------------------------------------------------------------------ hook points
+    def _build_points(self) -> dict[str, HookPoint]:
+        s = self.spec
+        points = {"hook_embed": HookPoint("hook_embed", None, "out", self.embed, -1)}
+        if s.pos_embed:
+            points["hook_pos_embed"] = HookPoint(
+                "hook_pos_embed", None, "out", get_module(self.model, s.pos_embed), -1
+            )
+        for i, block in enumerate(self.blocks):
+            attn, mlp = get_module(block, s.attn), get_module(block, s.mlp)
+            heads = {"n": self.n_heads, "d": self.d_head}
+            kv = {"n": self.n_kv_heads, "d": self.d_head}
+
+            def add(short, kind, module, i=i, **extra):
+                name = act_name(short, i)
+                points[name] = HookPoint(name, i, kind, module, _BLOCK_HOOKS[short][1], extra)
+
+            add("resid_pre", "in", block)
+            if s.qkv == "separate":
+                for short, path, shape in zip("qkv", s.qkv_modules, (heads, kv, kv), strict=True):
+                    add(short, "heads_out", get_module(attn, path), **shape)
+            else:
+                for which, short in enumerate("qkv"):
+                    add(
+                        short,
+                        "fused_qkv",
+                        get_module(attn, s.qkv_modules[0]),
+                        which=which,
+                        layout=s.qkv,
+                        **heads,
+                    )
+            add("pattern", "pattern", attn)
+            add("z", "heads_in", get_module(attn, s.o_proj), **heads)
+            add("attn_out", "out", attn)
+            if not self.parallel:
+                add("resid_mid", "mid", attn, block=block)
+            add("pre", "out", get_module(mlp, s.mlp_in))
+            add("post", "in", get_module(mlp, s.down))
+            add("key", "in", get_module(mlp, s.down))
+            add("mlp_out", "out", mlp)
+            add("resid_post", "out", block)
+        points["ln_final.hook_normalized"] = HookPoint(
+            "ln_final.hook_normalized", None, "out", self.final_norm, 10**6
+        )
+        return points
+
+    @property
+    def hook_names(self) -> list[str]:
+        """Every hook name of this model, in the order of the forward pass."""
+        return list(self._points)
+
+    def hook_point(self, name: str) -> HookPoint:
+        """The :class:`HookPoint` called ``name``; an unknown name raises with the closest known names."""
+        if not isinstance(name, str):
+            raise TypeError(f"hook name must be a string, got {type(name).__name__}")
+        if name not in self._points:
+            close = difflib.get_close_matches(name, self.hook_names, n=5, cutoff=0.5)
+            hint = ""
+            if name.endswith("hook_resid_mid") and self.parallel:
+                hint = " (this model's blocks are parallel: attention and MLP both read resid_pre)"
+            raise ValueError(
+                f"unknown hook name {name!r}{hint}; close matches: {close}. "
+                f"This model has {self.n_layers} blocks (0..{self.n_layers - 1}); "
+                "see HookedModel.hook_names"
+            )
+        return self._points[name]
+
+    def resolve(self, names: NameFilter) -> list[str]:
+        """Hook names from a name, a list, a predicate ``f(name) -> bool``, or ``None`` (every hook except
+        ``hook_pattern``, which needs eager attention, and the ``mlp.hook_key`` alias)."""
+        if names is None:
+            return [n for n in self._points if not n.endswith(("hook_pattern", "mlp.hook_key"))]
+        if isinstance(names, str):
+            names = [names]
+        if callable(names):
+            return [n for n in self._points if names(n)]
+        names = list(names)
+        for name in names:
+            self.hook_point(name)
+        return names
+
+    # ------------------------------------------------------------------ registering
+    def _register(self, point: HookPoint, fn: HookFn, stack: ExitStack) -> None:
+        kind, extra = point.kind, point.extra
+
+        def add(handle):
+            stack.callback(handle.remove)
+
+        if kind == "out":
+
+            def hook(module, args, output):
+                tensor = output[0] if isinstance(output, tuple) else output
+                new = _check_return(point, tensor, fn(tensor, point))
+                if new is None:
+                    return None
+                return (new, *output[1:]) if isinstance(output, tuple) else new
+
+            add(point.module.register_forward_hook(hook))
+        elif kind == "in":
+
+            def pre_hook(module, args, kwargs):
+                tensor = args[0] if args else kwargs["hidden_states"]
+                new = _check_return(point, tensor, fn(tensor, point))
+                if new is None:
+                    return None
+                return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+
+            add(point.module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        elif kind == "heads_in":
+
+            def z_hook(module, args):
+                flat = args[0]  # (batch, seq, heads * d_head)
+                heads = flat.view(*flat.shape[:-1], extra["n"], extra["d"])
+                new = _check_return(point, heads, fn(heads, point))
+                return None if new is None else (new.reshape(flat.shape), *args[1:])
+
+            add(point.module.register_forward_pre_hook(z_hook))
+        elif kind == "heads_out":
+
+            def qkv_hook(module, args, output):
+                heads = output.view(*output.shape[:-1], extra["n"], extra["d"])
+                new = _check_return(point, heads, fn(heads, point))
+                return None if new is None else new.reshape(output.shape)
+
+            add(point.module.register_forward_hook(qkv_hook))
+        elif kind == "fused_qkv":
+            n, d, which = extra["n"], extra["d"], extra["which"]
+
+            def fused_hook(module, args, output):
+                lead = output.shape[:-1]
+                if extra["layout"] == "gpt2":  # q | k | v, each (heads * d_head)
+                    parts = list(output.split(n * d, dim=-1))
+                    heads = parts[which].view(*lead, n, d)
+                else:  # neox: per head q | k | v
+                    parts = list(output.view(*lead, n, 3 * d).split(d, dim=-1))
+                    heads = parts[which]
+                new = _check_return(point, heads, fn(heads, point))
+                if new is None:
+                    return None
+                if extra["layout"] == "gpt2":
+                    parts[which] = new.reshape(*lead, n * d)
+                    return torch.cat(parts, dim=-1)
+                parts[which] = new
+                return torch.cat(parts, dim=-1).reshape(output.shape)
+
+            add(point.module.register_forward_hook(fused_hook))
+        elif kind == "mid":
+            stash = {}
+
+            def stash_pre(module, args, kwargs):
+                stash["pre"] = args[0] if args else kwargs["hidden_states"]
+
+            def mid_hook(module, args, output):
+                attn_out = output[0] if isinstance(output, tuple) else output
+                mid = stash.pop("pre") + attn_out  # exactly the block's own sum
+                new = _check_return(point, mid, fn(mid, point))
+                if new is None or new is mid:
+                    return None
+                new_out = new - (mid - attn_out)  # so that resid_pre + attn_out' == new (up to rounding)
+                return (new_out, *output[1:]) if isinstance(output, tuple) else new_out
+
+            add(extra["block"].register_forward_pre_hook(stash_pre, with_kwargs=True))
+            add(point.module.register_forward_hook(mid_hook))
+        elif kind == "pattern":
+
+            def pattern_hook(module, args, output):
+                weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+                if weights is None:
+                    raise RuntimeError(
+                        f"{point.name}: the attention module returned no weights; "
+                        "hook_pattern needs eager attention (the hooks switch to it themselves)"
+                    )
+                out = fn(weights, point)
+                if out is not None and out is not weights:
+                    raise NotImplementedError(
+                        f"{point.name} is read-only: patch hook_z or hook_q/k/v instead"
+                    )
+
+            add(point.module.register_forward_hook(pattern_hook))
+        else:  # pragma: no cover - the map above defines every kind
+            raise AssertionError(kind)
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple] = ()) -> Iterator[HookedModel]:
+        """Attach ``(name_or_filter, fn)`` pairs for the duration of the context; all are removed on exit,
+        also when the body raises. Asking for ``hook_pattern`` switches to eager attention meanwhile."""
+        pairs = []
+        for item in fwd_hooks:
+            if not (isinstance(item, tuple) and len(item) == 2 and callable(item[1])):
+                raise TypeError(f"fwd_hooks must hold (hook name or filter, function) pairs, got {item!r}")
+            pairs += [(name, item[1]) for name in self.resolve(item[0])]
+        pairs.sort(key=lambda p: (self._points[p[0]].stage,))  # attn_out before resid_mid on the same module
+        needs_eager = any(name.endswith("hook_pattern") for name, _ in pairs)
+        with ExitStack() as stack:
+            if needs_eager:
+                previous = self.model.config._attn_implementation
+                if previous != "eager":
+                    self.model.set_attn_implementation("eager")
+                    stack.callback(self.model.set_attn_implementation, previous)
+            for name, fn in pairs:
+                self._register(self._points[name], fn, stack)
+            yield self
+
+    # ------------------------------------------------------------------ running
+    def _ids(self, input_ids) -> torch.Tensor:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
+            raise TypeError(
+                f"input_ids must be a torch.LongTensor, got "
+                f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}"
+            )
+        if input_ids.ndim not in (1, 2) or input_ids.numel() == 0:
+            raise ValueError(
+                f"input_ids must be a non-empty tensor shaped (seq,) or (batch, seq), "
+                f"got {tuple(input_ids.shape)}"
+            )
+        if input_ids.min() < 0 or input_ids.max() >= self.d_vocab:
+            raise ValueError(
+                f"input_ids must lie in [0, {self.d_vocab}), got values in "
+                f"[{int(input_ids.min())}, {int(input_ids.max())}]"
+            )
+        return input_ids if input_ids.ndim == 2 else input_ids[None]
+
+    def __call__(self, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
+        """The model's logits ``(batch, seq, vocab)`` for ``input_ids`` shaped ``(seq,)`` or ``(batch, seq)``."""
+        kwargs.setdefault("use_cache", False)
+        return self.model(input_ids=self._ids(input_ids), **kwargs).logits
+
+    def run_with_hooks(
+        self, input_ids: torch.Tensor, fwd_hooks: Iterable[tuple] = (), **kwargs
+    ) -> torch.Tensor:
+        """Logits of one forward pass with ``fwd_hooks`` attached (removed afterwards)."""
+        with self.hooks(fwd_hooks):
+            return self(input_ids, **kwargs)
+
+    def run_with_cache(
+        self,
+        input_ids: torch.Tensor,
+        names: NameFilter = None,
+        *,
+        grad: bool = False,
+        fwd_hooks: Iterable[tuple] = (),
+        **kwargs,
+    ) -> tuple[torch.Tensor, ActivationCache]:
+        """Logits and an :class:`ActivationCache` of the activations at ``names`` (default: all but
+        ``hook_pattern``). Without ``grad`` the pass runs under ``torch.no_grad`` and stores detached
+        tensors. Extra ``fwd_hooks`` run before the caching hooks of the same point."""
+        cache = ActivationCache()
+
+        def save(tensor, hook):
+            cache[hook.name] = tensor if grad else tensor.detach()
+            return tensor if grad else None  # with grad, pass the cached tensor on so that it is in the graph
+
+        with torch.set_grad_enabled(grad):
+            logits = self.run_with_hooks(
+                input_ids, [*fwd_hooks, *((n, save) for n in self.resolve(names))], **kwargs
+            )
+        return logits, cache
+
+    def generate(self, *args, **kwargs):
+        """``model.generate`` unchanged (use inside :meth:`hooks` to generate with interventions)."""
+        return self.model.generate(*args, **kwargs)
+
+    # ------------------------------------------------------------------ weights
+    def lens(self, resid: torch.Tensor) -> torch.Tensor:
+        """Logit lens: the final norm and unembedding applied to any residual-stream tensor ``(..., d_model)``."""
+        if not isinstance(resid, torch.Tensor) or resid.shape[-1:] != (self.d_model,):
+            raise ValueError(
+                f"resid must be a tensor shaped (..., {self.d_model}), "
+                f"got {getattr(resid, 'shape', type(resid).__name__)}"
+            )
+        return self.unembed(self.final_norm(resid))
+
+    def mlp_values(self, layer: int) -> torch.Tensor:
+        """The value vectors of block ``layer``'s MLP: row ``i`` is what key ``i`` writes, ``(d_mlp, d_model)``."""
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
+            raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
+        weight = get_module(get_module(self.blocks[layer], self.spec.mlp), self.spec.down).weight
+        return weight if self.spec.down_is_conv1d else weight.T
+
+    @property
+    def d_mlp(self) -> int:
+        return self.mlp_values(0).shape[0]
+
+
+def wrap(model) -> HookedModel:
+    """``model`` itself if it is a :class:`HookedModel`, else ``HookedModel(model)``."""
+    return model if isinstance(model, HookedModel) else HookedModel(model)

@@ -1,0 +1,179 @@
+"""Activation patching (Meng et al. 2022; Heimersheim & Nanda 2024): run the clean input with chosen
+activations taken from a corrupt run and measure how far the metric moves towards the corrupt one.
+
+Effects are normalized as ``(patched - clean) / (corrupt - clean)``: patching nothing gives 0, patching
+every activation of a cut through the model gives 1. Scans batch the patched runs (one forward pass for many
+positions or heads), so a full layer × position scan of SmolLM2-135M on a 12-token prompt takes seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from icml_interp.hooks import ActivationCache, act_name, wrap
+from icml_interp.patching.result import Metric, PatchingResult
+
+HEAD_COMPONENTS = ("z", "q", "k", "v")
+
+
+def check_pair(
+    hooked, clean_ids: torch.Tensor, corrupt_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate and batch a (clean, corrupt) pair of token-id tensors of the same shape."""
+    clean, corrupt = hooked._ids(clean_ids), hooked._ids(corrupt_ids)
+    if clean.shape != corrupt.shape:
+        raise ValueError(
+            f"clean_ids and corrupt_ids must have the same shape (patching is position by position), "
+            f"got {tuple(clean.shape)} and {tuple(corrupt.shape)}"
+        )
+    return clean, corrupt
+
+
+def _index_list(values, size: int, what: str) -> list[int] | None:
+    if values is None:
+        return None
+    values = [values] if isinstance(values, int) else list(values)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not -size <= v < size:
+            raise ValueError(f"{what} must be ints in [-{size}, {size}), got {v!r}")
+    return [v % size for v in values]
+
+
+def _replace(name: str, act: torch.Tensor, src: torch.Tensor, positions, heads) -> torch.Tensor:
+    if src.shape != act.shape:
+        raise ValueError(
+            f"shape-mismatched patch for {name!r}: the patch is {tuple(src.shape)}, the activation "
+            f"is {tuple(act.shape)} (same batch and sequence length needed)"
+        )
+    if positions is None and heads is None:
+        return src.to(act.dtype)
+    new = act.clone()
+    pos = slice(None) if positions is None else positions
+    if heads is None:
+        new[:, pos] = src[:, pos].to(act.dtype)
+    else:
+        if act.ndim != 4:
+            raise ValueError(f"heads= applies to per-head hooks ({HEAD_COMPONENTS}), not {name!r}")
+        if positions is None:
+            new[:, :, heads] = src[:, :, heads].to(act.dtype)
+        else:
+            rows = torch.tensor(positions)[:, None]
+            new[:, rows, torch.tensor(heads)[None, :]] = src[:, rows, torch.tensor(heads)[None, :]].to(
+                act.dtype
+            )
+    return new
+
+
+def patch_hooks(
+    source: ActivationCache | dict, names: Iterable[str], positions=None, heads=None
+) -> list[tuple]:
+    """``fwd_hooks`` that replace each activation in ``names`` by ``source[name]`` (optionally only at
+    ``positions`` and, for per-head hooks, ``heads``)."""
+
+    def make(name):
+        if name not in source:
+            raise ValueError(f"the source cache has no activation {name!r}")
+        return lambda act, hook: _replace(name, act, source[name], positions, heads)
+
+    return [(name, make(name)) for name in names]
+
+
+def run_with_patches(
+    model,
+    input_ids: torch.Tensor,
+    source: ActivationCache | dict,
+    names: Iterable[str] | None = None,
+    *,
+    positions=None,
+    heads=None,
+) -> torch.Tensor:
+    """Logits of ``input_ids`` with the activations ``names`` (default: all in ``source``) replaced by ``source``'s.
+
+    ``source`` is usually the cache of another input (``HookedModel.run_with_cache``) or another model. A patch
+    whose shape differs from the activation raises ``ValueError``.
+    """
+    hooked = wrap(model)
+    ids = hooked._ids(input_ids)
+    names = list(source) if names is None else hooked.resolve(names)
+    positions = _index_list(positions, ids.shape[1], "positions")
+    heads = _index_list(heads, hooked.n_heads, "heads")
+    with torch.no_grad():
+        return hooked.run_with_hooks(ids, patch_hooks(source, names, positions, heads))
+
+
+def _batched_patch_hook(src: torch.Tensor, masks: torch.Tensor):
+    """A hook that patches unit ``j`` of a unit-major batch: ``masks`` is ``(units, seq[, heads])``."""
+
+    def hook(act, _):
+        units, n = masks.shape[0], src.shape[0]
+        view = act.view(units, n, *act.shape[1:])  # (units, n, seq, ...)
+        mask = masks.view(units, 1, *masks.shape[1:], *([1] * (act.ndim - masks.ndim)))
+        return torch.where(mask, src[None].to(act.dtype), view).reshape(act.shape)
+
+    return hook
+
+
+def activation_patching(
+    model,
+    clean_ids: torch.Tensor,
+    corrupt_ids: torch.Tensor,
+    metric: Metric,
+    *,
+    components: Sequence[str] = ("resid_pre", "attn_out", "mlp_out"),
+    layers=None,
+    per_position: bool = True,
+    per_head: bool = False,
+    batch_size: int = 32,
+    progress: bool = False,
+) -> PatchingResult:
+    """Scan: patch one (component, layer[, position][, head]) at a time from the corrupt into the clean run.
+
+    ``metric`` maps logits ``(n_prompts, seq, vocab)`` to a scalar (see :func:`logit_diff`). ``components``
+    are short hook names (``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``post``
+    (MLP keys), ``z``/``q``/``k``/``v`` per head). ``per_head`` splits the per-head components by head.
+    Returns a :class:`PatchingResult` with one row per unit.
+    """
+    hooked = wrap(model)
+    clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
+    n, seq = clean.shape
+    layers = (
+        list(range(hooked.n_layers)) if layers is None else _index_list(layers, hooked.n_layers, "layers")
+    )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
+    for name in names.values():
+        hooked.hook_point(name)
+        if name.endswith("hook_pattern"):
+            raise ValueError("hook_pattern is read-only: patch 'z' (head outputs) or 'q'/'k'/'v' instead")
+    with torch.no_grad():
+        clean_value = float(metric(hooked(clean)))
+        corrupt_logits, cache = hooked.run_with_cache(corrupt, list(names.values()))
+        result = PatchingResult("activation patching", clean_value, float(metric(corrupt_logits)))
+        units_iter = list(names.items())
+        if progress:
+            from tqdm.auto import tqdm
+
+            units_iter = tqdm(units_iter, desc="activation patching")
+        for (component, layer), name in units_iter:
+            src = cache[name]  # (n, seq, ...)
+            split_heads = per_head and component in HEAD_COMPONENTS
+            n_heads = src.shape[2] if split_heads else 1
+            units = [
+                (p, h)
+                for p in (range(seq) if per_position else [None])
+                for h in (range(n_heads) if split_heads else [None])
+            ]
+            for start in range(0, len(units), batch_size):
+                chunk = units[start : start + batch_size]
+                masks = torch.zeros(len(chunk), seq, *([n_heads] if split_heads else []), dtype=torch.bool)
+                for j, (p, h) in enumerate(chunk):
+                    masks[(j, slice(None) if p is None else p, *([h] if split_heads else []))] = True
+                ids = clean.repeat(len(chunk), 1)  # unit-major: rows j*n .. (j+1)*n-1 belong to unit j
+                logits = hooked.run_with_hooks(ids, [(name, _batched_patch_hook(src, masks))])
+                logits = logits.view(len(chunk), n, *logits.shape[1:])
+                for j, (p, h) in enumerate(chunk):
+                    result.add(float(metric(logits[j])), component=component, layer=layer, position=p, head=h)
+    return result

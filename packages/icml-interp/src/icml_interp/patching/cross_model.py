@@ -1,0 +1,85 @@
+"""Cross-model layer patching: put model B's layer outputs into model A.
+
+This is what the Anchor–Adapter authors' ``path_patching_analysis.py`` computes under the name "path
+patching" (Yan et al. 2026): cache the attention and MLP outputs of the *after* model B on a prompt, then run
+(or generate from) the *before* model A with one layer's attention or MLP output replaced by B's, at the
+prompt positions only (prefill), once. Layers where this moves A's behaviour towards B's carry the change.
+Both models must share the architecture's shapes (B is typically a fine-tuned copy of A).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+
+from icml_interp.hooks import ActivationCache, act_name, wrap
+from icml_interp.patching.activation import _index_list
+from icml_interp.patching.result import Metric, PatchingResult
+
+
+def _check_models(a, b):
+    if (a.n_layers, a.d_model, a.n_heads, a.d_vocab) != (b.n_layers, b.d_model, b.n_heads, b.d_vocab):
+        raise ValueError(
+            "model_a and model_b must have the same layers, width, heads and vocabulary, got "
+            f"{(a.n_layers, a.d_model, a.n_heads, a.d_vocab)} and {(b.n_layers, b.d_model, b.n_heads, b.d_vocab)}"
+        )
+
+
+@contextmanager
+def prefill_patch(model, source: ActivationCache | dict, names: Sequence[str]):
+    """Within the context, the first forward pass whose activation at each of ``names`` has the cached shape
+    (the prefill of ``generate``) takes ``source``'s activation; later passes (decoding) are untouched."""
+    hooked = wrap(model)
+    done: set[str] = set()
+
+    def hook(act, h):
+        if h.name in done or act.shape != source[h.name].shape:
+            return None
+        done.add(h.name)
+        return source[h.name].to(act.dtype)
+
+    with hooked.hooks([(n, hook) for n in hooked.resolve(names)]):
+        yield hooked
+
+
+def cross_model_layer_patching(
+    model_a,
+    model_b,
+    input_ids: torch.Tensor,
+    metric: Metric,
+    *,
+    components: Sequence[str] = ("attn_out", "mlp_out"),
+    layers=None,
+    positions=None,
+) -> PatchingResult:
+    """Scan: run ``model_a`` with one (component, layer) output replaced by ``model_b``'s on the same input.
+
+    ``metric`` maps logits ``(n_prompts, seq, vocab)`` to a scalar; ``positions`` restricts the patch (default
+    all prompt positions). Rows carry ``effect = (patched - A) / (B - A)``: 1 means the layer's output alone
+    carries B's behaviour into A. ``clean`` is model A's metric and ``corrupt`` model B's.
+    """
+    a, b = wrap(model_a), wrap(model_b)
+    _check_models(a, b)
+    ids = a._ids(input_ids)
+    layers = list(range(a.n_layers)) if layers is None else _index_list(layers, a.n_layers, "layers")
+    positions = _index_list(positions, ids.shape[1], "positions")
+    names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
+    for name in names.values():
+        a.hook_point(name)
+    with torch.no_grad():
+        logits_b, cache_b = b.run_with_cache(ids, list(names.values()))
+        result = PatchingResult("cross-model layer patching", float(metric(a(ids))), float(metric(logits_b)))
+        for (component, layer), name in names.items():
+
+            def patch(act, hook, src=cache_b[name]):
+                if positions is None:
+                    return src
+                new = act.clone()
+                new[:, positions] = src[:, positions]
+                return new
+
+            value = metric(a.run_with_hooks(ids, [(name, patch)]))
+            result.add(float(value), component=component, layer=layer)
+    return result

@@ -1,0 +1,95 @@
+"""Perplexity split into prompt-side and answer-side tokens (Yan et al. 2026, the "perplexity paradox":
+under spurious RLVR the answer perplexity falls while prompt-side coherence degrades).
+
+For a (prompt, answer) pair the text is ``prompt + answer``; every token after the first is scored by the
+model's next-token log-probability. *Answer* tokens are those at positions ``>= len(prompt)`` (predicted from
+position ``len(prompt) - 1`` on, as in the authors' ``calculate_perplexity.py``); *prompt* tokens are positions
+``1 .. len(prompt) - 1``. Perplexities pool the token NLLs over all pairs (``exp`` of the mean token NLL, our
+choice; per-pair values are returned too).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from icml_interp.hooks import wrap
+
+
+def _as_ids(x, tokenizer, what: str, special: bool) -> list[int]:
+    if isinstance(x, str):
+        if tokenizer is None:
+            raise TypeError(f"{what} is a string: pass a tokenizer, or give token ids")
+        return list(tokenizer(x, add_special_tokens=special)["input_ids"])
+    ids = x.tolist() if isinstance(x, torch.Tensor) else list(x)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise TypeError(f"{what} must be a string or a sequence of int token ids")
+    return ids
+
+
+def token_nll(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """Next-token NLL of every token after the first: ``(batch, seq - 1)`` for ``(batch, seq)`` ids."""
+    hooked = wrap(model)
+    ids = hooked._ids(input_ids)
+    with torch.no_grad():
+        logp = torch.log_softmax(hooked(ids)[:, :-1].float(), dim=-1)
+    return -logp.gather(-1, ids[:, 1:, None])[..., 0]
+
+
+def split_perplexity(model, pairs: Sequence[tuple], tokenizer=None) -> dict:
+    """Prompt, answer and full perplexity of ``model`` on ``(prompt, answer)`` pairs (strings with a
+    ``tokenizer``, or token-id sequences; the prompt gets the tokenizer's special tokens, the answer none).
+
+    Returns ``{"prompt_ppl", "answer_ppl", "full_ppl", "items": [{"prompt_ppl", "answer_ppl",
+    "answer_nll", ...} per pair]}``.
+    """
+    hooked = wrap(model)
+    if not pairs:
+        raise ValueError("pairs must hold at least one (prompt, answer) pair")
+    sums = {"prompt": [0.0, 0], "answer": [0.0, 0]}
+    items = []
+    for j, pair in enumerate(pairs):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise TypeError(f"pairs[{j}] must be a (prompt, answer) pair, got {pair!r}")
+        prompt = _as_ids(pair[0], tokenizer, f"pairs[{j}][0]", True)
+        answer = _as_ids(pair[1], tokenizer, f"pairs[{j}][1]", False)
+        if len(prompt) < 1 or len(answer) < 1:
+            raise ValueError(f"pairs[{j}]: prompt and answer must each have at least one token")
+        nll = token_nll(hooked, torch.tensor([prompt + answer]))[0]  # (len - 1,): nll[t] scores token t + 1
+        p_nll, a_nll = nll[: len(prompt) - 1], nll[len(prompt) - 1 :]
+        item = {
+            "n_prompt_tokens": len(prompt),
+            "n_answer_tokens": len(answer),
+            "answer_nll": float(a_nll.mean()),
+            "answer_ppl": math.exp(float(a_nll.mean())),
+            "prompt_ppl": math.exp(float(p_nll.mean())) if len(p_nll) else math.nan,
+        }
+        items.append(item)
+        for side, values in (("prompt", p_nll), ("answer", a_nll)):
+            sums[side][0] += float(values.sum())
+            sums[side][1] += len(values)
+
+    def ppl(total, count):
+        return math.exp(total / count) if count else math.nan
+
+    return {
+        "prompt_ppl": ppl(*sums["prompt"]),
+        "answer_ppl": ppl(*sums["answer"]),
+        "full_ppl": ppl(sums["prompt"][0] + sums["answer"][0], sums["prompt"][1] + sums["answer"][1]),
+        "items": items,
+    }
+
+
+def split_perplexity_over_checkpoints(
+    models: Mapping[str, object] | Sequence, pairs: Sequence[tuple], tokenizer=None
+) -> list[dict]:
+    """:func:`split_perplexity` for each checkpoint (a ``{name: model}`` mapping or a list): one row per
+    checkpoint with ``checkpoint``, ``prompt_ppl``, ``answer_ppl``, ``full_ppl``."""
+    named = models.items() if isinstance(models, Mapping) else enumerate(models)
+    rows = []
+    for name, model in named:
+        result = split_perplexity(model, pairs, tokenizer)
+        rows.append({"checkpoint": name, **{k: result[k] for k in ("prompt_ppl", "answer_ppl", "full_ppl")}})
+    return rows

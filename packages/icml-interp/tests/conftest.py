@@ -1,0 +1,111 @@
+"""Tiny random models of each mapped architecture family, and a planted two-hop head circuit."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+
+def tiny_gpt2(seed: int = 0, layers: int = 2):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=256, n_positions=64, n_embd=64, n_layer=layers, n_head=4, bos_token_id=0, eos_token_id=0
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
+def tiny_neox(seed: int = 0, layers: int = 2):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(seed)
+    config = GPTNeoXConfig(
+        vocab_size=256,
+        hidden_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPTNeoXForCausalLM(config).eval()
+
+
+def tiny_qwen2(seed: int = 0, layers: int = 2):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+SENDER, RECEIVER = (0, 1), (1, 2)
+
+
+def two_hop_circuit(seed: int = 0):
+    """A 3-layer Llama whose head 0.1 (the sender) writes only into residual dims 48..55, which nothing reads
+    except the values of head 1.2 (the receiver); the receiver writes only into dims 56..63, which the
+    unembedding reads strongly. The sender's effect on the logits therefore flows through the receiver alone
+    (up to the tiny change it makes to the RMSNorm scale)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    u, w, d_head = slice(48, 56), slice(56, 64), 16
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 48:] = 0
+        for block in model.model.layers:
+            attn, mlp = block.self_attn, block.mlp
+            attn.o_proj.weight[48:] = 0  # no head writes into dims 48.. except the two below
+            for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+                proj.weight[:, u] = 0  # no head reads the sender's subspace ...
+            mlp.gate_proj.weight[:, 48:] = 0
+            mlp.up_proj.weight[:, 48:] = 0
+            mlp.down_proj.weight[48:] = 0
+        s_cols = slice(SENDER[1] * d_head, (SENDER[1] + 1) * d_head)
+        r_cols = slice(RECEIVER[1] * d_head, (RECEIVER[1] + 1) * d_head)
+        sender, receiver = model.model.layers[SENDER[0]].self_attn, model.model.layers[RECEIVER[0]].self_attn
+        sender.o_proj.weight[:, s_cols] = 0
+        sender.o_proj.weight[u, s_cols] = torch.randn(8, d_head) * 0.5
+        receiver.v_proj.weight[r_cols, u] = torch.randn(d_head, 8) * 0.5  # ... except the receiver's values
+        receiver.o_proj.weight[:, r_cols] = 0
+        receiver.o_proj.weight[w, r_cols] = torch.randn(8, d_head) * 0.5
+        model.lm_head.weight[:, :48] *= 0.1
+        model.lm_head.weight[:, u] = 0
+        model.lm_head.weight[:, w] = torch.randn(64, 8) * 0.5
+    return model
+
+
+@pytest.fixture(scope="session")
+def zoo():
+    """The factories above (test modules cannot import each other under --import-mode=importlib)."""
+    return SimpleNamespace(
+        gpt2=tiny_gpt2,
+        neox=tiny_neox,
+        qwen2=tiny_qwen2,
+        two_hop=two_hop_circuit,
+        sender=SENDER,
+        receiver=RECEIVER,
+    )

@@ -1,0 +1,208 @@
+import pytest
+import torch
+
+from icml_interp.hooks import ARCHITECTURES, HookedModel, act_name, register_architecture
+from icml_tools.assets import tiny_llama
+
+ARCHS = ["llama", "gpt2", "gpt_neox", "qwen2"]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model(request, zoo):
+    factories = {
+        "llama": lambda: tiny_llama(seed=0, layers=3),
+        "gpt2": zoo.gpt2,
+        "gpt_neox": zoo.neox,
+        "qwen2": zoo.qwen2,
+    }
+    return factories[request.param]()
+
+
+def ids(shape, seed=0):
+    return torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def all_hooks(model) -> set:
+    return {h for m in model.modules() for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())}
+
+
+def test_wrapped_logits_equal_unwrapped_exactly(model):
+    x = ids((2, 9))
+    with torch.no_grad():
+        reference = model(x).logits
+    hooked = HookedModel(model)
+    assert torch.equal(hooked(x), reference)
+    logits, cache = hooked.run_with_cache(x)
+    assert torch.equal(logits, reference)
+    assert len(cache) == len(hooked.resolve(None)) > 5 * hooked.n_layers
+
+
+def test_last_resid_post_through_the_lens_is_the_logits(model):
+    hooked = HookedModel(model)
+    x = ids((2, 7), seed=1)
+    logits, cache = hooked.run_with_cache(x)
+    torch.testing.assert_close(
+        hooked.lens(cache["resid_post", hooked.n_layers - 1]), logits, rtol=0, atol=1e-5
+    )
+    earlier = hooked.lens(cache["resid_post", hooked.n_layers - 2])
+    assert (earlier - logits).abs().max() > 1e-3  # the check above can fail
+
+
+def test_the_residual_stream_decomposes(model):
+    hooked = HookedModel(model)
+    _, c = hooked.run_with_cache(ids((1, 6), seed=2))
+    for layer in range(hooked.n_layers):
+        if hooked.parallel:  # GPT-NeoX: attention and MLP both read resid_pre
+            torch.testing.assert_close(
+                c["resid_post", layer], c["resid_pre", layer] + c["attn_out", layer] + c["mlp_out", layer]
+            )
+        else:
+            torch.testing.assert_close(c["resid_mid", layer], c["resid_pre", layer] + c["attn_out", layer])
+            torch.testing.assert_close(c["resid_post", layer], c["resid_mid", layer] + c["mlp_out", layer])
+        if layer + 1 < hooked.n_layers:
+            assert torch.equal(c["resid_post", layer], c["resid_pre", layer + 1])
+
+
+def test_keys_times_value_vectors_are_the_mlp_output(model):
+    hooked = HookedModel(model)
+    _, c = hooked.run_with_cache(ids((1, 5), seed=3))
+    for layer in range(hooked.n_layers):
+        down = hooked.model.get_submodule(
+            f"{hooked.spec.layers}.{layer}.{hooked.spec.mlp}.{hooked.spec.down}"
+        )
+        bias = down.bias if down.bias is not None else 0
+        torch.testing.assert_close(
+            c["post", layer] @ hooked.mlp_values(layer) + bias, c["mlp_out", layer], rtol=1e-4, atol=1e-5
+        )
+        assert c["post", layer].shape[-1] == hooked.d_mlp
+    assert torch.equal(
+        c["post", 0],
+        hooked.run_with_cache(ids((1, 5), seed=3), ["blocks.0.mlp.hook_key"])[1]["blocks.0.mlp.hook_key"],
+    )
+
+
+def test_per_head_hooks_have_head_shapes_and_zero_values_give_zero_z(model):
+    hooked = HookedModel(model)
+    x = ids((2, 5), seed=4)
+    _, c = hooked.run_with_cache(x)
+    assert c["z", 0].shape == (2, 5, hooked.n_heads, hooked.d_head)
+    assert c["q", 0].shape == (2, 5, hooked.n_heads, hooked.d_head)
+    assert c["v", 0].shape == (2, 5, hooked.n_kv_heads, hooked.d_head)
+    _, zc = hooked.run_with_cache(
+        x, ["blocks.0.attn.hook_z"], fwd_hooks=[("blocks.0.attn.hook_v", lambda v, h: torch.zeros_like(v))]
+    )
+    # z = pattern @ v (+ nothing): zero values give zero head outputs; GPT-2/NeoX add the value bias inside v
+    assert zc["blocks.0.attn.hook_z"].abs().max() == 0
+
+
+def test_attention_patterns_are_causal_distributions_and_eager_is_restored(model):
+    hooked = HookedModel(model)
+    before = model.config._attn_implementation
+    _, c = hooked.run_with_cache(ids((2, 6), seed=5), lambda n: n.endswith("hook_pattern"))
+    assert model.config._attn_implementation == before
+    pattern = c["pattern", 1]
+    assert pattern.shape == (2, hooked.n_heads, 6, 6)
+    torch.testing.assert_close(pattern.sum(-1), torch.ones(2, hooked.n_heads, 6))
+    assert pattern.triu(1).abs().max() == 0
+    with pytest.raises(NotImplementedError, match="read-only"):
+        hooked.run_with_hooks(ids((1, 4)), [("blocks.0.attn.hook_pattern", lambda p, h: p * 2)])
+    assert model.config._attn_implementation == before
+
+
+def test_an_intervention_changes_the_logits_and_identity_does_not(model):
+    hooked = HookedModel(model)
+    x = ids((1, 6), seed=6)
+    reference = hooked(x)
+    same = hooked.run_with_hooks(
+        x, [(lambda n: not n.endswith(("pattern", "resid_mid")), lambda a, h: a.clone())]
+    )
+    assert torch.equal(same, reference)
+    zeroed = hooked.run_with_hooks(x, [("blocks.0.hook_mlp_out", lambda a, h: torch.zeros_like(a))])
+    assert (zeroed - reference).abs().max() > 1e-4
+
+
+def test_hooks_are_removed_after_an_exception_in_a_hook_or_in_the_body(model):
+    hooked = HookedModel(model)
+    before = all_hooks(model)
+
+    def explode(act, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        hooked.run_with_hooks(
+            ids((1, 4)), [(lambda n: True, lambda a, h: None), ("blocks.1.hook_mlp_out", explode)]
+        )
+    assert all_hooks(model) == before
+    with pytest.raises(KeyError):
+        with hooked.hooks([(lambda n: "pattern" in n, lambda a, h: None)]):
+            assert len(all_hooks(model)) > len(before)
+            raise KeyError("body")
+    assert all_hooks(model) == before
+
+
+def test_generate_works_with_and_after_hooks():
+    model = tiny_llama(seed=1, layers=2)
+    hooked = HookedModel(model)
+    x = ids((1, 4), seed=7)
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    reference = model.generate(x, **kwargs)
+    calls = []
+    with hooked.hooks([("blocks.0.hook_resid_post", lambda a, h: calls.append(a.shape[1]))]):
+        assert torch.equal(hooked.generate(x, **kwargs), reference)
+    assert calls[0] == 4 and set(calls[1:]) == {1}  # prefill, then one token per step (KV cache)
+    assert torch.equal(model.generate(x, **kwargs), reference)
+
+
+def test_unknown_hook_names_list_close_matches(zoo):
+    hooked = HookedModel(tiny_llama(seed=0, layers=2))
+    with pytest.raises(ValueError, match=r"blocks\.0\.hook_resid_post"):
+        hooked.run_with_cache(ids((1, 3)), ["blocks.0.hook_resid_psot"])
+    with pytest.raises(ValueError, match=r"2 blocks \(0\.\.1\)"):
+        hooked.run_with_hooks(ids((1, 3)), [("blocks.7.hook_resid_pre", lambda a, h: None)])
+    with pytest.raises(ValueError, match="parallel"):
+        HookedModel(zoo.neox()).hook_point("blocks.0.hook_resid_mid")
+    with pytest.raises(ValueError, match="unknown short hook name"):
+        act_name("resid", 0)
+
+
+def test_bad_hook_returns_and_inputs_raise():
+    hooked = HookedModel(tiny_llama(seed=0, layers=2))
+    with pytest.raises(ValueError, match=r"returned shape \(1, 3, 5\), expected \(1, 3, 64\)"):
+        hooked.run_with_hooks(ids((1, 3)), [("blocks.0.hook_resid_pre", lambda a, h: a[..., :5])])
+    with pytest.raises(TypeError, match="None or a tensor"):
+        hooked.run_with_hooks(ids((1, 3)), [("blocks.0.hook_resid_pre", lambda a, h: 3.0)])
+    with pytest.raises(TypeError, match="pairs"):
+        hooked.run_with_hooks(ids((1, 3)), ["blocks.0.hook_resid_pre"])
+    with pytest.raises(TypeError, match="LongTensor"):
+        hooked(ids((1, 3)).float())
+    with pytest.raises(ValueError, match=r"\[0, 256\)"):
+        hooked(torch.tensor([[1, 256]]))
+    with pytest.raises(TypeError, match=r"nn\.Module"):
+        HookedModel("gpt2")
+
+
+def test_an_unmapped_architecture_says_how_to_add_it():
+    model = tiny_llama(seed=0, layers=2)
+    model.config.model_type = "my_llama"
+    with pytest.raises(
+        ValueError, match=r"'my_llama' has no hook map.*register_architecture\('my_llama', ArchSpec"
+    ):
+        HookedModel(model)
+    register_architecture("my_llama", ARCHITECTURES["llama"])
+    try:
+        assert HookedModel(model).n_layers == 2
+    finally:
+        del ARCHITECTURES["my_llama"]
+
+
+def test_smollm2_wrapped_logits_equal_unwrapped_exactly():
+    from icml_tools.assets import smollm2
+
+    model, tok = smollm2()
+    x = torch.tensor([tok("The capital of France is")["input_ids"]])
+    with torch.no_grad():
+        reference = model(x).logits
+    hooked = HookedModel(model)
+    logits, cache = hooked.run_with_cache(x, lambda n: "resid" in n)
+    assert torch.equal(logits, reference)
+    torch.testing.assert_close(hooked.lens(cache["resid_post", 29]), reference, rtol=0, atol=1e-4)

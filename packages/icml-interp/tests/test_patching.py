@@ -1,0 +1,177 @@
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from icml_interp.hooks import HookedModel
+from icml_interp.patching import (
+    activation_patching,
+    attribution_patching,
+    cross_model_layer_patching,
+    logit_diff,
+    path_patching,
+    prefill_patch,
+    run_with_patches,
+)
+from icml_tools.assets import tiny_llama
+
+
+def pair(vocab=256, shape=(2, 6), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, shape, generator=g), torch.randint(0, vocab, shape, generator=g)
+
+
+@pytest.fixture(scope="module")
+def hooked():
+    return HookedModel(tiny_llama(seed=0, layers=3))
+
+
+METRIC = logit_diff(3, 5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_patching_everything_gives_the_corrupt_logits_and_nothing_the_clean(arch, zoo):
+    model = HookedModel(tiny_llama(seed=0, layers=3) if arch == "llama" else zoo.gpt2())
+    clean, corrupt = pair()
+    clean_logits, corrupt_logits = model(clean), model(corrupt)
+    _, cache = model.run_with_cache(corrupt)
+    torch.testing.assert_close(run_with_patches(model, clean, cache), corrupt_logits, rtol=0, atol=1e-5)
+    assert torch.equal(run_with_patches(model, clean, cache, []), clean_logits)
+    assert torch.equal(run_with_patches(model, clean, cache, ["blocks.0.hook_resid_pre"]), corrupt_logits)
+    # a cut through the last block at the last position: exactly the corrupt prediction there
+    last = run_with_patches(
+        model, clean, cache, [f"blocks.{model.n_layers - 1}.hook_resid_post"], positions=[-1]
+    )
+    assert torch.equal(last[:, -1], corrupt_logits[:, -1]) and torch.equal(last[:, :-1], clean_logits[:, :-1])
+
+
+def test_scan_effects_are_normalized_and_batching_changes_nothing(hooked):
+    clean, corrupt = pair(seed=1)
+    result = activation_patching(
+        hooked, clean, corrupt, METRIC, components=("resid_pre", "z", "mlp_out"), per_head=True, batch_size=5
+    )
+    assert result.clean == pytest.approx(float(METRIC(hooked(clean))))
+    assert result.corrupt == pytest.approx(float(METRIC(hooked(corrupt))))
+    n_rows = 3 * 6 + 3 * 6 * 4 + 3 * 6  # layers x positions (x heads)
+    assert len(result.rows) == n_rows
+    _, cache = hooked.run_with_cache(corrupt)
+    names = {"resid_pre": "hook_resid_pre", "z": "attn.hook_z", "mlp_out": "hook_mlp_out"}
+    for row in result.rows[::7]:
+        logits = run_with_patches(
+            hooked,
+            clean,
+            cache,
+            [f"blocks.{row['layer']}.{names[row['component']]}"],
+            positions=row["position"],
+            heads=row["head"],
+        )
+        assert row["metric"] == pytest.approx(float(METRIC(logits)), abs=1e-5)
+        assert row["effect"] == pytest.approx(
+            (row["metric"] - result.clean) / (result.corrupt - result.clean)
+        )
+    whole = activation_patching(
+        hooked, clean, corrupt, METRIC, components=("resid_pre",), layers=[0], per_position=False
+    )
+    assert whole.rows[0]["effect"] == pytest.approx(1.0)
+    table, layers, positions = result.grid("resid_pre")
+    assert table.shape == (3, 6) and layers == [0, 1, 2] and positions == list(range(6))
+    # at the first layer only the positions whose tokens differ can matter, and the last position sees all
+    assert np.all(np.isfinite(table))
+
+
+def test_heatmap_is_written(hooked, tmp_path):
+    pytest.importorskip("matplotlib")
+    clean, corrupt = pair(seed=2)
+    result = activation_patching(hooked, clean, corrupt, METRIC, components=("resid_pre",))
+    result.heatmap("resid_pre", path=tmp_path / "scan.png")
+    assert (tmp_path / "scan.png").stat().st_size > 1000
+
+
+def test_path_patching_recovers_the_planted_two_hop_circuit(zoo):
+    model = HookedModel(zoo.two_hop())
+    clean, corrupt = pair(vocab=64, shape=(4, 8), seed=1)
+    metric = logit_diff(3, 5)
+    total = activation_patching(
+        model, clean, corrupt, metric, components=("z",), per_position=False, per_head=True
+    )
+    by_head = {(r["layer"], r["head"]): r["metric"] - total.clean for r in total.rows}
+    sender_effect = by_head[zoo.sender]
+    assert abs(sender_effect) > 0.5 * abs(total.corrupt - total.clean)  # the sender matters
+    to_receiver = path_patching(model, clean, corrupt, metric, receivers=[zoo.receiver])
+    paths = {(r["layer"], r["head"]): r["metric"] - to_receiver.clean for r in to_receiver.rows}
+    assert set(paths) == {(0, h) for h in range(4)}
+    assert paths[zoo.sender] == pytest.approx(sender_effect, rel=0.02)  # all of it flows through the receiver
+    assert max(abs(v) for k, v in paths.items() if k != zoo.sender) < 0.05 * abs(sender_effect)
+    direct = path_patching(model, clean, corrupt, metric, receivers="resid_final", senders=[zoo.sender])
+    assert abs(direct.rows[0]["metric"] - direct.clean) < 0.01 * abs(sender_effect)  # no direct path
+    others = [(layer, h) for layer in (1, 2) for h in range(4) if (layer, h) != zoo.receiver]
+    via_others = path_patching(model, clean, corrupt, metric, receivers=others, senders=[zoo.sender])
+    assert abs(via_others.rows[0]["metric"] - via_others.clean) < 0.01 * abs(sender_effect)
+    # naive activation patching of the receiver sees the sender's effect too: path patching separates them
+    assert abs(by_head[zoo.receiver]) > 0.5 * abs(sender_effect)
+
+
+def test_attribution_patching_tracks_activation_patching(hooked):
+    clean, corrupt = pair(seed=3)
+    exact = activation_patching(hooked, clean, corrupt, METRIC, components=("resid_pre", "mlp_out"))
+    approx = attribution_patching(hooked, clean, corrupt, METRIC, components=("resid_pre", "mlp_out"))
+    assert [(r["component"], r["layer"], r["position"]) for r in exact.rows] == [
+        (r["component"], r["layer"], r["position"]) for r in approx.rows
+    ]
+    a = np.array([r["effect"] for r in exact.rows])
+    b = np.array([r["effect"] for r in approx.rows])
+    assert np.corrcoef(a, b)[0, 1] > 0.6  # measured 0.77: a first-order estimate of large token swaps
+    with pytest.raises(ValueError, match="resid_mid"):
+        attribution_patching(hooked, clean, corrupt, METRIC, components=("resid_mid",))
+
+
+def test_cross_model_layer_patching_finds_the_changed_mlp():
+    model_a = tiny_llama(seed=0, layers=3)
+    model_b = copy.deepcopy(model_a)
+    with torch.no_grad():
+        model_b.model.layers[1].mlp.down_proj.weight.mul_(3.0)
+    x, _ = pair(seed=4)
+    result = cross_model_layer_patching(model_a, model_b, x, METRIC)
+    effects = {(r["component"], r["layer"]): r["effect"] for r in result.rows}
+    assert effects["mlp_out", 1] == pytest.approx(1.0, abs=1e-4)  # B's MLP output alone makes A into B
+    assert effects["mlp_out", 0] == 0 and effects["attn_out", 0] == 0 and effects["attn_out", 1] == 0
+    assert effects["mlp_out", 2] != 0  # downstream blocks see B's change too (and may overshoot it)
+
+
+def test_prefill_patch_applies_once_during_generation():
+    model_a, model_b = tiny_llama(seed=0, layers=2), tiny_llama(seed=1, layers=2)
+    x, _ = pair(seed=5, shape=(1, 5))
+    hooked_b = HookedModel(model_b)
+    _, cache = hooked_b.run_with_cache(x, ["blocks.1.hook_resid_post"])
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    seen = []
+    with prefill_patch(model_a, cache, ["blocks.1.hook_resid_post"]) as hooked_a:
+        with hooked_a.hooks([("blocks.1.hook_resid_post", lambda a, h: seen.append(a.clone()))]):
+            out = model_a.generate(x, **kwargs)
+    assert torch.equal(seen[0], cache["blocks.1.hook_resid_post"])  # the prefill was patched ...
+    assert out[0, 5] == HookedModel(model_a).lens(cache["blocks.1.hook_resid_post"])[0, -1].argmax()
+    assert all(s.shape[1] == 1 for s in seen[1:])  # ... and decoding steps ran unpatched
+
+
+def test_bad_patching_input_raises(hooked):
+    clean, corrupt = pair(seed=6)
+    _, cache = hooked.run_with_cache(corrupt[:, :4])
+    with pytest.raises(ValueError, match="shape-mismatched patch"):
+        run_with_patches(hooked, clean, cache, ["blocks.0.hook_resid_pre"])
+    with pytest.raises(ValueError, match="same shape"):
+        activation_patching(hooked, clean, corrupt[:, :4], METRIC)
+    with pytest.raises(ValueError, match="close matches"):
+        activation_patching(hooked, clean, corrupt, METRIC, components=("resid_psot",))
+    with pytest.raises(ValueError, match="read-only"):
+        activation_patching(hooked, clean, corrupt, METRIC, components=("pattern",))
+    with pytest.raises(ValueError, match="undefined"):
+        activation_patching(hooked, clean, clean, METRIC)
+    with pytest.raises(ValueError, match="upstream"):
+        path_patching(hooked, clean, corrupt, METRIC, receivers=[(1, 0)], senders=[(2, 0)])
+    with pytest.raises(ValueError, match="outside"):
+        path_patching(hooked, clean, corrupt, METRIC, receivers=[(1, 9)])
+    with pytest.raises(ValueError, match="heads= applies"):
+        run_with_patches(
+            hooked, clean, hooked.run_with_cache(corrupt)[1], ["blocks.0.hook_resid_pre"], heads=[0]
+        )
