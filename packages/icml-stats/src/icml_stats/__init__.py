@@ -1,4 +1,4 @@
-"""icml-stats: statistics from ICML 2026: conditional-coverage diagnostics (ERT), sequential CI tests, Fréchet regression.
+"""icml-stats: statistics from ICML 2026: conditional-coverage diagnostics (ERT), sequential CI tests (SKCI), Fréchet regression.
 
 ``icml_stats.coverage`` is the conditional-coverage subpackage; the marginal ``coverage`` function of
 split conformal stays at ``icml_stats.conformal.coverage`` so the two names do not collide here.
@@ -6,7 +6,7 @@ split conformal stays at ``icml_stats.conformal.coverage`` so the two names do n
 
 from importlib.metadata import version as _version
 
-from icml_stats import conformal, coverage
+from icml_stats import conformal, coverage, seqci
 from icml_stats.conformal import (
     aps_sets,
     conformal_quantile,
@@ -26,6 +26,7 @@ __all__ = [
     "cqr_interval",
     "lac_sets",
     "normalized_conformal_interval",
+    "seqci",
     "split_conformal_interval",
     *coverage.__all__,
 ]

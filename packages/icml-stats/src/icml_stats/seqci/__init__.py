@@ -1,0 +1,52 @@
+"""Sequential conditional-independence tests by betting: SKCI (He & Sutherland, ICML 2026) and the
+baselines it is compared with (e-CRT, SKIT, batch KCI), on one betting and kernel toolkit."""
+
+from icml_stats.seqci.betting import (
+    AGRAPA,
+    ONS,
+    ConstantFraction,
+    MixtureWealth,
+    SequentialTestResult,
+    SigmoidFraction,
+    WealthProcess,
+    anytime_p_value,
+    ville_threshold,
+)
+from icml_stats.seqci.datasets import CIData, gaussian_ci, sinusoidal_ci
+from icml_stats.seqci.kernels import (
+    RBF,
+    ConditionalMeanEmbedding,
+    GaussianConditional,
+    Linear,
+    krr_loo_loss,
+    loo_losses,
+    median_bandwidth,
+    select_ridge,
+)
+from icml_stats.seqci.skci import SKCI, run_ablation, shift_for
+
+__all__ = [
+    "AGRAPA",
+    "ONS",
+    "RBF",
+    "SKCI",
+    "CIData",
+    "ConditionalMeanEmbedding",
+    "ConstantFraction",
+    "GaussianConditional",
+    "Linear",
+    "MixtureWealth",
+    "SequentialTestResult",
+    "SigmoidFraction",
+    "WealthProcess",
+    "anytime_p_value",
+    "gaussian_ci",
+    "krr_loo_loss",
+    "loo_losses",
+    "median_bandwidth",
+    "run_ablation",
+    "select_ridge",
+    "shift_for",
+    "sinusoidal_ci",
+    "ville_threshold",
+]

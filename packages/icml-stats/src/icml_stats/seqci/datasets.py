@@ -1,0 +1,105 @@
+"""Seeded conditional-independence benchmarks with known conditionals.
+
+Each generator returns a :class:`CIData` with ``a (n, 1)``, ``b (n, 1)``, ``c (n, d)``, the true
+conditional mean ``a_mean = E[A | C]`` and standard deviation ``a_std`` (for the oracle Model-X mode)
+and :meth:`CIData.conditional`, a :class:`~icml_stats.seqci.kernels.GaussianConditional` of ``A | C``.
+
+* :func:`gaussian_ci` (the Gaussian CI benchmark of Shaer et al., used by SKCI):
+  ``C ~ N(0, I_d)``, ``A = C.v + N(0, 1)``, ``B = (C.u)^2 + effect * A + N(0, 1)``; ``u, v`` are drawn
+  once per ``data_seed``. H0 ``A _||_ B | C`` holds iff ``effect == 0``. Our own choice: ``u, v ~ N(0, I_d / d)``
+  (the official code draws ``N(0, I_d)``), so that ``C.u`` and ``C.v`` have variance about 1 for every ``d``
+  and the effect size means the same thing in every dimension.
+* :func:`sinusoidal_ci` (the "CI hardness" family of the SKCI code): ``C ~ N(0, I_d)``,
+  ``A = cos(C_i) + noise * e_A``, ``B = exp(C_j) + noise * e_B``, with ``(e_A, e_B)`` standard normal with
+  correlation ``r = effect * sin(freq * C_k)`` (``effect = 0``: H0). Higher ``freq`` makes the dependence
+  oscillate faster in ``C_k`` and harder to detect. The factor ``effect`` is our own addition (the
+  official code fixes ``r = sin(freq * C_k)`` under the alternative).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from icml_stats.seqci.kernels import GaussianConditional
+
+
+@dataclass(frozen=True, eq=False)
+class CIData:
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    a_mean: np.ndarray
+    a_std: float
+    mean_fn: object  # c (n, d) -> E[A | C = c] (n, 1)
+
+    def conditional(self) -> GaussianConditional:
+        """The true ``A | C`` (Gaussian), for oracle mode."""
+        return GaussianConditional(self.mean_fn, self.a_std)
+
+    def __len__(self) -> int:
+        return self.a.shape[0]
+
+
+def _check(n, d, effect, name_effect="effect"):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
+        raise ValueError(f"d must be an int >= 1, got {d!r}")
+    if isinstance(effect, bool) or not isinstance(effect, numbers.Real) or not np.isfinite(effect):
+        raise ValueError(f"{name_effect} must be a finite number, got {effect!r}")
+
+
+def gaussian_ci(n: int, d: int = 5, effect: float = 0.0, seed: int = 0, data_seed: int = 0) -> CIData:
+    """The Gaussian CI benchmark; ``seed`` draws the samples, ``data_seed`` the directions ``u, v``."""
+    _check(n, d, effect)
+    dirs = np.random.default_rng([data_seed, 7919])
+    v = dirs.standard_normal(d) / np.sqrt(d)
+    u = dirs.standard_normal(d) / np.sqrt(d)
+    rng = np.random.default_rng([seed, data_seed, 104729])
+    c = rng.standard_normal((n, d))
+    a_mean = (c @ v)[:, None]
+    a = a_mean + rng.standard_normal((n, 1))
+    b = (c @ u)[:, None] ** 2 + effect * a + rng.standard_normal((n, 1))
+
+    def mean_fn(cc):
+        return (np.asarray(cc, dtype=float) @ v)[:, None]
+
+    return CIData(a=a, b=b, c=c, a_mean=a_mean, a_std=1.0, mean_fn=mean_fn)
+
+
+def sinusoidal_ci(
+    n: int,
+    d: int = 1,
+    effect: float = 0.0,
+    freq: float = 1.0,
+    noise: float = 0.1,
+    seed: int = 0,
+    index_a: int = 0,
+    index_b: int = 0,
+    index_r: int = 0,
+) -> CIData:
+    """The sinusoidal CI-hardness family; ``index_*`` pick the coordinates of ``C`` that drive A, B and r."""
+    _check(n, d, effect)
+    if abs(effect) > 1:
+        raise ValueError(f"effect must lie in [-1, 1] (it scales a correlation), got {effect!r}")
+    for name, idx in (("index_a", index_a), ("index_b", index_b), ("index_r", index_r)):
+        if isinstance(idx, bool) or not isinstance(idx, numbers.Integral) or not 0 <= idx < d:
+            raise ValueError(f"{name} must be an int in [0, {d}), got {idx!r}")
+    if not (isinstance(noise, numbers.Real) and noise > 0):
+        raise ValueError(f"noise must be a number > 0, got {noise!r}")
+    rng = np.random.default_rng([seed, 15485863])
+    c = rng.standard_normal((n, d))
+    r = effect * np.sin(freq * c[:, index_r])
+    e_a = rng.standard_normal(n)
+    e_b = r * e_a + np.sqrt(1 - r**2) * rng.standard_normal(n)
+    a_mean = np.cos(c[:, [index_a]])
+    a = a_mean + noise * e_a[:, None]
+    b = np.exp(c[:, [index_b]]) + noise * e_b[:, None]
+
+    def mean_fn(cc):
+        return np.cos(np.asarray(cc, dtype=float)[:, [index_a]])
+
+    return CIData(a=a, b=b, c=c, a_mean=a_mean, a_std=float(noise), mean_fn=mean_fn)

@@ -1,0 +1,125 @@
+"""Kernels, closed-form LOO kernel ridge regression and (conditional) centered kernels against brute force."""
+
+import numpy as np
+import pytest
+
+from icml_stats.seqci import (
+    RBF,
+    ConditionalMeanEmbedding,
+    GaussianConditional,
+    Linear,
+    krr_loo_loss,
+    loo_losses,
+    median_bandwidth,
+    select_ridge,
+)
+
+
+def brute_force_loo(K_x, K_y, ridge):
+    """Refit without each point (same absolute ridge) and measure its squared error in feature space."""
+    n = K_x.shape[0]
+    errors = []
+    for i in range(n):
+        keep = np.arange(n) != i
+        beta = np.linalg.solve(K_x[np.ix_(keep, keep)] + ridge * np.eye(n - 1), K_x[keep, i])
+        errors.append(K_y[i, i] - 2 * beta @ K_y[keep, i] + beta @ K_y[np.ix_(keep, keep)] @ beta)
+    return float(np.mean(errors))
+
+
+@pytest.mark.parametrize("ridge", [1e-3, 0.1, 2.0])
+def test_closed_form_loo_equals_brute_force(ridge):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((30, 3)), rng.standard_normal((30, 2))
+    K_x = RBF(1.2)(x, x)
+    for K_y in (RBF(0.7)(y, y), y @ y.T):  # a conditional mean embedding, and plain vector regression
+        expected = brute_force_loo(K_x, K_y, ridge)
+        assert krr_loo_loss(K_x, K_y, ridge) == pytest.approx(expected, rel=1e-9)
+        assert loo_losses(K_x, K_y, [ridge])[0] == pytest.approx(expected, rel=1e-7)
+
+
+def test_select_ridge_picks_the_smallest_loo_loss():
+    rng = np.random.default_rng(1)
+    c = rng.uniform(-2, 2, (60, 1))
+    y = np.sin(2 * c) + 0.3 * rng.standard_normal((60, 1))
+    K_x, K_y = RBF(0.5)(c, c), y @ y.T
+    grid = (1e-5, 1e-3, 1e-1, 10.0)
+    losses = [brute_force_loo(K_x, K_y, 60 * lam) for lam in grid]
+    assert select_ridge(K_x, K_y, grid) == grid[int(np.argmin(losses))]
+    assert np.argmin(losses) not in (0, len(grid) - 1)  # the noise level puts the optimum inside the grid
+
+
+def test_centered_gram_with_linear_kernels_equals_explicit_residuals():
+    rng = np.random.default_rng(2)
+    c = rng.standard_normal((40, 3))
+    a = c @ rng.standard_normal((3, 2)) + rng.standard_normal((40, 2))
+    cme = ConditionalMeanEmbedding(Linear(), Linear(), ridge=0.05).fit(c, a)
+    coef = np.linalg.solve(c.T @ c + 40 * 0.05 * np.eye(3), c.T @ a)  # ridge regression in feature space
+    c1, a1 = rng.standard_normal((7, 3)), rng.standard_normal((7, 2))
+    c2, a2 = rng.standard_normal((5, 3)), rng.standard_normal((5, 2))
+    r1, r2 = a1 - c1 @ coef, a2 - c2 @ coef
+    np.testing.assert_allclose(cme.centered_gram(c1, a1, c2, a2), r1 @ r2.T, atol=1e-10)
+    np.testing.assert_allclose(cme.centered_gram(c1, a1), r1 @ r1.T, atol=1e-10)
+    np.testing.assert_allclose(cme.predict_mean(c1), c1 @ coef, atol=1e-10)
+
+
+def test_rbf_centered_gram_is_a_gram_matrix():
+    rng = np.random.default_rng(3)
+    c = rng.standard_normal((50, 2))
+    a = np.cos(c[:, :1]) + 0.2 * rng.standard_normal((50, 1))
+    cme = ConditionalMeanEmbedding(random_state=0).fit(c, a)
+    K = cme.centered_gram(c[:20], a[:20])
+    np.testing.assert_allclose(K, K.T, atol=1e-12)
+    assert np.linalg.eigvalsh(K).min() > -1e-10
+
+
+def test_gaussian_embedding_matches_monte_carlo():
+    rng = np.random.default_rng(4)
+    v = np.array([0.5, -1.0])
+    cond = GaussianConditional(lambda c: c @ v, 0.7)
+    c, a, k = rng.standard_normal((3, 2)), rng.standard_normal((3, 1)), RBF(0.9)
+    exact = cond.centered_gram(k, c, a, c, a)
+    draws = 200_000
+    s1 = (c @ v)[:, None] + 0.7 * rng.standard_normal((3, draws))  # A | c_u
+    s2 = (c @ v)[:, None] + 0.7 * rng.standard_normal((3, draws))  # an independent copy
+
+    def kern(x, y):
+        return np.exp(-((x - y) ** 2) / (2 * 0.81))
+
+    mc = np.array(
+        [
+            [
+                kern(a[u, 0], a[w, 0])
+                - kern(a[u, 0], s1[w]).mean()
+                - kern(s1[u], a[w, 0]).mean()
+                + kern(s1[u], s2[w]).mean()
+                for w in range(3)
+            ]
+            for u in range(3)
+        ]
+    )
+    np.testing.assert_allclose(exact, mc, atol=0.01)
+
+
+def test_median_bandwidth():
+    assert median_bandwidth(np.array([0.0, 1.0, 3.0])) == pytest.approx(2.0)  # distances 1, 2, 3
+    assert median_bandwidth(np.zeros((5, 2))) == 1.0  # constant data falls back to 1
+
+
+def test_bad_inputs():
+    K = np.eye(3)
+    with pytest.raises(ValueError, match="ridge"):
+        krr_loo_loss(K, K, 0.0)
+    with pytest.raises(ValueError, match="K_x"):
+        krr_loo_loss(np.ones((3, 2)), K, 1.0)
+    with pytest.raises(ValueError, match="K_y"):
+        krr_loo_loss(K, np.eye(4), 1.0)
+    with pytest.raises(ValueError, match="c must not contain NaN"):
+        ConditionalMeanEmbedding().fit(np.array([[np.nan], [1.0]]), np.ones(2))
+    with pytest.raises(ValueError, match="y must have one row per sample"):
+        ConditionalMeanEmbedding().fit(np.ones((4, 1)), np.ones(3))
+    with pytest.raises(ValueError, match="bandwidth"):
+        RBF(-1.0)
+    with pytest.raises(ValueError, match="std"):
+        GaussianConditional(lambda c: c, -1.0)
+    with pytest.raises(TypeError, match="mean"):
+        GaussianConditional(3.0, 1.0)

@@ -1,0 +1,149 @@
+"""SKCI: streaming API, ablation sharing, modes, behaviour after rejection, bounded memory, bad input."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from icml_stats.seqci import SKCI, gaussian_ci, run_ablation, shift_for
+from icml_stats.seqci.betting import SequentialTestResult
+
+SMALL = {"max_past": 120, "n_anchors": 40, "warmup": 40}
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():  # small matrices: several BLAS threads only fight over busy cores
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def test_shift_solves_its_equation():
+    from scipy.stats import norm
+
+    assert shift_for(0.0) == 0.0
+    previous = 0.0
+    for sigma in (0.3, 0.5, 1.0, 2.0):
+        g = shift_for(sigma)
+        assert g == pytest.approx(sigma * norm.cdf((g - 1) / sigma), abs=1e-9)
+        assert g > previous  # a noisier payoff pays a larger premium
+        previous = g
+
+
+def test_update_returns_the_state_and_run_streams_batches():
+    d = gaussian_ci(200, 3, 1.0, seed=0)
+    test = SKCI(random_state=0, **SMALL)
+    state = test.update(d.a[:20], d.b[:20], d.c[:20])
+    assert isinstance(state, SequentialTestResult) and state.wealth.size == 0  # warm-up: no bet yet
+    test.update(d.a[20:40], d.b[20:40], d.c[20:40])
+    state = test.update(d.a[40:60], d.b[40:60], d.c[40:60])
+    assert state.wealth.size == 1 and list(state.n_seen) == [60] and test.n_seen == 60
+    whole = SKCI(random_state=0, **SMALL).run(d.a, d.b, d.c, batch_size=20)
+    assert list(whole.n_seen) == list(range(60, 201, 20))
+    np.testing.assert_allclose(whole.wealth[:1], state.wealth)
+    assert set(whole.info) == {"gamma", "normalizer", "raw_payoff", "c_bandwidth"}
+    assert all(len(v) == whole.wealth.size for v in whole.info.values())
+
+
+def test_ablation_shares_kernels_without_changing_results():
+    d = gaussian_ci(160, 3, 0.5, seed=1)
+    variants = {
+        "skci": {},
+        "no shift": {"shift": False},
+        "no norm": {"normalize": False},
+        "oracle": {"model_x": "oracle"},
+    }
+    shared = run_ablation(d.a, d.b, d.c, variants, conditional=d.conditional(), random_state=3, **SMALL)
+    for name, over in variants.items():
+        alone = SKCI(conditional=d.conditional(), random_state=3, **SMALL, **over).run(d.a, d.b, d.c)
+        np.testing.assert_allclose(shared[name].wealth, alone.wealth, rtol=1e-12)
+    assert all(g == 0.0 for g in shared["no shift"].info["gamma"])
+    assert all(v == 1.0 for v in shared["no norm"].info["normalizer"])
+    with pytest.raises(ValueError, match="may only override"):
+        run_ablation(d.a, d.b, d.c, {"x": {"alpha": 0.1}})
+
+
+def test_strong_dependence_is_detected_in_every_mode():
+    d = gaussian_ci(400, 3, 1.0, seed=2)
+    pre = gaussian_ci(300, 3, 0.0, seed=99)  # the same directions (data_seed), fresh samples
+    for kwargs in (
+        {},
+        {"model_x": "oracle", "conditional": d.conditional()},
+        {"model_x": "pretrained", "pretrain": (pre.a, pre.c)},
+        {"betting": "ons"},
+    ):
+        res = SKCI(random_state=0, **SMALL, **kwargs).run(d.a, d.b, d.c)
+        assert res.rejected and res.stopping_time <= 400 and res.p_value <= 0.05, kwargs
+
+
+def test_rejection_is_final_but_the_stream_may_continue():
+    d = gaussian_ci(400, 3, 1.0, seed=2)
+    test = SKCI(random_state=0, **SMALL)
+    first = test.run(d.a[:200], d.b[:200], d.c[:200])
+    assert first.rejected
+    later = test.run(d.a[200:], d.b[200:], d.c[200:])
+    assert later.rejected and later.stopping_time == first.stopping_time
+    assert later.wealth.size > first.wealth.size  # the wealth keeps being reported
+
+
+def traced_peak(test, data, start, stop, batch):
+    """tracemalloc's peak (bytes) over the updates of ``data[start:stop]`` (tracing only these: it is slow)."""
+    tracemalloc.start()
+    for i in range(start, stop, batch):
+        test.update(data.a[i : i + batch], data.b[i : i + batch], data.c[i : i + batch])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def test_memory_and_past_stay_bounded_on_a_long_stream():
+    d = gaussian_ci(10_000, 3, 0.0, seed=3)
+    test = SKCI(max_past=100, n_anchors=32, warmup=40, random_state=0)
+    test.run(d.a[:1000], d.b[:1000], d.c[:1000], batch_size=50)
+    early = traced_peak(test, d, 1000, 1500, 50)
+    test.run(d.a[1500:9500], d.b[1500:9500], d.c[1500:9500], batch_size=50)
+    late = traced_peak(test, d, 9500, 10_000, 50)
+    res = test.result()
+    assert test.n_seen == 10_000 and test._past[0].shape[0] == 100 and res.wealth.size == 199
+    assert late < 1.2 * early + 1e5 and late < 5e6  # no growth with the stream's length
+
+
+def test_bad_input():
+    d = gaussian_ci(60, 3, 0.0, seed=0)
+    test = SKCI(**SMALL)
+    with pytest.raises(ValueError, match="b must have one row per sample"):
+        test.update(d.a[:20], d.b[:19], d.c[:20])
+    bad = d.a[:20].copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="a must not contain NaN"):
+        test.update(bad, d.b[:20], d.c[:20])
+    test.update(d.a[:20], d.b[:20], d.c[:20])
+    with pytest.raises(ValueError, match="c_batch must have 3 columns"):
+        test.update(d.a[:20], d.b[:20], d.c[:20, :2])
+    for alpha in (0.0, 1.0, -0.5, 2.0):
+        with pytest.raises(ValueError, match="alpha"):
+            SKCI(alpha=alpha)
+    with pytest.raises(ValueError, match="conditional"):
+        SKCI(model_x="oracle")
+    with pytest.raises(ValueError, match="pretrain"):
+        SKCI(model_x="pretrained")
+    with pytest.raises(ValueError, match="model_x"):
+        SKCI(model_x="exact")
+    with pytest.raises(ValueError, match="warmup"):
+        SKCI(max_past=50, warmup=60)
+    with pytest.raises(ValueError, match="betting"):
+        SKCI(betting="kelly")
+    with pytest.raises(TypeError, match="batch_size"):
+        SKCI().run(d.a, d.b, d.c, batch_size=2.5)
+
+
+@pytest.mark.slow
+def test_default_skci_on_ten_thousand_samples_stays_bounded():
+    d = gaussian_ci(10_000, 5, 0.0, seed=4)
+    test = SKCI(random_state=0)
+    test.run(d.a[:1000], d.b[:1000], d.c[:1000])
+    early = traced_peak(test, d, 1000, 1200, 20)
+    test.run(d.a[1200:9800], d.b[1200:9800], d.c[1200:9800])
+    late = traced_peak(test, d, 9800, 10_000, 20)
+    assert test._past[0].shape[0] == test.max_past and test.result().wealth.size == 498
+    assert late < 1.2 * early + 1e5 and late < 50e6
