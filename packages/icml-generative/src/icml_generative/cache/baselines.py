@@ -1,0 +1,105 @@
+"""Helpers for running diffusers' own caches beside ours: MagCache's calibration and a compute counter.
+
+diffusers' First-Block Cache (``apply_first_block_cache``) and MagCache (``apply_mag_cache``) work on
+any transformer whose block class is in diffusers' ``TransformerBlockRegistry`` (Wan's is). MagCache
+needs per-model magnitude ratios; diffusers' ``calibrate=True`` mode prints them, and
+:func:`calibrate_mag_ratios` computes the same quantity (the mean over tokens of
+``‖r_t‖ / ‖r_{t−1}‖`` for the block stack's residual ``r``, 1 at the first step) and returns it.
+:func:`count_block_forwards` counts the transformer blocks actually evaluated, so that every method's
+cost is measured the same way (a First-Block-Cache skip still runs its first block).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from contextlib import contextmanager
+
+import torch
+
+from icml_generative.cache.hooks import find_transformer_blocks
+
+
+def calibrate_mag_ratios(
+    model: torch.nn.Module, run: Callable[[], object], num_inference_steps: int, calls_per_step: int = 1
+) -> list[float]:
+    """MagCache's magnitude ratios for ``model``, averaged over the sampling runs that ``run()`` performs.
+
+    ``run`` must call the model ``calls_per_step`` times per step (2 with CFG; the first call of each
+    step is used) for a whole number of runs of ``num_inference_steps`` steps, with no cache applied.
+    """
+    blocks = find_transformer_blocks(model, "calibrate_mag_ratios")
+    if not isinstance(num_inference_steps, int) or num_inference_steps < 2:
+        raise ValueError(f"num_inference_steps must be an integer >= 2, got {num_inference_steps!r}")
+    if calls_per_step not in (1, 2):
+        raise ValueError(f"calls_per_step must be 1 or 2, got {calls_per_step!r}")
+    inputs, residuals = [], []
+
+    def pre(module, args, kwargs):
+        inputs.append(kwargs.get("hidden_states", args[0] if args else None))
+
+    def post(module, args, kwargs, output):
+        out = output[0] if isinstance(output, tuple) else output
+        residuals.append((out - inputs[-1]).float())
+
+    handles = [
+        blocks[0][1].register_forward_pre_hook(pre, with_kwargs=True),
+        blocks[-1][1].register_forward_hook(post, with_kwargs=True),
+    ]
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    used = residuals[::calls_per_step]
+    if not used or len(used) % num_inference_steps:
+        raise ValueError(
+            f"run() made {len(used)} calls per context, not a multiple of {num_inference_steps} steps"
+        )
+    runs = torch.stack(
+        [
+            torch.tensor(_ratios(used[i : i + num_inference_steps]))
+            for i in range(0, len(used), num_inference_steps)
+        ]
+    )
+    return runs.mean(0).tolist()
+
+
+def _ratios(residuals: list[torch.Tensor]) -> list[float]:
+    out = [1.0]
+    for prev, cur in itertools.pairwise(residuals):
+        out.append((cur.norm(dim=-1) / (prev.norm(dim=-1) + 1e-8)).mean().item())
+    return out
+
+
+class BlockCounter:
+    """Counts evaluated transformer blocks; ``full_forwards`` divides by the number of blocks."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.blocks = 0
+
+    @property
+    def full_forwards(self) -> float:
+        return self.blocks / self.num_blocks
+
+
+@contextmanager
+def count_block_forwards(model: torch.nn.Module):
+    """Count the blocks of ``model`` that really run (a hook on the first ``Linear`` inside each block, which a
+    skipped block never reaches), whatever cache is applied."""
+    blocks = find_transformer_blocks(model, "count_block_forwards")
+    counter = BlockCounter(len(blocks))
+    handles = []
+    for name, block in blocks:
+        linear = next((m for m in block.modules() if isinstance(m, torch.nn.Linear)), None)
+        if linear is None:
+            raise ValueError(f"count_block_forwards: block {name} has no torch.nn.Linear to count")
+        handles.append(
+            linear.register_forward_pre_hook(lambda *_: setattr(counter, "blocks", counter.blocks + 1))
+        )
+    try:
+        yield counter
+    finally:
+        for h in handles:
+            h.remove()

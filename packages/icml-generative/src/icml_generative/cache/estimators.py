@@ -1,0 +1,142 @@
+"""Estimators of the ratio ``k`` between a block stack's output change and its input change.
+
+All three see the same measurements ``z = mean|Δout| / mean|Δin|`` over the interval between two computed
+steps and predict the ratio for a later step:
+
+- :class:`InstantRatio`: ``k = z``, the last measurement, unfiltered (EasyCache's transformation rate).
+- :class:`RatioKalman`: NaviCache's released estimator: a one-dimensional random-walk Kalman filter with
+  constant process noise ``Q`` and measurement noise ``R``; each measurement of the alignment phase
+  re-initialises it (``k = z``, ``P = 1``).
+- :class:`RatioDriftKalman`: the abstract's dual-state estimator (ratio and its drift per step) with a
+  time-dependent process-noise schedule. **Our reconstruction**: the paper's text was not available and
+  the released code has only the scalar filter. State ``[k, ḱ]``, transition ``[[1, Δ], [0, 1]]`` over
+  ``Δ`` steps, ``H = [1, 0]``, process noise ``diag(q_k, q_d)·g(σ)·Δ`` with ``g(σ) = 0.1 + 0.9·σ`` (more
+  uncertainty early in sampling, when σ is large), prediction ``k + ḱ·Δ``. The alignment phase fixes the
+  initial ratio (last measurement) and drift (least-squares slope of the alignment measurements).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _check_positive(name: str, value: float) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+class InstantRatio:
+    """The last measured ratio, unfiltered (EasyCache)."""
+
+    def __init__(self) -> None:
+        self.k: float | None = None
+
+    def reset(self) -> None:
+        self.k = None
+
+    def align(self, z: float, step: int) -> None:
+        self.k = z
+
+    def update(self, z: float, step: int, sigma: float) -> None:
+        self.k = z
+
+    def predict(self, steps_ahead: int) -> float:
+        return self.k
+
+
+class RatioKalman:
+    """One-dimensional Kalman filter on the ratio with a random-walk model (NaviCache's release).
+
+    ``update``: ``P ← P + Q``, ``K = P / (P + R)``, ``k ← k + K (z − k)``, ``P ← (1 − K) P``.
+    """
+
+    def __init__(self, process_noise: float = 0.05, measurement_noise: float = 0.05) -> None:
+        self.q = _check_positive("process_noise", process_noise)
+        self.r = _check_positive("measurement_noise", measurement_noise)
+        self.reset()
+
+    def reset(self) -> None:
+        self.k: float | None = None
+        self.p = 1.0
+
+    def align(self, z: float, step: int) -> None:
+        self.k, self.p = z, 1.0
+
+    def update(self, z: float, step: int, sigma: float) -> None:
+        if self.k is None:
+            self.align(z, step)
+            return
+        self.p += self.q
+        gain = self.p / (self.p + self.r)
+        self.k += gain * (z - self.k)
+        self.p *= 1.0 - gain
+
+    def predict(self, steps_ahead: int) -> float:
+        return self.k
+
+
+class RatioDriftKalman:
+    """Two-state ``[ratio, drift]`` Kalman filter with a σ-dependent process noise (our reconstruction)."""
+
+    def __init__(
+        self, process_noise: float = 0.05, measurement_noise: float = 0.05, drift_noise: float = 0.005
+    ) -> None:
+        self.q = _check_positive("process_noise", process_noise)
+        self.r = _check_positive("measurement_noise", measurement_noise)
+        self.qd = _check_positive("drift_noise", drift_noise)
+        self.reset()
+
+    def reset(self) -> None:
+        self.k: float | None = None
+        self.d = 0.0
+        self.p = [[1.0, 0.0], [0.0, self.qd]]  # covariance of (k, d)
+        self.last_step: int | None = None
+        self._aligned: list[tuple[int, float]] = []
+
+    @staticmethod
+    def schedule(sigma: float) -> float:
+        """g(σ): the process noise multiplier, 1 at σ = 1 falling to 0.1 at σ = 0."""
+        return 0.1 + 0.9 * min(max(sigma, 0.0), 1.0)
+
+    def align(self, z: float, step: int) -> None:
+        self._aligned.append((step, z))
+        n = len(self._aligned)
+        if n >= 2:  # least-squares slope of the alignment measurements against the step index
+            ms = sum(s for s, _ in self._aligned) / n
+            mz = sum(v for _, v in self._aligned) / n
+            var = sum((s - ms) ** 2 for s, _ in self._aligned)
+            self.d = sum((s - ms) * (v - mz) for s, v in self._aligned) / var if var > 0 else 0.0
+        self.k, self.last_step = z, step
+        self.p = [[1.0, 0.0], [0.0, self.qd]]
+
+    def update(self, z: float, step: int, sigma: float) -> None:
+        if self.k is None:
+            self.align(z, step)
+            return
+        dt = max(step - self.last_step, 1)
+        g = self.schedule(sigma) * dt
+        (p00, p01), (p10, p11) = self.p
+        # predict: x <- F x, P <- F P F^T + Q
+        k_pred = self.k + self.d * dt
+        p00, p01, p10, p11 = (
+            p00 + dt * (p10 + p01) + dt * dt * p11 + self.q * g,
+            p01 + dt * p11,
+            p10 + dt * p11,
+            p11 + self.qd * g,
+        )
+        # measurement update with H = [1, 0]
+        s = p00 + self.r
+        g0, g1 = p00 / s, p10 / s
+        innovation = z - k_pred
+        self.k, self.d = k_pred + g0 * innovation, self.d + g1 * innovation
+        self.p = [[(1 - g0) * p00, (1 - g0) * p01], [p10 - g1 * p00, p11 - g1 * p01]]
+        self.last_step = step
+
+    def predict(self, steps_ahead: int) -> float:
+        return self.k + self.d * steps_ahead

@@ -1,0 +1,442 @@
+"""Whole-stack residual caching on diffusers' hook machinery, shared by NaviCache, EasyCache and TeaCache.
+
+One decision per denoising step: compute the transformer's block stack, or skip it and return
+``x + r``, the stack's input plus the residual ``r = out − x`` cached at the last computed step. The
+head block's hook decides, the other blocks pass their input through when skipping, the tail block's hook
+stores the new residual and feeds the policy its measurement when computing.
+
+Per-context state (diffusers' :class:`~diffusers.hooks.hooks.StateManager`): every cache context ("cond",
+"uncond", ...) keeps its own residual and inputs. The first context seen at step 0 of a run leads: it
+makes the decision of each step, which the other contexts of that step reuse (the released NaviCache
+logic), and only its measurements update the estimator. The first ``alignment_steps`` steps and the last
+step are always computed. A step counter per context is used when the context carries no ``step_index``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+
+import torch
+from diffusers.hooks import HookRegistry, ModelHook
+from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
+from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+from diffusers.hooks.hooks import BaseState, StateManager
+
+HEAD_HOOK = "icml_stack_cache_head"
+BLOCK_HOOK = "icml_stack_cache_block"
+NO_CONTEXT_MESSAGE = (
+    "{method}: no cache context is set. Wrap every transformer call in a named context, e.g. "
+    "`with transformer.cache_context('cond'):` on a diffusers model (diffusers pipelines do this), or "
+    "`with icml_generative.cache.cache_context(model, 'cond'):` for any module."
+)
+
+
+@dataclass
+class StepRecord:
+    """One step of the leading context: whether it was computed, and the predicted and measured change.
+
+    ``predicted``: the policy's estimate of ``mean|out_t − out_c| / mean|out_c|`` (``c``: the last computed
+    step) made before deciding; NaN on forced steps. ``measured``: the true value, known on computed steps.
+    ``ratio``: the estimator's ratio used for the decision (NaN where none).
+    """
+
+    step: int
+    computed: bool
+    forced: bool
+    predicted: float = math.nan
+    measured: float = math.nan
+    ratio: float = math.nan
+
+
+@dataclass
+class CacheStats:
+    """Statistics of the latest run (reset at step 0 of each run)."""
+
+    num_inference_steps: int | None = None
+    records: list[StepRecord] = field(default_factory=list)
+    full_forwards: dict[str, int] = field(default_factory=dict)  # per context
+    calibration: list[tuple[float, float]] = field(default_factory=list)  # (input change, output change)
+
+    @property
+    def steps_computed(self) -> int:
+        return sum(r.computed for r in self.records)
+
+    @property
+    def steps_skipped(self) -> int:
+        return sum(not r.computed for r in self.records)
+
+    @property
+    def computed_steps(self) -> list[int]:
+        return [r.step for r in self.records if r.computed]
+
+    def as_dict(self) -> dict:
+        return {
+            "num_inference_steps": self.num_inference_steps,
+            "steps_computed": self.steps_computed,
+            "steps_skipped": self.steps_skipped,
+            "full_forwards": dict(self.full_forwards),
+            "records": [vars(r).copy() for r in self.records],
+        }
+
+
+class _ContextState(BaseState):
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.run = -1
+        self.calls = 0
+        self.step = -1
+        self.skip = False
+        self.head_input: torch.Tensor | None = None  # the block stack's input at this step
+        self.x_prev: torch.Tensor | None = None  # the stack's input at the previous step
+        self.x_last: torch.Tensor | None = None  # the stack's input at the last computed step
+        self.out_last: torch.Tensor | None = None  # the stack's output at the last computed step
+        self.residual: torch.Tensor | None = None  # out_last - x_last
+        self.last_compute_step = -1
+
+
+class _SharedState:
+    """State shared by all contexts of a run: the leader, the decisions, the policy, the statistics."""
+
+    def __init__(self) -> None:
+        self.run = 0
+        self.leader: str | None = None
+        self.decisions: dict[int, bool] = {}
+        self.sigma = 1.0  # of the leading context's current step (1 - step / n when the context has none)
+        self.aligning = False
+        self.stats = CacheStats()
+
+
+def _mean_abs(t: torch.Tensor) -> float:
+    return t.float().abs().mean().item()
+
+
+class StackPolicy:
+    """What a caching method decides. Subclasses set ``name`` and implement ``predict``/``measure``."""
+
+    name = "stack cache"
+
+    def __init__(
+        self,
+        threshold: float,
+        alignment_steps: int | None,
+        num_inference_steps: int | None,
+        calibrate: bool = False,
+    ) -> None:
+        self.threshold = threshold
+        self.alignment_steps = alignment_steps
+        self.num_inference_steps = num_inference_steps
+        self.calibrate = calibrate
+
+    def reset(self) -> None:
+        """Forget everything learned in the previous run."""
+
+    def start_step(self, ctx: _ContextState, x: torch.Tensor, step: int, block, args, kwargs) -> None:
+        """Called on every step of the leading context before the decision."""
+
+    def predict(self, ctx: _ContextState, x: torch.Tensor, step: int) -> tuple[float, float]:
+        """Return ``(accumulated predicted relative output change, ratio used)``; skip if below threshold."""
+        raise NotImplementedError
+
+    def on_compute(self) -> None:
+        """The step was computed: reset accumulated error."""
+
+    def measure(
+        self, ctx: _ContextState, x: torch.Tensor, out: torch.Tensor, step: int, aligning: bool, sigma: float
+    ) -> None:
+        """Feed the measurement of a computed step (called before ``ctx`` is updated)."""
+
+
+def _signature_index(cls: type, name: str) -> int | None:
+    params = list(inspect.signature(cls.forward).parameters)[1:]
+    return params.index(name) if name in params else None
+
+
+class _BlockIO:
+    """Where a block takes and returns its hidden states (diffusers' block registry, or the defaults)."""
+
+    def __init__(self, block: torch.nn.Module) -> None:
+        try:
+            meta = TransformerBlockRegistry.get(block.__class__)
+        except ValueError:
+            meta = TransformerBlockMetadata(return_hidden_states_index=0)
+        self.out_index = meta.return_hidden_states_index or 0
+        self.enc_out_index = meta.return_encoder_hidden_states_index
+        self.name = meta.hidden_states_argument_name
+        self.enc_name = meta.encoder_hidden_states_argument_name
+        self.index = _signature_index(block.__class__, self.name)
+        self.enc_index = _signature_index(block.__class__, self.enc_name)
+        if self.index is None:
+            self.index = 0
+
+    def hidden(self, args, kwargs) -> torch.Tensor:
+        return kwargs[self.name] if self.name in kwargs else args[self.index]
+
+    def encoder(self, args, kwargs):
+        if self.enc_name in kwargs:
+            return kwargs[self.enc_name]
+        return args[self.enc_index] if self.enc_index is not None and self.enc_index < len(args) else None
+
+    def output_hidden(self, output) -> torch.Tensor:
+        return output[self.out_index] if isinstance(output, (tuple, list)) else output
+
+    def passthrough(self, hidden: torch.Tensor, args, kwargs):
+        """The block's output when it is skipped: ``hidden`` (and the encoder states unchanged)."""
+        if self.enc_out_index is None:
+            return hidden
+        out = [None] * (max(self.out_index, self.enc_out_index) + 1)
+        out[self.out_index] = hidden
+        out[self.enc_out_index] = self.encoder(args, kwargs)
+        return tuple(out)
+
+
+class _ModelIO:
+    """The whole model as the cached unit (the released NaviCache code): its ``hidden_states`` input and its
+    sample output, returned in the container (tensor, tuple or ``ModelOutput``) of the last computed call."""
+
+    name = "hidden_states"
+
+    def __init__(self) -> None:
+        self._wrap = None
+
+    def hidden(self, args, kwargs) -> torch.Tensor:
+        return kwargs[self.name] if self.name in kwargs else args[0]
+
+    def output_hidden(self, output) -> torch.Tensor:
+        if isinstance(output, torch.Tensor):
+            self._wrap = lambda t: t
+            return output
+        if isinstance(output, tuple):
+            rest = output[1:]
+            self._wrap = lambda t: (t, *rest)
+            return output[0]
+        if hasattr(output, "sample"):
+            cls = type(output)
+            self._wrap = lambda t: cls(sample=t)
+            return output.sample
+        raise TypeError(f"cannot cache a model output of type {type(output).__name__}")
+
+    def passthrough(self, hidden: torch.Tensor, args, kwargs):
+        return self._wrap(hidden)
+
+
+class StackCacheHook(ModelHook):
+    """The hook on each block of the stack; the head decides, the tail stores, the others pass through."""
+
+    _is_stateful = True
+
+    def __init__(
+        self,
+        policy: StackPolicy,
+        state_manager: StateManager,
+        shared: _SharedState,
+        is_head: bool,
+        is_tail: bool,
+        io=None,
+    ) -> None:
+        super().__init__()
+        self.policy = policy
+        self.state_manager = state_manager
+        self.shared = shared
+        self.is_head = is_head
+        self.is_tail = is_tail
+        self.io = io
+        self._runs = 0
+
+    def initialize_hook(self, module):
+        if self.io is None:
+            self.io = _BlockIO(module)
+        return module
+
+    def reset_state(self, module):
+        # diffusers pipelines reset stateful hooks after each call: keep the last run's statistics
+        if self.is_head:
+            stats = self.shared.stats
+            self.state_manager.reset()
+            self.shared.__init__()
+            self.shared.stats = stats
+            self.policy.reset()
+        return module
+
+    # -- bookkeeping (plain Python on floats: excluded from torch.compile graphs) -----------------------
+    def _context(self):
+        context = self.state_manager._context
+        if context is None:
+            raise RuntimeError(NO_CONTEXT_MESSAGE.format(method=self.policy.name))
+        return context
+
+    @torch.compiler.disable
+    def _begin_step(self, module, x: torch.Tensor, args, kwargs) -> bool:
+        """Run by the head: find the step, make or reuse the decision; return True to skip."""
+        context = self._context()
+        ctx: _ContextState = self.state_manager.get_state()
+        shared, policy = self.shared, self.policy
+        n = context.num_inference_steps or policy.num_inference_steps
+        if n is None:
+            raise ValueError(
+                f"{policy.name}: the number of inference steps is unknown; pass num_inference_steps "
+                "in the config or in the cache context (diffusers pipelines set it)"
+            )
+        align = policy.alignment_steps if policy.alignment_steps is not None else math.ceil(0.2 * n)
+        if align >= n:
+            raise ValueError(
+                f"{policy.name}: alignment_steps ({align}) must be smaller than the number of "
+                f"inference steps ({n})"
+            )
+        step = context.step_index if context.step_index is not None else ctx.calls % n
+        ctx.calls += 1
+        leading = shared.leader is None or shared.leader == context.name
+        if leading and step == 0:  # a new run: forget the previous one
+            self._runs += 1
+            shared.__init__()
+            shared.run = self._runs
+            shared.leader = context.name
+            shared.stats.num_inference_steps = n
+            policy.reset()
+        if ctx.run != shared.run:
+            ctx.reset()
+            ctx.run = shared.run
+        ctx.step = step
+        if leading:
+            shared.sigma = context.sigma if context.sigma is not None else 1.0 - step / n
+            shared.aligning = step < align
+            if step in shared.decisions:
+                raise RuntimeError(
+                    f"{policy.name}: context {context.name!r} ran step {step} twice; reset the cache "
+                    "(HookRegistry.reset_stateful_hooks) before a new run"
+                )
+            policy.start_step(ctx, x, step, module, args, kwargs)
+            forced = step < align or step == n - 1 or ctx.residual is None or policy.calibrate
+            record = StepRecord(step=step, computed=True, forced=forced)
+            skip = False
+            if not forced:
+                record.predicted, record.ratio = policy.predict(ctx, x, step)
+                skip = record.predicted < policy.threshold
+            if not skip:
+                policy.on_compute()
+            record.computed = not skip
+            shared.decisions[step] = skip
+            shared.stats.records.append(record)
+        else:
+            if step not in shared.decisions:
+                raise RuntimeError(
+                    f"{policy.name}: context {context.name!r} ran step {step} before the leading context "
+                    f"{shared.leader!r} did; each step must call the leading context first, then the others "
+                    "(e.g. 'cond' then 'uncond')"
+                )
+            skip = shared.decisions[step] and ctx.residual is not None
+        ctx.x_prev = x
+        ctx.skip = skip
+        ctx.head_input = x
+        if not skip:
+            shared.stats.full_forwards[context.name] = shared.stats.full_forwards.get(context.name, 0) + 1
+        return skip
+
+    @torch.compiler.disable
+    def _end_step(self, out: torch.Tensor) -> None:
+        """Run by the tail after a computed step: measure, store the residual."""
+        context = self._context()
+        ctx: _ContextState = self.state_manager.get_state()
+        x = ctx.head_input
+        if out.shape != x.shape:
+            raise ValueError(
+                f"{self.policy.name} caches the block stack's residual and needs its output shape "
+                f"{tuple(out.shape)} to equal its input shape {tuple(x.shape)}"
+            )
+        if context.name == self.shared.leader:
+            record = self.shared.stats.records[-1]
+            if ctx.out_last is not None:
+                record.measured = _mean_abs(out - ctx.out_last) / (_mean_abs(ctx.out_last) + 1e-12)
+                self.policy.measure(ctx, x, out, ctx.step, self.shared.aligning, self.shared.sigma)
+        ctx.residual = out - x
+        ctx.out_last = out
+        ctx.x_last = x
+        ctx.last_compute_step = ctx.step
+
+    # -- the forward -------------------------------------------------------------------------------------
+    def new_forward(self, module: torch.nn.Module, *args, **kwargs):
+        hidden = self.io.hidden(args, kwargs)
+        if self.is_head:
+            if self._begin_step(module, hidden, args, kwargs):
+                return self.io.passthrough(hidden + self.state_manager.get_state().residual, args, kwargs)
+        elif self.state_manager.get_state().skip:
+            return self.io.passthrough(hidden, args, kwargs)
+        output = self.fn_ref.original_forward(*args, **kwargs)
+        if self.is_tail:
+            self._end_step(self.io.output_hidden(output))
+        return output
+
+
+def find_transformer_blocks(module: torch.nn.Module, method: str) -> list[tuple[str, torch.nn.Module]]:
+    """The blocks of ``module``'s block lists (children named like diffusers' block lists), in order."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{method} needs a torch.nn.Module, got {type(module).__name__}")
+    blocks = []
+    for name, child in module.named_children():
+        if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS and isinstance(child, torch.nn.ModuleList):
+            blocks.extend((f"{name}.{i}", block) for i, block in enumerate(child))
+    if not blocks:
+        raise ValueError(
+            f"{method}: {type(module).__name__} has no transformer blocks: expected a torch.nn.ModuleList "
+            f"child named one of {sorted(set(_ALL_TRANSFORMER_BLOCK_IDENTIFIERS))}"
+        )
+    return blocks
+
+
+def _has_cache(module: torch.nn.Module) -> bool:
+    registry = getattr(module, "_diffusers_hook", None)
+    return registry is not None and (HEAD_HOOK in registry.hooks or BLOCK_HOOK in registry.hooks)
+
+
+def apply_stack_cache(module: torch.nn.Module, policy: StackPolicy, level: str = "blocks") -> None:
+    """Register the hooks: on every block (``level="blocks"``) or on the module itself (``"model"``)."""
+    if level not in ("blocks", "model"):
+        raise ValueError(f"level must be 'blocks' or 'model', got {level!r}")
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{policy.name} needs a torch.nn.Module, got {type(module).__name__}")
+    blocks = find_transformer_blocks(module, policy.name) if level == "blocks" else []
+    if any(_has_cache(m) for m in module.modules()):
+        raise ValueError(
+            f"{policy.name}: a stack cache is already applied to {type(module).__name__}; remove it first"
+        )
+    registry = HookRegistry.check_if_exists_or_initialize(module)  # lets cache_context reach the block hooks
+    state_manager, shared = StateManager(_ContextState), _SharedState()
+    policy.shared = shared
+    if level == "model":
+        registry.register_hook(
+            StackCacheHook(policy, state_manager, shared, True, True, _ModelIO()), HEAD_HOOK
+        )
+    last = len(blocks) - 1
+    for i, (_, block) in enumerate(blocks):
+        hook = StackCacheHook(policy, state_manager, shared, is_head=i == 0, is_tail=i == last)
+        HookRegistry.check_if_exists_or_initialize(block).register_hook(
+            hook, HEAD_HOOK if i == 0 else BLOCK_HOOK
+        )
+    registry.invalidate_child_registries_cache()
+
+
+def remove_stack_cache(module: torch.nn.Module, method: str) -> None:
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{method} needs a torch.nn.Module, got {type(module).__name__}")
+    for sub in module.modules():
+        registry = getattr(sub, "_diffusers_hook", None)
+        if registry is not None:
+            registry.remove_hook(HEAD_HOOK, recurse=False)
+            registry.remove_hook(BLOCK_HOOK, recurse=False)
+    if hasattr(module, "_diffusers_hook"):
+        module._diffusers_hook.invalidate_child_registries_cache()
+
+
+def head_hook(module: torch.nn.Module, method: str) -> StackCacheHook:
+    """The deciding hook of the cache applied to ``module`` (on the module itself or on its first block)."""
+    for sub in module.modules():
+        registry = getattr(sub, "_diffusers_hook", None)
+        hook = None if registry is None else registry.get_hook(HEAD_HOOK)
+        if hook is not None:
+            return hook
+    raise ValueError(
+        f"{method}: no NaviCache, EasyCache or TeaCache is applied to this {type(module).__name__}"
+    )

@@ -1,0 +1,123 @@
+"""A TeaCache-style baseline (Liu et al., CVPR 2025): an offline polynomial on the modulated input's change.
+
+TeaCache predicts the block stack's relative output change from the relative L1 change of the first
+block's timestep-modulated input, ``r_t = mean|m_t − m_{t−1}| / mean|m_{t−1}|``, through a polynomial
+fitted offline per model, accumulates ``Σ poly(r_t)`` and skips while it stays below the threshold. The
+calibration is the step NaviCache removes: run the model with ``TeaCacheConfig(calibrate=True)`` (nothing
+is skipped, pairs ``(r_t, relative output change)`` are recorded), then fit the polynomial with
+:func:`fit_teacache_coefficients`.
+
+``m_t`` for a Wan block is ``norm1(x)·(1 + scale) + shift`` with the block's own modulation (its first
+self-attention input); for other blocks the block input itself (pass ``modulated_input`` to change it).
+Skipping reuses the whole stack's residual, as in our NaviCache hook.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from icml_generative.cache.estimators import _check_positive
+from icml_generative.cache.hooks import CacheStats, StackPolicy, _mean_abs, apply_stack_cache
+
+
+def wan_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
+    """The modulated input of a Wan block's self-attention; the plain input for other blocks."""
+    temb = kwargs.get("temb", args[2] if len(args) > 2 else None)
+    if temb is None or not hasattr(block, "scale_shift_table") or temb.ndim != 3:
+        return x
+    shift, scale = (block.scale_shift_table + temb.float()).chunk(6, dim=1)[:2]
+    return block.norm1(x.float()) * (1 + scale) + shift
+
+
+@dataclass
+class TeaCacheConfig:
+    """Configuration of :func:`apply_teacache`.
+
+    Args:
+        threshold: skip while the accumulated ``poly(r_t)`` is below it (> 0).
+        coefficients: the polynomial, highest degree first (``numpy.polyval`` order); required unless
+            ``calibrate``.
+        alignment_steps: steps always computed at the start; None: 20% of the schedule.
+        num_inference_steps: the schedule's length, None when the cache context carries it.
+        calibrate: compute every step and record calibration pairs.
+        modulated_input: ``f(block, x, args, kwargs) -> tensor``, the indicator's source.
+    """
+
+    threshold: float = 0.1
+    coefficients: Sequence[float] | None = None
+    alignment_steps: int | None = None
+    num_inference_steps: int | None = None
+    calibrate: bool = False
+    modulated_input: Callable = wan_modulated_input
+
+    def __post_init__(self) -> None:
+        _check_positive("threshold", self.threshold)
+        if self.coefficients is None and not self.calibrate:
+            raise ValueError(
+                "coefficients are required (they are model-specific): run once with calibrate=True "
+                "and fit them with fit_teacache_coefficients"
+            )
+        if self.coefficients is not None:
+            self.coefficients = [float(c) for c in self.coefficients]
+            if not self.coefficients or not all(math.isfinite(c) for c in self.coefficients):
+                raise ValueError(
+                    f"coefficients must be a non-empty list of finite numbers, got {self.coefficients}"
+                )
+
+
+class TeaCachePolicy(StackPolicy):
+    name = "TeaCache"
+
+    def __init__(self, config: TeaCacheConfig) -> None:
+        super().__init__(
+            config.threshold, config.alignment_steps, config.num_inference_steps, config.calibrate
+        )
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        self.previous: torch.Tensor | None = None
+        self.rel_in = math.nan
+        self.accumulated = 0.0
+
+    def start_step(self, ctx, x, step, block, args, kwargs) -> None:
+        m = self.config.modulated_input(block, x, args, kwargs)
+        if self.previous is not None:
+            self.rel_in = _mean_abs(m - self.previous) / (_mean_abs(self.previous) + 1e-12)
+        self.previous = m
+
+    def predict(self, ctx, x, step) -> tuple[float, float]:
+        self.accumulated += float(np.polyval(self.config.coefficients, self.rel_in))
+        return self.accumulated, math.nan
+
+    def on_compute(self) -> None:
+        self.accumulated = 0.0
+
+    def measure(self, ctx, x, out, step, aligning, sigma) -> None:
+        if self.calibrate and ctx.last_compute_step == step - 1 and math.isfinite(self.rel_in):
+            rel_out = _mean_abs(out - ctx.out_last) / (_mean_abs(ctx.out_last) + 1e-12)
+            self.shared.stats.calibration.append((self.rel_in, rel_out))
+
+
+def apply_teacache(module: torch.nn.Module, config: TeaCacheConfig) -> None:
+    """Apply the TeaCache-style baseline (remove it with :func:`~icml_generative.cache.remove_navicache`)."""
+    if not isinstance(config, TeaCacheConfig):
+        raise TypeError(f"config must be a TeaCacheConfig, got {type(config).__name__}")
+    apply_stack_cache(module, TeaCachePolicy(config))
+
+
+def fit_teacache_coefficients(stats: Sequence[CacheStats], degree: int = 4) -> list[float]:
+    """Least-squares polynomial from the calibration pairs of one or more calibration runs."""
+    pairs = [p for s in stats for p in s.calibration]
+    if len(pairs) <= degree:
+        raise ValueError(
+            f"need more than degree={degree} calibration pairs, got {len(pairs)}: run the model "
+            "with TeaCacheConfig(calibrate=True) first"
+        )
+    x, y = np.array(pairs).T
+    return np.polyfit(x, y, degree).tolist()

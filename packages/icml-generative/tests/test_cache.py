@@ -1,0 +1,583 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+from diffusers.hooks import FirstBlockCacheConfig, apply_first_block_cache
+from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+
+from icml_generative.cache import (
+    EasyCacheConfig,
+    NaviCacheConfig,
+    RatioDriftKalman,
+    RatioKalman,
+    TeaCacheConfig,
+    apply_easycache,
+    apply_navicache,
+    apply_teacache,
+    cache_context,
+    calibrate_mag_ratios,
+    count_block_forwards,
+    fit_teacache_coefficients,
+    get_cache_stats,
+    psnr,
+    remove_navicache,
+    spearman,
+    ssim,
+)
+from icml_generative.cache.testbed import (
+    DIRECTIONS,
+    TestbedConfig,
+    class_tokens,
+    flow_sigmas,
+    moving_sprites,
+    sample_flow_euler,
+    tiny_wan,
+)
+
+torch.set_num_threads(1)
+STEPS = 12
+SMALL = TestbedConfig(frames=4, size=8, num_layers=3, head_dim=8, ffn_dim=16)
+
+
+class TinyBlock(torch.nn.Module):
+    """A pre-norm DiT block with adaLN shift/scale from the timestep embedding."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim, elementwise_affine=False)
+        self.attn = torch.nn.MultiheadAttention(dim, 2, batch_first=True)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim)
+        )
+        self.ada = torch.nn.Linear(dim, 2 * dim)
+
+    def forward(self, hidden_states: torch.Tensor, temb: torch.Tensor) -> torch.Tensor:
+        shift, scale = self.ada(temb)[:, None].chunk(2, dim=-1)
+        h = self.norm(hidden_states) * (1 + scale) + shift
+        hidden_states = hidden_states + self.attn(h, h, h, need_weights=False)[0]
+        return hidden_states + self.mlp(self.norm(hidden_states))
+
+
+TransformerBlockRegistry.register(TinyBlock, TransformerBlockMetadata(return_hidden_states_index=0))
+
+
+class TinyDiT(torch.nn.Module):
+    """A plain torch video DiT: per-pixel tokens, the class token added to the timestep embedding."""
+
+    def __init__(self, channels: int = 3, dim: int = 16, layers: int = 3) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(channels, dim)
+        self.time = torch.nn.Sequential(torch.nn.Linear(1, dim), torch.nn.SiLU(), torch.nn.Linear(dim, dim))
+        self.text = torch.nn.Linear(8, dim)
+        self.blocks = torch.nn.ModuleList(TinyBlock(dim) for _ in range(layers))
+        self.out = torch.nn.Linear(dim, channels)
+
+    def forward(self, hidden_states, timestep, encoder_hidden_states, return_dict=False):
+        b, c, f, h, w = hidden_states.shape
+        x = self.embed(hidden_states.flatten(2).transpose(1, 2))  # (B, F*H*W, dim)
+        temb = self.time(timestep[:, None] / 1000) + self.text(encoder_hidden_states[:, 0])
+        for block in self.blocks:
+            x = block(x, temb)
+        return (self.out(x).transpose(1, 2).reshape(b, c, f, h, w),)
+
+
+def _inputs(batch=1, seed=0, cfg=SMALL):
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.randn(batch, cfg.channels, cfg.frames, cfg.size, cfg.size, generator=g)
+    cond = class_tokens(torch.arange(batch) % 4)
+    return noise, cond, torch.zeros_like(cond)
+
+
+@pytest.fixture(scope="module")
+def wan():
+    return tiny_wan(SMALL).eval()
+
+
+def _record_stack(model):
+    """Record (context-free) the block stack's input and output at every call."""
+    calls = []
+    blocks = model.blocks
+    h1 = blocks[0].register_forward_pre_hook(
+        lambda m, a, k: calls.append({"in": k.get("hidden_states", a[0] if a else None)}), with_kwargs=True
+    )
+    h2 = blocks[-1].register_forward_hook(lambda m, a, o: calls[-1].update(out=o))
+    return calls, (h1, h2)
+
+
+# -- bookkeeping --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("state", ["ratio", "ratio+drift"])
+@pytest.mark.parametrize("threshold", [1e-9, 0.2, 1e9])
+def test_alignment_steps_and_last_step_always_computed(wan, state, threshold):
+    noise, cond, uncond = _inputs()
+    apply_navicache(wan, NaviCacheConfig(threshold=threshold, alignment_steps=3, state=state))
+    try:
+        sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        stats = get_cache_stats(wan)
+    finally:
+        remove_navicache(wan)
+    computed = {r.step: r.computed for r in stats.records}
+    assert [r.step for r in stats.records] == list(range(STEPS))
+    assert all(computed[s] for s in (0, 1, 2, STEPS - 1))
+    assert stats.steps_computed + stats.steps_skipped == STEPS
+    if threshold == 1e-9:
+        assert stats.steps_skipped == 0
+    if threshold == 1e9:  # everything that may be skipped is skipped
+        assert stats.computed_steps == [0, 1, 2, STEPS - 1]
+    assert stats.full_forwards == {"cond": stats.steps_computed, "uncond": stats.steps_computed}
+
+
+def test_skipped_step_is_input_plus_cached_residual_exactly_per_context(wan):
+    noise, cond, uncond = _inputs()
+    calls, handles = _record_stack(wan)
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))
+    try:
+        sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        stats = get_cache_stats(wan)
+    finally:
+        remove_navicache(wan)
+        for h in handles:
+            h.remove()
+    assert len(calls) == 2 * STEPS and stats.steps_skipped > 0
+    residual = {}
+    for i, call in enumerate(calls):
+        ctx, step = ("cond", "uncond")[i % 2], i // 2
+        if step in stats.computed_steps:
+            residual[ctx] = call["out"] - call["in"]
+        else:
+            assert torch.equal(call["out"], call["in"] + residual[ctx])
+    assert not torch.equal(residual["cond"], residual["uncond"])  # each context kept its own residual
+
+
+def test_cond_uncond_pairing(wan):
+    noise, cond, uncond = _inputs()
+    apply_navicache(wan, NaviCacheConfig(threshold=0.3, alignment_steps=2, num_inference_steps=STEPS))
+    t = torch.full((1,), 900.0)
+    try:
+        with count_block_forwards(wan) as counter:
+            sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        stats = get_cache_stats(wan)
+        assert counter.full_forwards == 2 * stats.steps_computed  # both passes follow the one decision
+        # "uncond" running a step before "cond" (the leader of this run) is refused
+        with cache_context(wan, "cond", step_index=0):
+            wan(noise, timestep=t, encoder_hidden_states=cond)
+        with pytest.raises(RuntimeError, match="before the leading context 'cond'"):
+            with cache_context(wan, "uncond", step_index=1):
+                wan(noise, timestep=t, encoder_hidden_states=uncond)
+    finally:
+        remove_navicache(wan)
+
+
+def test_removing_the_hook_restores_exact_uncached_outputs(wan):
+    noise, cond, uncond = _inputs()
+    reference = sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))
+    cached = sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    assert get_cache_stats(wan).steps_skipped > 0 and not torch.equal(cached, reference)
+    remove_navicache(wan)
+    assert torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
+    apply_navicache(wan, NaviCacheConfig(threshold=1e-12, alignment_steps=2))  # never skips: exact too
+    try:
+        assert torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
+    finally:
+        remove_navicache(wan)
+
+
+def test_state_is_reset_between_runs(wan):
+    noise, cond, uncond = _inputs()
+    apply_navicache(wan, NaviCacheConfig(threshold=0.3, alignment_steps=2))
+    try:
+        first = sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        second = sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    finally:
+        remove_navicache(wan)
+    assert torch.equal(first, second)
+
+
+# -- estimators -----------------------------------------------------------------------------------------------
+def test_kalman_estimate_variance_below_measurement_variance():
+    rng = np.random.default_rng(0)
+    z = 2.0 + 0.3 * rng.standard_normal(4000)
+    for kf in (RatioKalman(0.05, 0.05), RatioDriftKalman(0.05, 0.05, 0.005)):
+        estimates = []
+        for step, value in enumerate(z):
+            kf.update(float(value), step, sigma=0.5)
+            estimates.append(kf.k)
+        est = np.array(estimates[50:])
+        # the scalar filter's steady state is an EMA with variance ratio K / (2 - K) = 0.45; the drift
+        # filter's extra state costs some of that
+        assert est.var() < (0.5 if isinstance(kf, RatioKalman) else 0.6) * z[50:].var()
+        assert abs(est.mean() - 2.0) < 0.05
+    # the scalar filter's steady state is an EMA with gain K from P^2 + QP - QR = 0
+    q = r = 0.05
+    p = (-q + math.sqrt(q * q + 4 * q * r)) / 2
+    gain = (p + q) / (p + q + r)
+    kf = RatioKalman(q, r)
+    for step, value in enumerate(z[:200]):
+        kf.update(float(value), step, 0.5)
+    before = kf.k
+    kf.update(before + 1.0, 200, 0.5)
+    assert kf.k - before == pytest.approx(gain, rel=1e-6)
+
+
+def test_drift_filter_tracks_a_linear_trend_better_than_the_ratio_filter():
+    rng = np.random.default_rng(1)
+    steps = np.arange(60)
+    truth = 1.0 + 0.05 * steps
+    z = truth + 0.1 * rng.standard_normal(60)
+    errors = {}
+    for name, kf in (("ratio", RatioKalman()), ("drift", RatioDriftKalman())):
+        for s in range(5):
+            kf.align(float(z[s]), s)
+        err = []
+        for s in range(5, 59):
+            kf.update(float(z[s]), s, 1 - s / 60)
+            err.append(kf.predict(1) - truth[s + 1])
+        errors[name] = np.abs(err).mean()
+    assert errors["drift"] < 0.7 * errors["ratio"]
+
+
+def test_easycache_uses_the_last_measured_ratio_unfiltered(wan):
+    noise, cond, uncond = _inputs()
+    calls, handles = _record_stack(wan)
+    apply_easycache(wan, EasyCacheConfig(threshold=0.3, alignment_steps=2))
+    try:
+        sample_flow_euler(wan, noise, cond, uncond, 1.0, STEPS)  # no CFG: one pass per step
+        stats = get_cache_stats(wan)
+    finally:
+        remove_navicache(wan)
+        for h in handles:
+            h.remove()
+    computed = stats.computed_steps
+    for r in stats.records:
+        if not math.isfinite(r.ratio):
+            continue
+        c1, c0 = [c for c in computed if c < r.step][-1], [c for c in computed if c < r.step][-2]
+        a, b = calls[c1], calls[c0]
+        z = (a["out"] - b["out"]).abs().mean().item() / ((a["in"] - b["in"]).abs().mean().item() + 1e-8)
+        assert r.ratio == pytest.approx(z, rel=1e-6)
+
+
+# -- diffusers integration ------------------------------------------------------------------------------------
+def test_no_cache_context_raises_a_clear_error(wan):
+    noise, cond, _ = _inputs()
+    apply_navicache(wan, NaviCacheConfig(num_inference_steps=STEPS))
+    try:
+        with pytest.raises(RuntimeError, match=r"no cache context is set.*cache_context"):
+            wan(noise, timestep=torch.full((1,), 500.0), encoder_hidden_states=cond)
+    finally:
+        remove_navicache(wan)
+
+
+def test_works_inside_a_diffusers_wan_pipeline(wan):
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    pipe = WanPipeline(
+        tokenizer=None,
+        text_encoder=None,
+        vae=None,
+        transformer=wan,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
+    pipe.set_progress_bar_config(disable=True)
+    cond = class_tokens(torch.tensor([1]))
+
+    def generate():  # 64x64 pixels and 13 frames -> latents (1, 3, 4, 8, 8); CFG: "cond" and "uncond" contexts
+        return pipe(
+            prompt_embeds=cond,
+            negative_prompt_embeds=torch.zeros_like(cond),
+            height=64,
+            width=64,
+            num_frames=13,
+            num_inference_steps=STEPS,
+            guidance_scale=4.0,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(0),
+        ).frames
+
+    reference = generate()
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))  # steps come from the context
+    try:
+        cached = generate()
+        stats = get_cache_stats(wan)  # kept although the pipeline resets stateful hooks at the end
+    finally:
+        remove_navicache(wan)
+    assert stats.num_inference_steps == STEPS and 0 < stats.steps_skipped < STEPS
+    assert stats.full_forwards == {"cond": stats.steps_computed, "uncond": stats.steps_computed}
+    assert psnr(cached, reference) > 20 and not torch.equal(cached, reference)
+    assert torch.equal(generate(), reference)
+
+
+def test_dit_transformer_2d_model():
+    from diffusers import DiTTransformer2DModel
+
+    torch.manual_seed(0)
+    model = DiTTransformer2DModel(
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=4,
+        out_channels=4,
+        num_layers=3,
+        sample_size=8,
+        patch_size=2,
+        num_embeds_ada_norm=1000,
+    ).eval()
+    x = torch.randn(1, 4, 8, 8)
+    labels = torch.tensor([3])
+
+    def run():
+        outs = []
+        for i, t in enumerate(torch.linspace(999, 0, STEPS)):
+            with cache_context(model, "cond", step_index=i, num_inference_steps=STEPS):
+                outs.append(model(x + 0.01 * i, timestep=t[None].long(), class_labels=labels).sample)
+        return torch.stack(outs)
+
+    reference = run()
+    apply_navicache(model, NaviCacheConfig(threshold=1.0, alignment_steps=2))
+    cached = run()
+    assert get_cache_stats(model).steps_skipped > 0 and not torch.equal(cached, reference)
+    remove_navicache(model)
+    assert torch.equal(run(), reference)
+
+
+def test_plain_torch_dit_with_navicache_and_diffusers_first_block_cache():
+    torch.manual_seed(0)
+    model = TinyDiT().eval()
+    noise, cond, uncond = _inputs()
+    reference = sample_flow_euler(model, noise, cond, uncond, 3.0, STEPS)
+    apply_navicache(model, NaviCacheConfig(threshold=0.3, alignment_steps=2))
+    cached = sample_flow_euler(model, noise, cond, uncond, 3.0, STEPS)
+    stats = get_cache_stats(model)
+    remove_navicache(model)
+    assert stats.steps_skipped > 0 and psnr(cached, reference) > 15
+    assert torch.equal(sample_flow_euler(model, noise, cond, uncond, 3.0, STEPS), reference)
+    apply_first_block_cache(
+        model, FirstBlockCacheConfig(threshold=0.5)
+    )  # the registered block works there too
+    with count_block_forwards(model) as counter:
+        sample_flow_euler(model, noise, cond, uncond, 3.0, STEPS)
+    assert counter.blocks < 2 * STEPS * 3
+
+
+def test_torch_compile_eager_backend_matches():
+    torch.manual_seed(0)
+    model = TinyDiT().eval()
+    noise, cond, uncond = _inputs()
+    apply_navicache(model, NaviCacheConfig(threshold=0.3, alignment_steps=2))
+    expected = sample_flow_euler(model, noise, cond, uncond, 3.0, STEPS)
+    skipped = get_cache_stats(model).steps_skipped
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager")
+    got = sample_flow_euler(compiled, noise, cond, uncond, 3.0, STEPS)
+    torch._dynamo.reset()
+    assert skipped > 0 and get_cache_stats(model).steps_skipped == skipped
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+# -- baselines ------------------------------------------------------------------------------------------------
+def test_teacache_calibration_and_skipping(wan):
+    noise, cond, uncond = _inputs(batch=2)
+    with pytest.raises(ValueError, match="coefficients are required"):
+        TeaCacheConfig(threshold=0.1)
+    apply_teacache(wan, TeaCacheConfig(calibrate=True))
+    try:
+        sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        stats = get_cache_stats(wan)
+    finally:
+        remove_navicache(wan)
+    assert stats.steps_skipped == 0 and len(stats.calibration) == STEPS - 1
+    coefficients = fit_teacache_coefficients([stats], degree=2)
+    x, y = np.array(stats.calibration).T
+    assert np.abs(np.polyval(coefficients, x) - y).mean() <= np.abs(y - y.mean()).mean() + 1e-12
+    apply_teacache(wan, TeaCacheConfig(threshold=0.3, coefficients=coefficients, alignment_steps=2))
+    try:
+        sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        assert get_cache_stats(wan).steps_skipped > 0
+    finally:
+        remove_navicache(wan)
+
+
+def test_mag_ratios_calibration_and_diffusers_magcache(wan):
+    from diffusers.hooks import MagCacheConfig
+
+    noise, cond, uncond = _inputs()
+    ratios = calibrate_mag_ratios(
+        wan, lambda: sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), STEPS, calls_per_step=2
+    )
+    assert len(ratios) == STEPS and ratios[0] == 1.0 and all(r > 0 for r in ratios)
+    wan.enable_cache(MagCacheConfig(threshold=0.5, num_inference_steps=STEPS, mag_ratios=ratios))
+    try:
+        with count_block_forwards(wan) as counter:
+            sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    finally:
+        wan.disable_cache()
+    assert counter.full_forwards < 2 * STEPS
+
+
+# -- bad input ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("threshold", [0.0, -0.1, math.nan, math.inf])
+def test_bad_threshold(threshold):
+    with pytest.raises(ValueError, match="threshold"):
+        NaviCacheConfig(threshold=threshold)
+    with pytest.raises(ValueError, match="threshold"):
+        TeaCacheConfig(threshold=threshold, calibrate=True)
+    with pytest.raises(ValueError, match="threshold"):
+        EasyCacheConfig(threshold=threshold)
+
+
+def test_bad_alignment_and_state(wan):
+    with pytest.raises(ValueError, match="alignment_steps"):
+        NaviCacheConfig(alignment_steps=50, num_inference_steps=50)
+    with pytest.raises(ValueError, match="alignment_steps"):
+        NaviCacheConfig(alignment_steps=0)
+    with pytest.raises(ValueError, match="state"):
+        NaviCacheConfig(state="kalman")
+    with pytest.raises(ValueError, match="preset"):
+        NaviCacheConfig.preset("turbo")
+    noise, cond, uncond = _inputs()
+    apply_navicache(
+        wan, NaviCacheConfig(alignment_steps=20)
+    )  # larger than the 12-step schedule of the context
+    try:
+        with pytest.raises(ValueError, match="alignment_steps"):
+            sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    finally:
+        remove_navicache(wan)
+
+
+def test_bad_module():
+    with pytest.raises(ValueError, match="no transformer blocks"):
+        apply_navicache(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
+        apply_navicache("transformer")
+    with pytest.raises(TypeError, match="NaviCacheConfig"):
+        apply_navicache(TinyDiT(), {"threshold": 0.1})
+    model = TinyDiT()
+    apply_navicache(model)
+    with pytest.raises(ValueError, match="already applied"):
+        apply_navicache(model)
+    remove_navicache(model)
+    with pytest.raises(ValueError, match="no NaviCache, EasyCache or TeaCache is applied"):
+        get_cache_stats(model)
+
+
+def test_presets():
+    assert [NaviCacheConfig.preset(p).threshold for p in ("fast", "balanced", "quality")] == [
+        0.07,
+        0.05,
+        0.04,
+    ]
+    assert NaviCacheConfig.preset("balanced", state="ratio+drift").state == "ratio+drift"
+
+
+# -- metrics and testbed --------------------------------------------------------------------------------------
+def test_psnr_ssim_spearman_known_values():
+    g = torch.Generator().manual_seed(0)
+    ref = torch.rand(2, 3, 4, 16, 16, generator=g) * 2 - 1
+    assert psnr(ref, ref) == math.inf and ssim(ref, ref) == pytest.approx(1.0)
+    assert psnr(ref + 0.1, ref) == pytest.approx(10 * math.log10(4 / 0.01))
+    noisy = [ref + s * torch.randn(ref.shape, generator=g) for s in (0.05, 0.2, 0.5)]
+    values = [ssim(n, ref) for n in noisy]
+    assert values[0] > values[1] > values[2] and ssim(noisy[1], ref) == pytest.approx(ssim(ref, noisy[1]))
+    a = np.array([0.3, 0.1, 0.7, 0.2, 0.9])
+    assert spearman(a, np.exp(a)) == pytest.approx(1.0) and spearman(a, -a) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(
+        np.corrcoef([1, 2.5, 2.5, 4], [1, 2, 3, 4])[0, 1]
+    )
+    with pytest.raises(ValueError, match="same shape"):
+        psnr(ref, ref[0])
+
+
+def test_reproduction_budgets_have_their_own_testbeds():
+    import icml_generative.cache.repro as repro
+
+    quick, full = repro.BUDGETS["quick"]["testbed"], repro.BUDGETS["full"]["testbed"]
+    # the full budget keeps the recipe its published numbers were measured on; the quick one trains briefly
+    assert full == TestbedConfig() and quick.key() != full.key()
+    assert quick.train_steps < full.train_steps and quick.num_layers == full.num_layers
+
+
+def test_moving_sprites_move_at_constant_velocity():
+    cfg = TestbedConfig()
+    clips, labels = moving_sprites(32, cfg, seed=3)
+    assert clips.shape == (32, 3, 8, 16, 16) and clips.min() >= -1 and clips.max() <= 1
+    assert set(labels.tolist()) == {0, 1, 2, 3}
+    single, labels = moving_sprites(16, cfg, seed=4, max_sprites=1)
+    for clip, label in zip(single, labels, strict=True):
+        dy, dx = DIRECTIONS[label]
+        # one sprite at speed 1 or 2: every frame is the previous one shifted (wrapping) in the labelled direction
+        assert (clip != -0.8).any()
+        assert any(
+            all(
+                torch.equal(torch.roll(clip[:, f], (dy * v, dx * v), (1, 2)), clip[:, f + 1])
+                for f in range(cfg.frames - 1)
+            )
+            for v in (1, 2)
+        )
+    assert torch.equal(moving_sprites(4, cfg, seed=1)[0], moving_sprites(4, cfg, seed=1)[0])
+
+
+def test_flow_sigmas_and_euler_sampler_on_a_known_flow():
+    sigmas = flow_sigmas(10, shift=3.0)
+    assert sigmas[0] == 1 and sigmas[-1] == 0 and (sigmas.diff() < 0).all()
+
+    class Exact(torch.nn.Module):  # the velocity field of a point mass at `target`: v = (x - target) / sigma
+        target = torch.full((1, 3, 2, 4, 4), 0.5)
+
+        def forward(self, x, timestep, encoder_hidden_states, return_dict=False):
+            return ((x - self.target) / (timestep[:, None, None, None, None] / 1000),)
+
+    noise = torch.randn(1, 3, 2, 4, 4)
+    out = sample_flow_euler(Exact(), noise, torch.zeros(1, 1, 8), num_steps=10)
+    torch.testing.assert_close(out, Exact.target)
+
+
+def test_model_level_caches_the_whole_forward_residual(wan):
+    noise, cond, uncond = _inputs()
+    reference = sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    calls = []
+    handle = wan.register_forward_hook(
+        lambda m, a, k, o: calls.append((k["hidden_states"] if "hidden_states" in k else a[0], o[0])),
+        with_kwargs=True,
+    )
+    apply_navicache(wan, NaviCacheConfig(threshold=0.2, alignment_steps=2, level="model"))
+    try:
+        with count_block_forwards(wan) as counter:
+            sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+        stats = get_cache_stats(wan)
+    finally:
+        remove_navicache(wan)
+        handle.remove()
+    assert 0 < stats.steps_skipped and counter.full_forwards == 2 * stats.steps_computed
+    residual = {}
+    for i, (x, out) in enumerate(calls):
+        ctx, step = i % 2, i // 2
+        if step in stats.computed_steps:
+            residual[ctx] = out - x
+        else:
+            assert torch.equal(out, x + residual[ctx])
+    assert torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
+    with pytest.raises(ValueError, match="level"):
+        NaviCacheConfig(level="layer")
+
+
+@pytest.mark.slow
+def test_reproduction_follows_the_protocol(tmp_path, monkeypatch):
+    import icml_generative.cache.repro as repro
+    from icml_tools.protocol import validate_result
+
+    # a small, briefly trained testbed in a temporary cache: the protocol and the bookkeeping, not the numbers
+    monkeypatch.setenv("ICML_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(
+        repro.BUDGETS["quick"], "testbed", TestbedConfig(frames=4, size=8, train_steps=40, batch_size=4)
+    )
+    result = validate_result(repro.run("quick", seed=0))
+    assert any(tmp_path.iterdir())  # the trained weights were cached
+    methods = {r["method"] for r in result["rows"] if "method" in r}
+    assert methods == {"uncached", *repro.THRESHOLDS}
+    for row in result["rows"]:
+        if row.get("method") not in (None, "uncached"):
+            assert 0 < row["forwards"] <= 30 and row["psnr"] > 0
+    preset = next(r for r in result["rows"] if r.get("kind") == "balanced_preset")
+    assert preset["uncached_forwards"] == 30 and 0 < preset["forwards"] <= 30
+    assert isinstance(result["passed"], bool)
