@@ -41,6 +41,19 @@ def test_fine_rotation_crops_so_that_borders_give_no_hint():
         T.rotation_task(img, 0, granularity=7)
 
 
+def test_rotation_crop_scale_crops_each_view_independently():
+    img = ramp(32, 32)
+    ex = T.rotation_task(img, 3, angle=0, crop_scale=0.5)
+    a, b = ex.images
+    assert a.shape == b.shape == (16, 16, 1) and ex.answer == "0"
+    assert not np.allclose(a, b)  # angle 0, yet the two windows differ: no pixel-for-pixel match
+    full = T.rotation_task(img, 3, angle=0, crop_scale=1.0)
+    np.testing.assert_array_equal(full.images[0], full.images[1])
+    for bad in (0, 1.5, "0.5", True):
+        with pytest.raises(ValueError, match="crop_scale"):
+            T.rotation_task(img, 0, crop_scale=bad)
+
+
 def test_jigsaw_answer_is_the_inverse_permutation():
     img = ramp()
     for grid in (2, 3):

@@ -51,6 +51,69 @@ def test_grpo_raises_the_rotation_reward_on_a_small_pool():
     )
 
 
+def test_linear_probe_picks_c_by_cross_validation_on_the_training_set_only():
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 10)
+    x = rng.normal(size=(30, 5)) + 3 * np.eye(3, 5)[y]
+    acc, c = cnn.linear_probe(x, y, x[:6], y[:6], c_grid=(0.01, 1.0))
+    # The chosen C is the one with the best 5-fold score on the training examples, smaller C on ties.
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    cv = StratifiedKFold(5, shuffle=True, random_state=0)
+    scores = [
+        cross_val_score(
+            make_pipeline(StandardScaler(), LogisticRegression(C=k, max_iter=5000)), x, y, cv=cv
+        ).mean()
+        for k in (0.01, 1.0)
+    ]
+    assert c == (0.01, 1.0)[int(np.argmax(scores))] and 0 <= acc <= 1
+    # Test labels never influence the choice: shuffling them leaves C unchanged.
+    assert cnn.linear_probe(x, y, x[:6], y[::-1][:6], c_grid=(0.01, 1.0))[1] == c
+    assert cnn.linear_probe(x, y, x, y, c_grid=(1.0,))[1] == 1.0
+    with pytest.raises(ValueError, match="c_grid"):
+        cnn.linear_probe(x, y, x, y, c_grid=(0.0, 1.0))
+    with pytest.raises(ValueError, match="folds"):
+        cnn.linear_probe(x, y, x, y, folds=1)
+
+
+def test_probe_features_layers():
+    torch.manual_seed(0)
+    enc = cnn.Encoder(width=8)
+    x = torch.rand(3, 1, 16, 16)
+    pooled, gap = cnn.features(enc, x, "pooled"), cnn.features(enc, x, "gap")
+    assert pooled.shape == (3, 4 * 8 * 4) and gap.shape == (3, 4 * 8)
+    # Global average pooling is the mean of the 2 x 2 pooled cells (4 x 4 map: equal cells).
+    np.testing.assert_allclose(pooled.reshape(3, 32, 4).mean(2), gap, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="layer"):
+        cnn.features(enc, x, "conv9")
+
+
+def test_grpo_train_logs_entropy_and_decays_the_learning_rate():
+    tasks = {"rotation": cnn.make_task("rotation", digits(8), seed=0)}
+    torch.manual_seed(0)
+    policy = cnn.SSLPolicy(tasks)
+    before = [p.detach().clone() for p in policy.encoder.parameters()]
+    curve = cnn.grpo_train(policy, tasks, steps=3, seed=0, batch=4, log_every=1, schedule="linear")
+    # The RL signal reaches the encoder (no BatchNorm, so train and eval modes compute the same features).
+    assert all(not torch.equal(a, b) for a, b in zip(before, policy.encoder.parameters(), strict=True))
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in policy.modules())
+    assert len(curve["entropy"]) == 3 and abs(curve["entropy"][0] - np.log(4)) < 0.05  # near uniform at init
+    opt, sched = cnn._optimizer(policy, 1e-3, 4, "linear")
+    lrs = []
+    for _ in range(4):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    np.testing.assert_allclose(lrs, [1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    with pytest.raises(ValueError, match="schedule"):
+        cnn.grpo_train(policy, tasks, steps=1, schedule="cosine")
+    with pytest.raises(ValueError, match="lr"):
+        cnn.supervised_train(policy, tasks, steps=1, lr=0.0)
+
+
 def test_combined_reward_trains_all_heads_jointly():
     images = digits(16)
     tasks = {

@@ -155,6 +155,20 @@ class SSLPolicy(nn.Module):
         return self.heads[task](x).view(n, p, k)
 
 
+SCHEDULES = ("constant", "linear")
+
+
+def _optimizer(policy: nn.Module, lr: float, steps: int, schedule: str):
+    """Adam with a constant learning rate or a linear decay to 0 over ``steps`` (TRL's default schedule)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr!r}")
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    decay = (lambda s: 1.0 - s / steps) if schedule == "linear" else (lambda s: 1.0)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, decay)
+
+
 def grpo_train(
     policy: SSLPolicy,
     tasks: dict,
@@ -165,56 +179,68 @@ def grpo_train(
     config: GRPOConfig | None = None,
     combine: bool = False,
     log_every: int = 10,
+    schedule: str = "constant",
 ) -> dict:
     """GRPO on the SSL rewards; ``combine=True`` samples one joint answer per image for all tasks (the pools
     must be aligned on the same images) and uses the average of the task rewards as the reward.
+    ``schedule="linear"`` decays the learning rate linearly to 0 over ``steps``.
 
-    Returns the curve ``{"step": [...], "reward": {task: [...]}, "frac_zero_std": [...]}`` of mean rewards
-    over the sampled completions (chance level at step 0).
+    Returns the curve ``{"step": [...], "reward": {task: [...]}, "frac_zero_std": [...], "entropy": [...]}``:
+    mean rewards over the sampled completions (chance level at step 0), the fraction of groups whose
+    rewards all tie (no gradient) and the policy's mean entropy per answer position (nats).
     """
     cfg = config or GRPOConfig(num_generations=8, beta=0.01)
     g = cfg.num_generations
     gen = torch.Generator().manual_seed(seed)
     ref = copy.deepcopy(policy).eval().requires_grad_(False)
-    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    opt, sched = _optimizer(policy, lr, steps, schedule)
     names = list(tasks)
     n_pool = min(len(t.answers) for t in tasks.values())
-    curve = {"step": [], "reward": {n: [] for n in names}, "frac_zero_std": []}
+    curve = {"step": [], "reward": {n: [] for n in names}, "frac_zero_std": [], "entropy": []}
     for step in range(steps):
         active = names if combine else [names[step % len(names)]]
         idx = torch.randint(n_pool, (batch,), generator=gen)
-        sampled, rewards = {}, {}
+        sampled, rewards, logits, entropy = {}, {}, {}, []
         for name in active:
             t = tasks[name]
-            with torch.no_grad():
-                logits = policy(name, t.images[idx])  # (B, P, K)
-            probs = torch.softmax(logits, -1).repeat_interleave(g, 0)  # (B*G, P, K)
-            act = torch.multinomial(probs.flatten(0, 1), 1, generator=gen).view(batch * g, -1)  # (B*G, P)
+            logits[name] = policy(name, t.images[idx])  # (B, P, K), with grad: reused by the first pass
+            probs = torch.softmax(logits[name].detach(), -1)
+            entropy.append(float(-(probs * probs.clamp_min(1e-30).log()).sum(-1).mean()))
+            flat = probs.repeat_interleave(g, 0).flatten(0, 1)  # (B*G*P, K)
+            act = torch.multinomial(flat, 1, generator=gen).view(batch * g, -1)  # (B*G, P)
             completions = t.answer_text(act.numpy())
             truth = [t.answers[i] for i in idx.tolist() for _ in range(g)]
             sampled[name] = act
             rewards[name] = torch.tensor(t.reward(completions, truth), dtype=torch.float64)
         r = torch.stack(list(rewards.values())).mean(0)  # (B*G,) the reward, averaged over tasks if combined
         adv, frac = compute_advantages(r, g, scale=cfg.scale_rewards, eps=cfg.std_eps)
+        ref_logp = None
+        if cfg.beta > 0:
+            with torch.no_grad():
+                ref_logp = torch.cat(
+                    [
+                        torch.log_softmax(ref(n, tasks[n].images[idx]), -1)
+                        .repeat_interleave(g, 0)
+                        .gather(2, sampled[n].unsqueeze(2))
+                        .squeeze(2)
+                        for n in active
+                    ],
+                    1,
+                )  # (B*G, T)
         old = None
-        for _ in range(cfg.num_iterations):
-            logps, ref_logps = [], []
+        for it in range(cfg.num_iterations):
+            logps = []
             for name in active:
-                logp = torch.log_softmax(policy(name, tasks[name].images[idx]), -1).repeat_interleave(g, 0)
+                lg = logits[name] if it == 0 else policy(name, tasks[name].images[idx])  # (B, P, K)
+                logp = torch.log_softmax(lg, -1).repeat_interleave(g, 0)  # (B*G, P, K)
                 logps.append(logp.gather(2, sampled[name].unsqueeze(2)).squeeze(2))  # (B*G, P)
-                if cfg.beta > 0:
-                    with torch.no_grad():
-                        ref_lp = torch.log_softmax(ref(name, tasks[name].images[idx]), -1).repeat_interleave(
-                            g, 0
-                        )
-                    ref_logps.append(ref_lp.gather(2, sampled[name].unsqueeze(2)).squeeze(2))
             logp = torch.cat(logps, 1)  # (B*G, T) all answer positions of the active tasks
             old = logp.detach() if old is None else old
             loss, _ = grpo_loss(
                 logp,
                 old,
                 adv.float(),
-                ref_logp=torch.cat(ref_logps, 1) if ref_logps else None,
+                ref_logp=ref_logp,
                 epsilon=cfg.epsilon,
                 epsilon_high=cfg.epsilon_high,
                 beta=cfg.beta,
@@ -223,9 +249,11 @@ def grpo_train(
             opt.zero_grad()
             loss.backward()
             opt.step()
+        sched.step()
         if step % log_every == 0 or step == steps - 1:
             curve["step"].append(step)
             curve["frac_zero_std"].append(frac)
+            curve["entropy"].append(float(np.mean(entropy)))
             for name in names:
                 vals = curve["reward"][name]
                 vals.append(
@@ -235,11 +263,18 @@ def grpo_train(
 
 
 def supervised_train(
-    policy: SSLPolicy, tasks: dict, steps: int, seed: int = 0, batch: int = 32, lr: float = 3e-3
+    policy: SSLPolicy,
+    tasks: dict,
+    steps: int,
+    seed: int = 0,
+    batch: int = 32,
+    lr: float = 3e-3,
+    schedule: str = "constant",
 ) -> None:
-    """The classical SSL reference: cross-entropy on the pretext labels, tasks in turn, same steps and batch."""
+    """The classical SSL reference: cross-entropy on the pretext labels, tasks in turn, same steps, batch
+    and learning-rate schedule."""
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    opt, sched = _optimizer(policy, lr, steps, schedule)
     names = list(tasks)
     for step in range(steps):
         t = tasks[names[step % len(names)]]
@@ -249,6 +284,7 @@ def supervised_train(
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
 
 
 @torch.no_grad()
@@ -259,18 +295,54 @@ def task_reward(policy: SSLPolicy, task: TaskSpec, greedy: bool = True) -> float
     return float(np.mean(task.reward(task.answer_text(act.numpy()), task.answers)))
 
 
+PROBE_LAYERS = ("pooled", "gap")
+PROBE_C_GRID = tuple(float(c) for c in np.logspace(-3, 2, 11))  # L2 strengths tried by cross-validation
+
+
 @torch.no_grad()
-def features(encoder: Encoder, images: torch.Tensor) -> np.ndarray:
-    """Frozen-encoder features ``(N, d)`` of images ``(N, C, S, S)``."""
-    return encoder.eval()(images).numpy().astype(np.float64)
+def features(encoder: Encoder, images: torch.Tensor, layer: str = "pooled") -> np.ndarray:
+    """Frozen-encoder features of images ``(N, C, S, S)``.
+
+    ``layer="pooled"`` (the probe's default): the last convolution block's map average-pooled to 2 x 2,
+    ``(N, 4 * 4 * width)``, the usual way to probe an intermediate layer of a small CNN (it keeps coarse
+    layout); ``layer="gap"``: the encoder's output ``(N, dim)``, global average pooling for ``head="avg"``.
+    """
+    if layer not in PROBE_LAYERS:
+        raise ValueError(f"layer must be one of {PROBE_LAYERS}, got {layer!r}")
+    encoder = encoder.eval()
+    if layer == "gap":
+        return encoder(images).numpy().astype(np.float64)
+    fmap = encoder.convs(images)  # (N, 4 * width, side, side)
+    return nn.functional.adaptive_avg_pool2d(fmap, 2).flatten(1).numpy().astype(np.float64)
 
 
-def linear_probe(train_x, train_y, test_x, test_y) -> float:
-    """Test accuracy of a standardized logistic-regression probe (scikit-learn, C = 1)."""
+def linear_probe(
+    train_x, train_y, test_x, test_y, c_grid=PROBE_C_GRID, folds: int = 5
+) -> tuple[float, float]:
+    """Test accuracy of a standardized L2 logistic-regression probe and the ``C`` it used.
+
+    ``C`` is chosen from ``c_grid`` by stratified ``folds``-fold cross-validation on the *training* examples
+    only (the scaler is refit inside each fold; ties go to the smaller ``C``), then the probe is refit on all
+    training examples and scored once on the test set. A one-element grid skips the cross-validation.
+    """
     from sklearn.linear_model import LogisticRegression  # lazy: dev / repro only
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    probe = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=2000))
-    probe.fit(train_x, train_y)
-    return float(probe.score(test_x, test_y))
+    c_grid = tuple(sorted(float(c) for c in c_grid))  # ascending, so that argmax breaks ties to the smaller C
+    if not c_grid or min(c_grid) <= 0:
+        raise ValueError(f"c_grid must be a non-empty sequence of positive numbers, got {c_grid!r}")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"folds must be an integer >= 2, got {folds!r}")
+
+    def make(c):
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=5000))
+
+    best = c_grid[0]
+    if len(c_grid) > 1:
+        cv = StratifiedKFold(folds, shuffle=True, random_state=0)
+        scores = [cross_val_score(make(c), train_x, train_y, cv=cv).mean() for c in c_grid]
+        best = c_grid[int(np.argmax(scores))]  # argmax takes the first, i.e. the smallest C, of ties
+    probe = make(best).fit(train_x, train_y)
+    return float(probe.score(test_x, test_y)), best

@@ -163,6 +163,15 @@ def rotation_angles(granularity: int = 90) -> list[int]:
     return list(range(0, 360, granularity))
 
 
+def _random_square_crop(arr: np.ndarray, rng, scale: float) -> np.ndarray:
+    """A random square window of side ``U(scale, 1)`` times the side of ``(S, S, C)``, resized back to ``S``."""
+    size = arr.shape[0]
+    side = max(1, round(size * rng.uniform(scale, 1.0)))
+    top, left = int(rng.integers(size - side + 1)), int(rng.integers(size - side + 1))
+    window = np.ascontiguousarray(arr[top : top + side, left : left + side])
+    return window if side == size else resize(window, size)
+
+
 def rotation_task(
     image,
     seed=0,
@@ -172,11 +181,18 @@ def rotation_task(
     min_side: int = 8,
     angle: int | None = None,
     reference: bool = True,
+    crop_scale: float = 1.0,
 ) -> SSLExample:
     """(original, rotated) images; answer: the counter-clockwise angle in degrees.
 
     ``reference=False`` shows the rotated image alone (classical RotNet; the model must know which way up
-    the content belongs)."""
+    the content belongs). ``crop_scale < 1`` [design] takes from each view, independently, a random square
+    crop of side ``U(crop_scale, 1) x`` the view's side and resizes it back, so the two views no longer
+    align pixel for pixel and the angle must be read from the shape rather than by matching pixels."""
+    if not (
+        isinstance(crop_scale, (int, float)) and not isinstance(crop_scale, bool) and 0 < crop_scale <= 1
+    ):
+        raise ValueError(f"crop_scale must be a number in (0, 1], got {crop_scale!r}")
     rng = _rng(seed)
     angles = rotation_angles(granularity)
     k = int(rng.integers(len(angles))) if angle is None else angles.index(angle)
@@ -185,6 +201,8 @@ def rotation_task(
     rotated = rotate(base, angles[k])
     views = [center_crop(base, crop), center_crop(rotated, crop)]
     views = [v if crop == size else resize(v, size) for v in views]
+    if crop_scale < 1:
+        views = [_random_square_crop(v, rng, crop_scale) for v in views]
     choices = ", ".join(map(str, angles))
     if reference:
         prompt = (
