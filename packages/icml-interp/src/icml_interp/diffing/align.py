@@ -1,0 +1,188 @@
+"""Latent alignment: decoder cosine within one activation space, activation correlation across spaces.
+
+Within a space (two SAEs on the same layer, e.g. trained on different cohorts) decoder directions are
+comparable: cost ``1 − cos``, Hungarian matching (``scipy.optimize.linear_sum_assignment``), a pair is
+shared when ``cos > threshold``. Across spaces (U-Net vs SegFormer) only behaviour is comparable: both
+models run on the same inputs, latent maps are resampled to a common grid (area averaging), Pearson
+correlation over images × pixels, Hungarian matching on ``−C``. The null runs the same matching with the
+second model's maps taken on a shuffled image order (a derangement), so any matched correlation it finds
+is chance plus input-independent structure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class Alignment:
+    """Matched latent pairs: ``pairs`` (n, 2) indices (a, b), ``score`` (n,) cosine or correlation,
+    ``shared`` (n,) ``score > threshold``; ``matrix`` the full score matrix (d_a, d_b); ``null`` (optional)
+    the matched score under the shuffled-input null for each ``a`` latent of ``pairs``."""
+
+    pairs: np.ndarray
+    score: np.ndarray
+    shared: np.ndarray
+    matrix: np.ndarray
+    threshold: float
+    kind: str
+    null: np.ndarray | None = None
+    null_matrix: np.ndarray | None = field(default=None, repr=False)
+
+    def partner(self, a: int) -> int:
+        """The latent of the second set matched to latent ``a`` of the first (``-1`` if none)."""
+        hit = np.nonzero(self.pairs[:, 0] == a)[0]
+        return int(self.pairs[hit[0], 1]) if hit.size else -1
+
+    def rows(self) -> list[dict]:
+        """Tidy table: one dict per matched pair."""
+        out = []
+        for i, (a, b) in enumerate(self.pairs):
+            row = {
+                "latent_a": int(a),
+                "latent_b": int(b),
+                self.kind: float(self.score[i]),
+                "shared": bool(self.shared[i]),
+            }
+            if self.null is not None:
+                row["null"] = float(self.null[i])
+            out.append(row)
+        return out
+
+
+def _check_threshold(threshold) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1 <= threshold <= 1:
+        raise ValueError(f"threshold must be a number in [-1, 1], got {threshold!r}")
+    return float(threshold)
+
+
+def _hungarian(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = linear_sum_assignment(-score)
+    return np.stack([rows, cols], 1), score[rows, cols]
+
+
+def decoder_alignment(w_dec_a: torch.Tensor, w_dec_b: torch.Tensor, *, threshold: float = 0.7) -> Alignment:
+    """Match the latents of two SAEs on the same activation space by decoder cosine (rows ``(d_sae, d_in)``)."""
+    threshold = _check_threshold(threshold)
+    for name, w in (("w_dec_a", w_dec_a), ("w_dec_b", w_dec_b)):
+        if not isinstance(w, torch.Tensor) or w.dim() != 2 or min(w.shape) == 0:
+            raise ValueError(
+                f"{name} must be a non-empty (d_sae, d_in) tensor, got {getattr(w, 'shape', w)!r}"
+            )
+    if w_dec_a.shape[1] != w_dec_b.shape[1]:
+        raise ValueError(
+            f"decoders live in different spaces (d_in {w_dec_a.shape[1]} vs {w_dec_b.shape[1]}); "
+            "use activation_alignment across spaces"
+        )
+    a = F.normalize(w_dec_a.detach().double(), dim=1)
+    b = F.normalize(w_dec_b.detach().double(), dim=1)
+    cos = (a @ b.T).numpy()
+    pairs, score = _hungarian(cos)
+    return Alignment(pairs, score, score > threshold, cos, threshold, "cosine")
+
+
+def _resample(maps: torch.Tensor, grid: tuple[int, int] | None) -> torch.Tensor:
+    if maps.dim() != 4:
+        raise ValueError(f"latent maps must be (n_images, d_sae, H, W), got {tuple(maps.shape)}")
+    if grid is not None and tuple(maps.shape[-2:]) != tuple(grid):
+        maps = (
+            F.adaptive_avg_pool2d(maps.float(), grid)
+            if all(s >= g for s, g in zip(maps.shape[-2:], grid, strict=True))
+            else F.interpolate(maps.float(), size=tuple(grid), mode="bilinear", align_corners=False)
+        )
+    return maps
+
+
+def _tokens(maps: torch.Tensor) -> torch.Tensor:
+    return maps.permute(0, 2, 3, 1).reshape(-1, maps.shape[1]).double()  # (n*H*W, d)
+
+
+def correlation_matrix(
+    maps_a: torch.Tensor, maps_b: torch.Tensor, *, grid: tuple[int, int] | None = None
+) -> np.ndarray:
+    """Pearson correlation ``(d_a, d_b)`` of two sets of latent maps ``(n, d, H, W)`` on the same ``n`` inputs,
+    over images × pixels of the common ``grid`` (default: ``maps_a``'s grid). Constant latents score 0."""
+    for name, m in (("maps_a", maps_a), ("maps_b", maps_b)):
+        if not isinstance(m, torch.Tensor) or m.dim() != 4 or m.shape[0] == 0:
+            raise ValueError(
+                f"{name} must be a non-empty (n_images, d_sae, H, W) tensor, got {getattr(m, 'shape', m)!r}"
+            )
+    if maps_a.shape[0] != maps_b.shape[0]:
+        raise ValueError(
+            f"maps_a and maps_b must come from the same inputs: {maps_a.shape[0]} vs {maps_b.shape[0]} images"
+        )
+    if grid is None:
+        grid = tuple(maps_a.shape[-2:])
+    if len(grid) != 2 or not all(isinstance(g, int) and g > 0 for g in grid):
+        raise ValueError(f"grid must be two positive ints (H, W), got {grid!r}")
+    a, b = _tokens(_resample(maps_a, grid)), _tokens(_resample(maps_b, grid))
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise ValueError("latent maps contain NaN or inf")
+    a, b = a - a.mean(0), b - b.mean(0)
+    sa, sb = a.norm(dim=0), b.norm(dim=0)
+    c = (a.T @ b) / (sa[:, None] * sb[None, :]).clamp_min(1e-12)
+    c[sa < 1e-9] = 0.0
+    c[:, sb < 1e-9] = 0.0
+    return c.numpy()
+
+
+def _derangement(n: int, seed: int) -> torch.Tensor:
+    if n < 2:
+        raise ValueError("the shuffled-input null needs at least 2 images")
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        p = torch.randperm(n, generator=g)
+        if not (p == torch.arange(n)).any():
+            return p
+
+
+def activation_alignment(
+    maps_a: torch.Tensor,
+    maps_b: torch.Tensor,
+    *,
+    grid: tuple[int, int] | None = None,
+    threshold: float = 0.5,
+    null: bool = True,
+    seed: int = 0,
+) -> Alignment:
+    """Match latents of two models (different activation spaces) by activation correlation on the same inputs.
+
+    ``maps_a`` (n, d_a, H_a, W_a) and ``maps_b`` (n, d_b, H_b, W_b) from :func:`~icml_interp.diffing.latent_maps`;
+    with ``null=True`` also the matched correlation of each ``a`` latent when ``maps_b`` comes from a shuffled
+    image order (``Alignment.null``).
+    """
+    threshold = _check_threshold(threshold)
+    corr = correlation_matrix(maps_a, maps_b, grid=grid)
+    pairs, score = _hungarian(corr)
+    result = Alignment(pairs, score, score > threshold, corr, threshold, "correlation")
+    if null:
+        perm = _derangement(maps_b.shape[0], seed)
+        null_corr = correlation_matrix(maps_a, maps_b[perm], grid=grid)
+        null_pairs, null_score = _hungarian(null_corr)
+        by_a = dict(zip(null_pairs[:, 0].tolist(), null_score.tolist(), strict=True))
+        result.null = np.array([by_a.get(int(a), 0.0) for a in pairs[:, 0]])
+        result.null_matrix = null_corr
+    return result
+
+
+def exclusive_latents(alignment: Alignment, alive_a=None, alive_b=None) -> tuple[np.ndarray, np.ndarray]:
+    """Latents of each side without a shared partner (``score <= threshold`` or unmatched), among the alive ones
+    (boolean masks; default all): the population-specific candidates of a within-space comparison."""
+    if not isinstance(alignment, Alignment):
+        raise TypeError(f"alignment must be an Alignment, got {type(alignment).__name__}")
+    d_a, d_b = alignment.matrix.shape
+    shared_a = np.zeros(d_a, bool)
+    shared_b = np.zeros(d_b, bool)
+    shared_a[alignment.pairs[alignment.shared, 0]] = True
+    shared_b[alignment.pairs[alignment.shared, 1]] = True
+    alive_a = np.ones(d_a, bool) if alive_a is None else np.asarray(alive_a, bool)
+    alive_b = np.ones(d_b, bool) if alive_b is None else np.asarray(alive_b, bool)
+    if alive_a.shape != (d_a,) or alive_b.shape != (d_b,):
+        raise ValueError(f"alive_a / alive_b must be boolean masks of length {d_a} / {d_b}")
+    return np.nonzero(~shared_a & alive_a)[0], np.nonzero(~shared_b & alive_b)[0]

@@ -1,0 +1,70 @@
+"""Attribution of SAE latents to a (segmentation) metric: activation × gradient.
+
+The SAE is spliced into the module's output as ``h + decode(f) − decode(f.detach())``: the forward value
+is unchanged (the error term is kept) while the gradient reaches the codes ``f``; the attribution of latent
+j is ``Σ_tokens f_j · ∂metric/∂f_j``, the first-order change of the metric if the latent were removed
+(sign flipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from icml_interp.sae.source import from_tokens, resolve_layout, to_tokens
+
+
+def latent_attribution(
+    model: nn.Module,
+    module: nn.Module,
+    sae,
+    inputs: torch.Tensor,
+    metric: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    batch: int = 32,
+    layout: str = "auto",
+) -> torch.Tensor:
+    """Activation × gradient of ``metric(model(inputs_batch), slice)`` (a scalar; summed over batches) per latent:
+    ``(d_sae,)``. ``metric`` receives the model output and the batch's slice into ``inputs``."""
+    if not isinstance(model, nn.Module) or not isinstance(module, nn.Module):
+        raise TypeError("model and module must be torch.nn.Module instances")
+    if not callable(metric):
+        raise TypeError("metric must be callable (output, batch slice) -> scalar tensor")
+    if not isinstance(inputs, torch.Tensor) or inputs.shape[0] == 0:
+        raise ValueError(f"inputs must be a non-empty tensor batch, got {getattr(inputs, 'shape', inputs)!r}")
+    d_in = sae.W_dec.shape[1]
+    codes: list[torch.Tensor] = []
+
+    def hook(mod, args, output):
+        h = output[0] if isinstance(output, tuple) else output
+        kind = resolve_layout(h, layout)
+        tokens = to_tokens(h, kind)
+        if tokens.shape[-1] != d_in:
+            raise ValueError(f"activation width {tokens.shape[-1]} does not match the SAE's d_in = {d_in}")
+        f = sae.encode(tokens.detach()).detach().requires_grad_(True)
+        codes.append(f)
+        new = from_tokens(tokens + sae.decode(f) - sae.decode(f.detach()), h, kind)
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+
+    total = torch.zeros(sae.W_dec.shape[0], dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    handle = module.register_forward_hook(hook)
+    try:
+        for i in range(0, inputs.shape[0], batch):
+            codes.clear()
+            sl = slice(i, min(i + batch, inputs.shape[0]))
+            value = metric(model(inputs[sl]), sl)
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                raise ValueError("metric must return a scalar tensor")
+            if not codes:
+                raise ValueError("module did not run during the forward pass; is it part of model?")
+            grads = torch.autograd.grad(value, codes)
+            for f, g in zip(codes, grads, strict=True):
+                total += (f.detach() * g).sum(0).double()
+    finally:
+        handle.remove()
+        model.train(was_training)
+    return total.float()

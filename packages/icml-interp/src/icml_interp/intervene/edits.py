@@ -1,0 +1,212 @@
+"""Latent edits (``Add``, ``Scale``, ``Clamp``) and the ``intervene`` context manager.
+
+Layouts of the hooked module's output are those of ``icml_interp.sae.ActivationSource``: ``"bchw"``
+(B, C, H, W) → tokens (B·H·W, C); ``"bhwc"``; ``"btd"`` (B, T, D) → tokens (B·T, D); ``"nd"`` tokens as they
+are; ``"auto"`` picks by the number of dimensions (4 → bchw, 3 → btd, 2 → nd). A module returning a tuple
+(Hugging Face style) has its first element edited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from icml_interp.sae.source import LAYOUTS, from_tokens, resolve_layout, to_tokens
+
+
+def _latent_index(latents, d_sae: int | None = None) -> torch.Tensor:
+    if isinstance(latents, torch.Tensor):
+        idx = latents.flatten()
+        if idx.dtype == torch.bool:
+            idx = idx.nonzero().flatten()
+        elif idx.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"latents must hold integer indices, got dtype {idx.dtype}")
+        idx = idx.long()
+    elif isinstance(latents, Sequence) and not isinstance(latents, str):
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in latents):
+            raise TypeError(f"latents must be a sequence of ints, got {latents!r}")
+        idx = torch.tensor(list(latents), dtype=torch.long)
+    elif isinstance(latents, int) and not isinstance(latents, bool):
+        idx = torch.tensor([latents])
+    else:
+        raise TypeError(
+            f"latents must be an int, a sequence of ints or an index tensor, got {type(latents).__name__}"
+        )
+    if idx.numel() == 0:
+        raise ValueError("latents must name at least one latent")
+    if d_sae is not None and (int(idx.min()) < 0 or int(idx.max()) >= d_sae):
+        raise ValueError(f"latents must lie in [0, {d_sae}) for this SAE, got {idx.tolist()}")
+    return idx
+
+
+@dataclass
+class LatentEdit:
+    """Base class: ``__call__(f)`` returns the edited codes for the rows selected by the mask."""
+
+    latents: object
+
+    def index(self, d_sae: int) -> torch.Tensor:
+        return _latent_index(self.latents, d_sae)
+
+    def __call__(self, f: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass
+class Add(LatentEdit):
+    """``f_j ← f_j + amount_j`` (``amount`` a number or one value per latent)."""
+
+    amount: float | torch.Tensor = 1.0
+
+    def __call__(self, f):
+        idx = self.index(f.shape[-1])
+        out = f.clone()
+        out[:, idx] = f[:, idx] + _per_latent(self.amount, idx, "amount", f)
+        return out
+
+
+@dataclass
+class Scale(LatentEdit):
+    """``f_j ← factor_j · f_j``."""
+
+    factor: float | torch.Tensor = 0.0
+
+    def __call__(self, f):
+        idx = self.index(f.shape[-1])
+        out = f.clone()
+        out[:, idx] = f[:, idx] * _per_latent(self.factor, idx, "factor", f)
+        return out
+
+
+@dataclass
+class Clamp(LatentEdit):
+    """``f_j ← value_j``; ``value`` a number, one value per chosen latent, or a full ``(d_sae,)`` vector (e.g.
+    :func:`reference_mean` of a reference cohort) from which the chosen latents' entries are taken (a tensor
+    of length d_sae is always read as such a full vector)."""
+
+    value: float | torch.Tensor = 0.0
+
+    def __call__(self, f):
+        idx = self.index(f.shape[-1])
+        value = self.value
+        if isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel() == f.shape[-1]:
+            value = value[idx]
+        out = f.clone()
+        out[:, idx] = _per_latent(value, idx, "value", f).expand(f.shape[0], idx.numel())
+        return out
+
+
+def _per_latent(value, idx: torch.Tensor, name: str, f: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        raise TypeError(f"{name} must be a number or a tensor, got {type(value).__name__}")
+    v = torch.as_tensor(value, dtype=f.dtype, device=f.device)
+    if v.dim() == 0:
+        v = v.expand(idx.numel())
+    if v.shape != (idx.numel(),):
+        raise ValueError(
+            f"{name} must be a number or hold one value per chosen latent ({idx.numel()}), got shape {tuple(v.shape)}"
+        )
+    if not torch.isfinite(v).all():
+        raise ValueError(f"{name} must be finite")
+    return v
+
+
+def reference_mean(codes: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean latent code ``(d_sae,)`` over tokens ``codes`` (n_tokens, d_sae), optionally only rows where ``mask``."""
+    if not isinstance(codes, torch.Tensor) or codes.dim() != 2 or codes.shape[0] == 0:
+        raise ValueError(
+            f"codes must be a non-empty (n_tokens, d_sae) tensor, got {getattr(codes, 'shape', codes)!r}"
+        )
+    if mask is not None:
+        mask = torch.as_tensor(mask).flatten().bool()
+        if mask.numel() != codes.shape[0]:
+            raise ValueError(f"mask must have one entry per token ({codes.shape[0]}), got {mask.numel()}")
+        if not mask.any():
+            raise ValueError("mask selects no tokens")
+        codes = codes[mask]
+    return codes.mean(0)
+
+
+def _token_mask(mask: torch.Tensor, h: torch.Tensor, layout: str) -> torch.Tensor:
+    """The mask as one bool per token; a conv mask of another spatial size is resized (nearest)."""
+    m = torch.as_tensor(mask, device=h.device)
+    if layout in ("bchw", "bhwc"):
+        b, hh, ww = (h.shape[0], *h.shape[2:]) if layout == "bchw" else h.shape[:3]
+        if m.dim() == 2:
+            m = m.unsqueeze(0).expand(b, *m.shape)
+        if m.dim() != 3 or m.shape[0] != b:
+            raise ValueError(
+                f"mask must be (H, W) or (B, H, W) with B = {b} for feature maps, got {tuple(m.shape)}"
+            )
+        if m.shape[1:] != (hh, ww):
+            m = F.interpolate(m[:, None].float(), size=(hh, ww), mode="nearest")[:, 0]
+        return m.reshape(-1) > 0.5 if m.dtype.is_floating_point else m.reshape(-1).bool()
+    lead = h.shape[:-1]
+    if m.shape != lead:
+        raise ValueError(f"mask must have shape {tuple(lead)} (one entry per token), got {tuple(m.shape)}")
+    return m.reshape(-1).bool()
+
+
+def apply_edit(
+    h: torch.Tensor, sae, edit: LatentEdit, *, mask: torch.Tensor | None = None, layout: str = "auto"
+) -> torch.Tensor:
+    """The edited activation ``h + decode(edit(f)) − decode(f)`` (``f = sae.encode(h)``), only where ``mask``."""
+    if not isinstance(edit, LatentEdit):
+        raise TypeError(f"edit must be an Add, Scale or Clamp, got {type(edit).__name__}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if not isinstance(h, torch.Tensor):
+        raise TypeError(f"h must be a tensor, got {type(h).__name__}")
+    layout = resolve_layout(h, layout)
+    tokens = to_tokens(h, layout)
+    d_in = getattr(sae, "d_in", None) or sae.W_dec.shape[1]
+    if tokens.shape[-1] != d_in:
+        raise ValueError(f"activation width {tokens.shape[-1]} does not match the SAE's d_in = {d_in}")
+    rows = torch.arange(tokens.shape[0], device=h.device)
+    if mask is not None:
+        rows = _token_mask(mask, h, layout).nonzero().flatten()
+        if rows.numel() == 0:
+            return h
+    f = sae.encode(tokens[rows])
+    delta = sae.decode(edit(f)) - sae.decode(f)  # = (f' - f) @ W_dec: the error term is kept
+    out = tokens.clone()
+    out[rows] = tokens[rows] + delta.to(tokens.dtype)
+    return from_tokens(out, h, layout)
+
+
+@contextmanager
+def intervene(
+    module: nn.Module, sae, edit: LatentEdit, *, mask: torch.Tensor | None = None, layout: str = "auto"
+) -> Iterator[nn.Module]:
+    """While inside, ``module``'s output ``h`` is replaced by :func:`apply_edit`; the hook is removed on exit,
+    also when the body raises.
+
+    ``mask``: bool (H, W) or (B, H, W) for feature maps (resized by nearest neighbour if needed), (B, T) for
+    hidden states, (N,) for tokens; ``None`` edits every token.
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(edit, LatentEdit):
+        raise TypeError(f"edit must be an Add, Scale or Clamp, got {type(edit).__name__}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    for attr in ("encode", "decode"):
+        if not callable(getattr(sae, attr, None)):
+            raise TypeError(f"sae must have an {attr}() method")
+    edit.index(sae.W_dec.shape[0])  # validate the latents before any forward pass
+
+    def hook(mod, args, output):
+        if isinstance(output, tuple):
+            return (apply_edit(output[0], sae, edit, mask=mask, layout=layout), *output[1:])
+        return apply_edit(output, sae, edit, mask=mask, layout=layout)
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield module
+    finally:
+        handle.remove()

@@ -1,0 +1,158 @@
+"""SAE quality: fraction of variance unexplained, L0, dead and dense latents, and the downstream loss with the
+reconstruction spliced back into the model.
+
+- ``fvu = sum_n ||x_n - x_hat_n||^2 / sum_n ||x_n - mean(x)||^2`` over the evaluation tokens (0 is perfect,
+  1 is no better than predicting the mean);
+- ``l0``: mean number of nonzero latents per token;
+- ``dead_fraction``: latents that never fire on the evaluation tokens; ``dense_fraction``: latents that fire on
+  more than ``dense_threshold`` (default 10%) of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from icml_interp.sae.model import SAE
+from icml_interp.sae.source import ActivationSource, splice, to_tokens
+
+
+def _token_batches(data, n_tokens: int | None, batch_size: int) -> Iterable[torch.Tensor]:
+    if isinstance(data, ActivationSource):
+        data = data.take(n_tokens)
+    elif isinstance(data, torch.Tensor):
+        data = to_tokens(data)
+        if n_tokens is not None:
+            data = data[:n_tokens]
+    else:
+        raise TypeError(
+            f"activations_or_source must be a tensor of activations or an ActivationSource, got {type(data).__name__}"
+        )
+    if data.shape[0] == 0:
+        raise ValueError("activations_or_source holds no tokens to evaluate on")
+    return data.split(batch_size)
+
+
+@torch.no_grad()
+def firing_counts(
+    sae: SAE, activations_or_source, *, n_tokens: int | None = None, batch_size: int = 4096
+) -> tuple[torch.Tensor, int]:
+    """How often each latent fires: ``(counts (d_sae,), n_tokens)``."""
+    counts = torch.zeros(sae.d_sae, dtype=torch.long)
+    total = 0
+    for x in _token_batches(activations_or_source, n_tokens, batch_size):
+        counts += (sae.encode(x) > 0).sum(0).cpu()
+        total += x.shape[0]
+    return counts, total
+
+
+def firing_frequencies(
+    sae: SAE, activations_or_source, *, n_tokens: int | None = None, batch_size: int = 4096
+) -> torch.Tensor:
+    """Fraction of tokens on which each latent fires, ``(d_sae,)``."""
+    counts, total = firing_counts(sae, activations_or_source, n_tokens=n_tokens, batch_size=batch_size)
+    return counts.double() / total
+
+
+@torch.no_grad()
+def evaluate_sae(
+    sae: SAE,
+    activations_or_source,
+    *,
+    n_tokens: int | None = None,
+    batch_size: int = 4096,
+    dense_threshold: float = 0.1,
+) -> dict:
+    """``dict(fvu, l0, dead_fraction, dense_fraction, mse, n_tokens)`` on activations ``(..., d_in)`` (any
+    layout :func:`~icml_interp.sae.source.to_tokens` understands) or on the first ``n_tokens`` of a source."""
+    if not isinstance(sae, SAE):
+        raise TypeError(f"sae must be an icml_interp.sae.SAE, got {type(sae).__name__}")
+    if not 0 < dense_threshold <= 1:
+        raise ValueError(f"dense_threshold must lie in (0, 1], got {dense_threshold}")
+    sq_err = 0.0
+    sum_x = torch.zeros(sae.d_in, dtype=torch.float64)
+    sum_sq = 0.0
+    counts = torch.zeros(sae.d_sae, dtype=torch.long)
+    nnz = 0
+    total = 0
+    for x in _token_batches(activations_or_source, n_tokens, batch_size):
+        if x.shape[-1] != sae.d_in:
+            raise ValueError(
+                f"activations have width {x.shape[-1]}, but the SAE expects d_in = {sae.d_in} (activation width mismatch)"
+            )
+        f = sae.encode(x)
+        x_hat = sae.decode(f)
+        x64 = x.double()
+        sq_err += float((x64 - x_hat.double()).pow(2).sum())
+        sum_x += x64.sum(0)
+        sum_sq += float(x64.pow(2).sum())
+        fired = f > 0
+        counts += fired.sum(0).cpu()
+        nnz += int(fired.sum())
+        total += x.shape[0]
+    total_var = sum_sq - float(sum_x.pow(2).sum()) / total  # sum_n ||x_n - mean||^2
+    freq = counts.double() / total
+    return {
+        "fvu": sq_err / total_var if total_var > 0 else float("nan"),
+        "l0": nnz / total,
+        "dead_fraction": float((counts == 0).double().mean()),
+        "dense_fraction": float((freq > dense_threshold).double().mean()),
+        "mse": sq_err / (total * sae.d_in),
+        "n_tokens": total,
+    }
+
+
+def _next_token_ce(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), input_ids[:, 1:].reshape(-1)
+    )
+
+
+@torch.no_grad()
+def spliced_loss(
+    sae: SAE,
+    target,
+    inputs: Iterable,
+    *,
+    loss_fn: Callable | None = None,
+    layout: str = "auto",
+    forward: Callable | None = None,
+) -> dict:
+    """Downstream loss with the SAE reconstruction substituted at ``target``, against the clean model and
+    zero-ablation of the activation (the usual "CE loss recovered" of SAE evaluations).
+
+    ``target``: a ``(HookedModel, hook_name)`` pair (then ``loss_fn`` defaults to next-token cross-entropy
+    of ``input_ids``) or anything :class:`~icml_interp.sae.source.ActivationSource` accepts with a
+    ``loss_fn(output, input) -> scalar``. Returns mean losses over ``inputs`` and
+    ``loss_increase = spliced - clean`` and ``fraction_recovered = (zero - spliced) / (zero - clean)``.
+    """
+    from icml_interp.hooks import HookedModel
+    from icml_interp.sae.source import _Target
+
+    if not isinstance(sae, SAE):
+        raise TypeError(f"sae must be an icml_interp.sae.SAE, got {type(sae).__name__}")
+    if loss_fn is None:
+        if not (isinstance(target, tuple) and isinstance(target[0], HookedModel)):
+            raise ValueError("loss_fn is required unless target is a (HookedModel, hook_name) pair")
+        loss_fn = _next_token_ce
+    inputs = list(inputs.split(1)) if isinstance(inputs, torch.Tensor) else list(inputs)
+    if not inputs:
+        raise ValueError("inputs is empty: nothing to evaluate the spliced loss on")
+    tgt = _Target(target, forward, "output")
+    clean = spliced = zero = 0.0
+    for inp in inputs:
+        clean += float(loss_fn(tgt.run(inp), inp))
+        with splice(sae, target, layout=layout, forward=forward) as run:
+            spliced += float(loss_fn(run(inp), inp))
+        with tgt.patch(torch.zeros_like):
+            zero += float(loss_fn(tgt.run(inp), inp))
+    n = len(inputs)
+    clean, spliced, zero = clean / n, spliced / n, zero / n
+    return {
+        "clean_loss": clean,
+        "spliced_loss": spliced,
+        "zero_ablation_loss": zero,
+        "loss_increase": spliced - clean,
+        "fraction_recovered": (zero - spliced) / (zero - clean) if zero != clean else float("nan"),
+    }

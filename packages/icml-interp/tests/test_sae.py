@@ -1,0 +1,421 @@
+"""Sparse autoencoders: the four architectures, training pieces, metrics, the activation source, save/load."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from icml_interp.hooks import HookedModel
+from icml_interp.sae import (
+    SAE,
+    ActivationSource,
+    SAEConfig,
+    auxk_ablation,
+    evaluate_sae,
+    from_tokens,
+    geometric_median,
+    load_sae,
+    splice,
+    spliced_loss,
+    to_tokens,
+    train_sae,
+)
+
+ARCHS = ("topk", "batchtopk", "relu", "jumprelu")
+
+
+def sparse_data(n: int, d: int = 32, m: int = 96, active: int = 3, seed: int = 0, dictionary_seed: int = 0):
+    """Tokens that are sums of ``active`` of ``m`` random unit directions with magnitudes in [1, 4], plus an
+    offset: a dictionary with known ground truth."""
+    dictionary = torch.randn(m, d, generator=torch.Generator().manual_seed(dictionary_seed))
+    dictionary /= dictionary.norm(dim=1, keepdim=True)
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.rand(n, m, generator=gen).argsort(1)[:, :active]
+    codes = torch.zeros(n, m).scatter_(1, idx, torch.rand(n, active, generator=gen) * 3 + 1)
+    return codes @ dictionary + 0.3
+
+
+def random_sae(arch: str, d_in: int = 16, d_sae: int = 48, k: int = 4, seed: int = 0) -> SAE:
+    sae = SAE(SAEConfig(d_in=d_in, d_sae=d_sae, architecture=arch, k=k, seed=seed))
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        sae.b_enc.copy_(torch.randn(d_sae, generator=gen) * 0.1)
+        sae.b_dec.copy_(torch.randn(d_in, generator=gen) * 0.1)
+        sae.W_enc.add_(torch.randn(d_in, d_sae, generator=gen) * 0.1)
+        if hasattr(sae, "threshold"):
+            sae.threshold.copy_(torch.rand(d_sae, generator=gen) * 0.5 + 0.05)
+    return sae.eval()
+
+
+# ---------------------------------------------------------------------------------------------- model
+@pytest.mark.parametrize("arch", ARCHS)
+def test_encode_decode_shapes_and_nonnegative(arch):
+    sae = random_sae(arch)
+    x = torch.randn(2, 5, 16)
+    f = sae.encode(x)
+    assert f.shape == (2, 5, 48) and (f >= 0).all()
+    assert sae.decode(f).shape == x.shape
+    torch.testing.assert_close(sae(x), f @ sae.W_dec + sae.b_dec)
+
+
+def test_topk_keeps_exactly_the_k_largest():
+    sae = random_sae("topk", k=4)
+    x = torch.randn(50, 16)
+    pre = sae.pre_acts(x)
+    f = sae.encode(x)
+    for row_pre, row_f in zip(pre, f, strict=True):
+        top = set(row_pre.topk(4).indices.tolist())
+        nz = set(torch.nonzero(row_f).flatten().tolist())
+        assert nz <= top
+        assert nz == {i for i in top if row_pre[i] > 0}
+
+
+def test_batchtopk_inference_does_not_depend_on_the_batch():
+    sae = random_sae("batchtopk")
+    x = torch.randn(64, 16)
+    together = sae.encode(x)
+    alone = torch.cat([sae.encode(row[None]) for row in x])
+    torch.testing.assert_close(together, alone)  # equal up to the rounding of different matmul shapes
+    assert torch.equal(together > 0, alone > 0)
+    # while training, the whole batch shares k * batch activations
+    f, _ = sae.encode_train(x)
+    assert int((f > 0).sum()) <= 4 * 64
+
+
+def test_fold_input_scale_moves_the_sae_to_the_callers_units():
+    for arch in ARCHS:
+        sae = random_sae(arch)
+        folded = copy.deepcopy(sae)
+        scale = 3.7
+        folded.fold_input_scale(scale)
+        x = torch.randn(20, 16)
+        f_norm = sae.encode(x * scale)
+        torch.testing.assert_close(folded.encode(x), f_norm / scale, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            folded.decode(f_norm / scale), sae.decode(f_norm) / scale, rtol=1e-5, atol=1e-6
+        )
+        # decoder rows are unchanged (unit norm in the caller's units)
+        assert torch.equal(folded.W_dec, sae.W_dec)
+
+
+def test_remove_parallel_gradient_leaves_only_the_tangent_part():
+    sae = random_sae("topk")
+    sae.normalize_decoder()
+    loss = sae(torch.randn(32, 16)).pow(2).sum()
+    loss.backward()
+    before = sae.W_dec.grad.clone()
+    sae.remove_parallel_gradient()
+    radial = (sae.W_dec.grad * sae.W_dec).sum(-1)
+    assert radial.abs().max() < 1e-5 * before.abs().max()
+    # the tangent part itself is untouched: grad_after = grad - <grad, w> w
+    torch.testing.assert_close(
+        sae.W_dec.grad, before - (before * sae.W_dec).sum(-1, keepdim=True) * sae.W_dec
+    )
+
+
+def test_geometric_median_matches_the_median_on_a_line_and_beats_the_mean():
+    t = torch.tensor([0.0, 1.0, 2.0, 10.0, 50.0])
+    direction = torch.tensor([3.0, 4.0]) / 5
+    pts = t[:, None] * direction + torch.tensor([1.0, -2.0])
+    gm = geometric_median(pts, max_iter=500, tol=1e-10)
+    torch.testing.assert_close(gm, 2.0 * direction + torch.tensor([1.0, -2.0]), atol=1e-3, rtol=0)
+    cloud = torch.randn(200, 5)
+    gm = geometric_median(cloud)
+
+    def cost(y):
+        return float((cloud - y).norm(dim=1).sum())
+
+    assert cost(gm) <= cost(cloud.mean(0)) + 1e-6
+    for _ in range(5):
+        assert cost(gm) <= cost(gm + 0.01 * torch.randn(5)) + 1e-6
+
+
+# ---------------------------------------------------------------------------------------------- training
+@pytest.mark.parametrize(
+    ("arch", "kwargs", "max_fvu"),
+    [
+        ("topk", {"k": 3}, 0.15),
+        ("batchtopk", {"k": 3}, 0.2),
+        ("relu", {"l1_coefficient": 0.3}, 0.5),
+        ("jumprelu", {}, 0.3),
+    ],
+)
+def test_training_recovers_a_planted_sparse_dictionary(arch, kwargs, max_fvu):
+    torch.manual_seed(0)
+    train, test = sparse_data(12000), sparse_data(2000, seed=1)
+    cfg = SAEConfig(
+        d_in=32,
+        d_sae=128,
+        architecture=arch,
+        batch_size=512,
+        total_tokens=150_000,
+        lr=3e-3,
+        dead_steps=30,
+        **kwargs,
+    )
+    sae, log = train_sae(train, cfg, progress=False)
+    metrics = evaluate_sae(sae, test)
+    assert metrics["fvu"] < max_fvu, metrics
+    assert metrics["l0"] < 32 if arch in ("relu", "jumprelu") else abs(metrics["l0"] - 3) < 1, metrics
+    torch.testing.assert_close(sae.W_dec.norm(dim=-1), torch.ones(128), atol=1e-5, rtol=0)
+    assert len(log.fvu) == cfg.steps and log.fvu[-1] < log.fvu[0]
+    assert not sae.training
+
+
+def test_normalization_is_folded_into_the_trained_sae():
+    """Training on x and on 100 * x gives the same SAE up to the units (encode scales by 100)."""
+    x = sparse_data(4000)
+    cfg = SAEConfig(d_in=32, d_sae=64, k=3, batch_size=500, total_tokens=20_000, lr=3e-3)
+    small, log_small = train_sae(x, cfg, progress=False)
+    big, log_big = train_sae(x * 100, cfg, progress=False)
+    assert abs(log_small.scaling_factor / log_big.scaling_factor - 100) < 1e-3
+    torch.testing.assert_close(big.encode(x * 100) / 100, small.encode(x), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(big(x * 100) / 100, small(x), rtol=1e-3, atol=1e-4)
+
+
+def test_auxk_loss_matches_a_brute_force_computation():
+    from icml_interp.sae.train import _aux_loss
+
+    cfg = SAEConfig(d_in=6, d_sae=10, k=2, aux_k=3)
+    sae = random_sae("topk", d_in=6, d_sae=10, k=2)
+    gen = torch.Generator().manual_seed(5)
+    pre, residual = torch.randn(7, 10, generator=gen), torch.randn(7, 6, generator=gen)
+    dead = torch.zeros(10, dtype=torch.bool)
+    dead[[1, 4, 5, 8]] = True
+    loss, n_dead = _aux_loss(sae, cfg, pre, residual, dead, torch.tensor(2.5))
+    expected = 0.0
+    for row in range(7):
+        ranked = sorted((float(pre[row, j]), j) for j in range(10) if dead[j])[::-1][:3]  # top-3 dead latents
+        e_hat = sum(max(v, 0.0) * sae.W_dec[j].detach() for v, j in ranked)
+        expected += float((e_hat - residual[row]).pow(2).sum())
+    assert n_dead == 4
+    assert float(loss.detach()) == pytest.approx(min(4 / 3, 1.0) * expected / 2.5, rel=1e-5)
+    assert (
+        float(_aux_loss(sae, cfg, pre, residual, torch.zeros(10, dtype=torch.bool), torch.tensor(1.0))[0])
+        == 0
+    )
+
+
+def test_auxk_only_acts_on_dead_latents():
+    """With no latent dead (a dead window longer than the run) AuxK changes nothing: the runs are identical;
+    ``auxk_ablation`` reports both arms of the same run."""
+    x = sparse_data(3000, m=48)
+    cfg = SAEConfig(d_in=32, d_sae=96, k=3, batch_size=250, total_tokens=5000, lr=3e-3, dead_steps=1000)
+    with_aux, _ = train_sae(x, cfg, progress=False)
+    without, _ = train_sae(x, SAEConfig(**{**cfg.to_dict(), "aux_coefficient": 0.0}), progress=False)
+    assert torch.equal(with_aux.W_enc, without.W_enc) and torch.equal(with_aux.W_dec, without.W_dec)
+    short = SAEConfig(**{**cfg.to_dict(), "dead_steps": 2})
+    result = auxk_ablation(x, short, x[:500])
+    assert set(result) == {"auxk", "no_auxk"} and result["auxk"]["fvu"] != result["no_auxk"]["fvu"]
+    with pytest.raises(ValueError, match="AuxK on"):
+        auxk_ablation(x, SAEConfig(d_in=32, d_sae=96, architecture="relu"), x)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_evaluate_sae_on_a_hand_built_sae():
+    """Identity encoder/decoder (ReLU): exact reconstruction of nonnegative inputs, known L0, dead and dense."""
+    sae = SAE(SAEConfig(d_in=4, d_sae=4, architecture="relu"))
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.eye(4))
+        sae.W_dec.copy_(torch.eye(4))
+        sae.b_enc.zero_()
+        sae.b_dec.zero_()
+    x = torch.zeros(100, 4)
+    x[:, 0] = torch.rand(100) + 0.5  # always on: dense
+    x[:5, 1] = 1.0  # 5% of tokens
+    x[:50, 2] = 2.0  # 50%: dense
+    metrics = evaluate_sae(sae, x)  # latent 3 never fires: dead
+    assert metrics["fvu"] == 0.0
+    assert metrics["l0"] == pytest.approx(1 + 0.05 + 0.5)
+    assert metrics["dead_fraction"] == 0.25 and metrics["dense_fraction"] == 0.5
+    # a decoder that loses latent 0 leaves exactly its variance unexplained
+    with torch.no_grad():
+        sae.W_dec[0] = 0
+    var = (x - x.mean(0)).pow(2).sum()
+    lost = x[:, 0].pow(2).sum()
+    assert evaluate_sae(sae, x)["fvu"] == pytest.approx(float(lost / var), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- source
+class TinyConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Conv2d(1, 6, 3, padding=1)
+        self.body = nn.Conv2d(6, 5, 3, padding=1)
+        self.head = nn.Conv2d(5, 2, 1)
+
+    def forward(self, x):
+        return self.head(self.body(self.stem(x).relu()).relu())
+
+
+def test_conv_feature_maps_become_pixel_tokens():
+    net = TinyConvNet()
+    images = torch.randn(6, 1, 7, 9)
+    src = ActivationSource((net, "body"), images, input_batch_size=4, shuffle=False)
+    tokens = src.take()
+    with torch.no_grad():
+        fmap = net.body(net.stem(images).relu())  # (6, 5, 7, 9)
+    assert tokens.shape == (6 * 7 * 9, 5) and src.d_in == 5
+    torch.testing.assert_close(tokens, fmap.permute(0, 2, 3, 1).reshape(-1, 5))
+    torch.testing.assert_close(from_tokens(to_tokens(fmap), fmap), fmap)
+    # the same through a bare submodule with the parent model as ``forward``, and the head's input
+    torch.testing.assert_close(ActivationSource(net.body, images, forward=net, shuffle=False).take(), tokens)
+    torch.testing.assert_close(
+        ActivationSource((net, "head"), images, hook="input", shuffle=False).take(), tokens.relu()
+    )
+    # the shuffling buffer hands out every token once per pass (a permutation)
+    shuffled = torch.cat(
+        list(
+            ActivationSource((net, net.body), images, buffer_tokens=100, seed=3).batches(50, drop_last=False)
+        )
+    )
+    assert shuffled.shape == tokens.shape and not torch.equal(shuffled, tokens)
+    torch.testing.assert_close(shuffled[shuffled[:, 0].argsort()], tokens[tokens[:, 0].argsort()])
+
+
+def test_hooked_model_hidden_states_become_tokens():
+    from icml_tools.assets import tiny_llama
+
+    hooked = HookedModel(tiny_llama())
+    ids = torch.randint(0, 256, (3, 10), generator=torch.Generator().manual_seed(0))
+    name = "blocks.1.hook_resid_post"
+    _, cache = hooked.run_with_cache(ids, [name])
+    src = ActivationSource((hooked, name), ids, shuffle=False, input_batch_size=2)
+    torch.testing.assert_close(src.take(), cache[name].reshape(-1, 64))
+    dropped = ActivationSource((hooked, name), ids, shuffle=False, drop_first_tokens=1).take()
+    torch.testing.assert_close(dropped, cache[name][:, 1:].reshape(-1, 64))
+    mask = torch.ones(3, 10, dtype=torch.long)
+    mask[0, 7:] = 0  # padding
+    masked = ActivationSource(
+        (hooked, name), [{"input_ids": ids, "attention_mask": mask}], shuffle=False
+    ).take()
+    assert masked.shape == (27, 64)
+
+
+def test_splice_with_error_term_is_exact_and_spliced_loss_matches_manual_runs():
+    from icml_tools.assets import tiny_llama
+
+    hooked = HookedModel(tiny_llama())
+    name = "blocks.0.hook_resid_post"
+    ids = torch.randint(0, 256, (8, 12), generator=torch.Generator().manual_seed(1))
+    acts = ActivationSource((hooked, name), ids).take()
+    sae, _ = train_sae(
+        acts, SAEConfig(d_in=64, d_sae=256, k=16, batch_size=32, total_tokens=3200, lr=3e-3), progress=False
+    )
+    clean = hooked(ids)
+    with splice(sae, (hooked, name), keep_error=True) as run:
+        assert torch.equal(run(ids), clean)
+    with splice(sae, (hooked, name)) as run:
+        spliced = run(ids)
+    manual = hooked.run_with_hooks(ids, [(name, lambda h, hook: sae(h))])
+    torch.testing.assert_close(spliced, manual)
+    assert not torch.equal(spliced, clean)
+    result = spliced_loss(sae, (hooked, name), ids.split(4))
+
+    def ce(logits):
+        return float(
+            torch.nn.functional.cross_entropy(
+                logits.detach()[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1)
+            )
+        )
+
+    zero = hooked.run_with_hooks(ids, [(name, lambda h, hook: torch.zeros_like(h))])
+    # equal-size batches: the mean of the per-batch means is the overall mean
+    assert result["clean_loss"] == pytest.approx(ce(clean), rel=1e-5)
+    assert result["spliced_loss"] == pytest.approx(ce(manual), rel=1e-5)
+    assert result["zero_ablation_loss"] == pytest.approx(ce(zero), rel=1e-5)
+    assert result["loss_increase"] == pytest.approx(result["spliced_loss"] - result["clean_loss"])
+
+
+# ---------------------------------------------------------------------------------------------- save / load
+@pytest.mark.parametrize("arch", ARCHS)
+def test_save_load_round_trips_bit_exactly(arch, tmp_path):
+    sae = random_sae(arch)
+    sae.info["hook_name"] = "blocks.3.hook_resid_post"
+    folder = sae.save(tmp_path / "sae")
+    assert sorted(p.name for p in folder.iterdir()) == ["cfg.json", "sae_weights.safetensors"]
+    loaded = SAE.load(folder)
+    assert loaded.cfg == sae.cfg and loaded.info == sae.info
+    for name, tensor in sae.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    x = torch.randn(40, 16)
+    assert torch.equal(loaded.encode(x), sae.encode(x)) and torch.equal(loaded(x), sae(x))
+    # saving again over the same folder replaces it atomically and leaves no temporary folders behind
+    sae.save(folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sae"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_saved_folder_loads_with_saelens(arch, tmp_path):
+    sae_lens = pytest.importorskip("sae_lens")
+    sae = random_sae(arch)
+    sae.save(tmp_path / "sae")
+    theirs = sae_lens.SAE.load_from_disk(tmp_path / "sae")
+    expected = {"topk": "topk", "batchtopk": "jumprelu", "relu": "standard", "jumprelu": "jumprelu"}[arch]
+    assert theirs.cfg.architecture() == expected
+    x = torch.randn(40, 16)
+    with torch.no_grad():
+        assert torch.equal(theirs.encode(x), sae.encode(x))
+        f = sae.encode(x)
+        assert torch.equal(theirs.decode(f), sae.decode(f))
+    # and a folder SAELens wrote loads here
+    theirs.save_model(tmp_path / "theirs")
+    back = load_sae(tmp_path / "theirs")
+    assert torch.equal(back.encode(x), sae.encode(x))
+    assert back.cfg.architecture == ("jumprelu" if arch == "batchtopk" else arch)
+
+
+def test_saved_config_is_plain_saelens_json(tmp_path):
+    sae = random_sae("topk")
+    sae.save(tmp_path / "s")
+    cfg = json.loads((tmp_path / "s" / "cfg.json").read_text())
+    assert cfg["architecture"] == "topk" and cfg["k"] == 4 and cfg["normalize_activations"] == "none"
+    assert cfg["d_in"] == 16 and cfg["d_sae"] == 48 and cfg["metadata"]["sae_lens_version"].startswith("6")
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def test_activation_width_mismatch_is_a_clear_error():
+    sae = random_sae("topk")
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., 16\).*width mismatch"):
+        sae.encode(torch.randn(3, 17))
+    with pytest.raises(ValueError, match=r"f must have shape \(\.\.\., 48\)"):
+        sae.decode(torch.randn(3, 16))
+    with pytest.raises(ValueError, match=r"width 17, but cfg\.d_in = 16"):
+        train_sae(torch.randn(100, 17), SAEConfig(d_in=16, d_sae=32, k=4, batch_size=10, total_tokens=100))
+    with pytest.raises(ValueError, match="d_in = 16"):
+        evaluate_sae(sae, torch.randn(10, 17))
+
+
+def test_k_larger_than_the_dictionary_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"k must be <= d_sae \(the dictionary has 32 latents\), got k=33"):
+        SAEConfig(d_in=16, d_sae=32, k=33)
+    with pytest.raises(ValueError, match="k must be <= d_sae"):
+        SAEConfig(d_in=16, d_sae=32, architecture="batchtopk", k=64)
+    with pytest.raises(ValueError, match="architecture must be one of"):
+        SAEConfig(d_in=16, d_sae=32, architecture="gated")
+    with pytest.raises(TypeError, match="k must be an int"):
+        SAEConfig(d_in=16, d_sae=32, k=2.5)
+
+
+def test_empty_sources_are_clear_errors():
+    net = TinyConvNet()
+    with pytest.raises(ValueError, match="inputs is an empty tensor"):
+        ActivationSource(net, torch.empty(0, 1, 4, 4))
+    with pytest.raises(ValueError, match="inputs is empty"):
+        ActivationSource(net, [])
+    with pytest.raises(ValueError, match="activations is empty"):
+        ActivationSource.from_activations(torch.empty(0, 8))
+    cfg = SAEConfig(d_in=5, d_sae=16, k=2, batch_size=8, total_tokens=80)
+    with pytest.raises(ValueError, match="yielded no activations"):
+        train_sae(ActivationSource((net, "body"), iter([])), cfg)
+    with pytest.raises(ValueError, match="holds no tokens"):
+        evaluate_sae(random_sae("topk"), torch.empty(0, 16))
+    with pytest.raises(ValueError, match="not a submodule"):
+        ActivationSource((net, "nope"), torch.randn(2, 1, 4, 4))
+    with pytest.raises(TypeError, match="inputs must be a tensor, a list or an iterable"):
+        ActivationSource(net, 3)

@@ -1,0 +1,26 @@
+"""Heavier SAE checks (marked slow): the ``sae-smollm2`` reproduction at the quick budget and the benchmark."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_sae_smollm2_quick_reproduction_follows_the_protocol_and_passes():
+    from icml_interp.sae.repro import FVU_TARGET, K, run
+    from icml_tools.protocol import validate_result
+
+    result = validate_result(run("quick", seed=0))
+    auxk, no_auxk = result["rows"]
+    assert result["passed"] == (auxk["fvu"] < FVU_TARGET and abs(auxk["l0"] - K) <= 0.1 * K)
+    assert result["passed"], result["rows"]
+    assert auxk["run"] == "auxk" and no_auxk["run"] == "no_auxk"
+
+
+def test_sae_train_benchmark_rows():
+    from icml_interp.sae.bench import run
+
+    (row,) = run("quick")
+    assert row["d_in"] == 576 and row["d_sae"] == 9216 and row["k"] == 32
+    assert row["tokens_per_second"] > 0

@@ -1,0 +1,138 @@
+"""The Med-SegLens testbed: scans, Dice, models, the repair pieces; the reproduction (slow)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from icml_interp.seglens import TinySegFormer, TinyUNet, dice_per_class, make_scans, soft_dice
+from icml_interp.seglens.data import EDEMA_INTENSITY
+from icml_interp.seglens.repair import as_map, detect_latents, gt_free_region, random_region, to_grid
+
+
+def test_scans_are_seeded_and_consistent():
+    a = make_scans("A", 6, seed=3, size=32)
+    again = make_scans("A", 6, seed=3, size=32)
+    torch.testing.assert_close(a.images, again.images)
+    assert a.images.shape == (6, 1, 32, 32) and a.labels.shape == (6, 32, 32)
+    assert not torch.equal(a.images, make_scans("A", 6, seed=4, size=32).images)
+    # labels and concept maps agree; the concepts are disjoint
+    assert torch.equal(a.labels == 1, a.concepts["edema"].bool())
+    assert torch.equal(a.labels == 2, a.concepts["core"].bool())
+    total = sum(a.concepts[c] for c in ("core", "edema", "skull", "tissue"))
+    assert total.max() <= 1
+    assert a.concepts["core"].sum() > 0 and a.concepts["skull"].sum() > 0
+
+
+def test_cohort_b_differs_in_the_edema_only():
+    a, b = make_scans("A", 40, seed=0), make_scans("B", 40, seed=0)
+    for s in (a, b):
+        core = s.images[:, 0][s.labels == 2]
+        assert abs(float(core.mean()) - 0.95) < 0.02
+    ed_a, ed_b = a.images[:, 0][a.labels == 1], b.images[:, 0][b.labels == 1]
+    assert abs(float(ed_a.mean()) - EDEMA_INTENSITY["A"]) < 0.03
+    assert abs(float(ed_b.mean()) - EDEMA_INTENSITY["B"]) < 0.03
+    tissue = b.images[:, 0][b.concepts["tissue"].bool()]
+    assert float(ed_b.mean()) < float(tissue.mean()) < float(ed_a.mean())  # B's edema is hypo-intense
+
+
+def test_dice_per_class_by_hand():
+    labels = torch.tensor([[[0, 1], [2, 2]]])
+    pred = torch.tensor([[[0, 1], [1, 2]]])
+    d = dice_per_class(pred, labels)
+    torch.testing.assert_close(d, torch.tensor([[1.0, 2 * 1 / 3, 2 * 1 / 3]]))
+    # a class absent from both scores 1; logits are reduced by argmax
+    logits = (
+        torch.nn.functional.one_hot(torch.zeros(1, 2, 2, dtype=torch.long), 3).permute(0, 3, 1, 2).float()
+    )
+    torch.testing.assert_close(
+        dice_per_class(logits, torch.zeros(1, 2, 2, dtype=torch.long)), torch.ones(1, 3)
+    )
+    big = torch.full((1, 3, 2, 2), -20.0)
+    big[:, 1] = 20.0
+    assert soft_dice(big, torch.ones(1, 2, 2, dtype=torch.long), 1).item() == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("cls", [TinyUNet, TinySegFormer])
+def test_models_map_scans_to_logits(cls):
+    torch.manual_seed(0)
+    model = cls().eval()
+    x = make_scans("A", 2, seed=0).images
+    assert model(x).shape == (2, 3, 48, 48)
+    got = []
+    handle = model.sae_layer.register_forward_hook(lambda m, i, o: got.append(o))
+    model(x)
+    handle.remove()
+    assert got and got[0].dim() == 4
+
+
+def test_repair_helpers():
+    mask = torch.zeros(2, 8, 8, dtype=torch.bool)
+    mask[0, :4, :4] = True
+    torch.testing.assert_close(to_grid(mask, (4, 4))[0, :2, :2], torch.ones(2, 2, dtype=torch.bool))
+    assert to_grid(mask, (4, 4)).sum() == 4
+    rr = random_region(mask, seed=0)
+    assert rr.sum((1, 2)).tolist() == mask.sum((1, 2)).tolist()
+    h = torch.randn(2, 16, 5)
+    torch.testing.assert_close(as_map(h)[1, :, 2, 3], h[1, 2 * 4 + 3])
+
+
+class ReluSAE:
+    """encode = relu, decode = identity: latent j is channel j."""
+
+    W_dec = torch.eye(3)
+
+    def encode(self, x):
+        return torch.relu(x)
+
+    def decode(self, f):
+        return f
+
+
+def test_detect_latents_and_region_on_a_planted_shift():
+    acts_a, acts_b = torch.zeros(4, 3, 6, 6), torch.zeros(4, 3, 6, 6)
+    acts_a[:, 0] = acts_b[:, 0] = 1.0  # latent 0: everywhere in both cohorts
+    acts_a[:, 2, :2] = 1.0  # latent 2: cohort A only
+    acts_b[:, 1, 3:5, 3:5] = 1.0  # latent 1: cohort B only, in a 2x2 patch
+    sae = ReluSAE()
+    assert detect_latents(sae, acts_a, acts_b, n=2) == [1]  # the only latent firing more on B
+    region = gt_free_region(sae, acts_b, [1])
+    assert region.shape == (4, 6, 6) and region.sum() == 16 and region[:, 3:5, 3:5].all()
+    assert not gt_free_region(sae, acts_b, []).any()
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="cohort must be one of"):
+        make_scans("C", 2, seed=0)
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        make_scans("A", 0, seed=0)
+    with pytest.raises(ValueError, match="size must be an int >= 24"):
+        make_scans("A", 2, seed=0, size=8)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        make_scans("A", 2, seed=1.5)
+    with pytest.raises(ValueError, match="pred must be"):
+        dice_per_class(torch.zeros(2, 3, 3), torch.zeros(2, 4, 4))
+    with pytest.raises(ValueError, match="not a square grid"):
+        as_map(torch.randn(1, 15, 4))
+    from icml_interp.seglens.repro import run
+    from icml_interp.seglens.train import pretrained
+
+    with pytest.raises(ValueError, match="budget must be one of"):
+        run("huge")
+    with pytest.raises(TypeError, match="seed must be an int"):
+        run("quick", seed="0")
+    with pytest.raises(ValueError, match="arch must be one of"):
+        pretrained("resnet")
+
+
+@pytest.mark.slow
+def test_repro_quick_follows_protocol():
+    from icml_interp.seglens.repro import run
+    from icml_tools.protocol import validate_result
+
+    result = validate_result(run("quick", seed=0))
+    assert result["system"] == "seglens-repair"
+    summary = result["summary"]
+    assert result["passed"] == all(summary["checks"].values())
+    for arch in ("unet", "segformer"):
+        assert summary["per_arch"][arch]["n_fail"] > 0
