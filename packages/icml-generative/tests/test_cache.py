@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -30,9 +31,12 @@ from icml_generative.cache.testbed import (
     TestbedConfig,
     class_tokens,
     flow_sigmas,
+    motion_accuracy,
+    motion_directions,
     moving_sprites,
     sample_flow_euler,
     tiny_wan,
+    train_testbed,
 )
 
 torch.set_num_threads(1)
@@ -488,13 +492,22 @@ def test_psnr_ssim_spearman_known_values():
         psnr(ref, ref[0])
 
 
-def test_reproduction_budgets_have_their_own_testbeds():
+def test_reproduction_budgets_have_their_own_testbeds_and_dense_sweeps():
     import icml_generative.cache.repro as repro
 
     quick, full = repro.BUDGETS["quick"]["testbed"], repro.BUDGETS["full"]["testbed"]
-    # the full budget keeps the recipe its published numbers were measured on; the quick one trains briefly
-    assert full == TestbedConfig() and quick.key() != full.key()
+    # the full budget keeps the recipe its published numbers were measured on (and so its cached weights'
+    # key); the quick one trains briefly
+    assert full == TestbedConfig() and full.key() == "2ef5169bf5ec" and quick.key() != full.key()
     assert quick.train_steps < full.train_steps and quick.num_layers == full.num_layers
+    assert repro.BUDGETS["full"]["seeds"] == 3
+    for budget in repro.BUDGETS.values():
+        assert budget["motion_clips"] >= 32 and len(budget["sweep"]) >= 5
+    assert all(list(t) == sorted(t) and len(t) == 12 for t in repro.THRESHOLDS.values())
+    # sweep points with equal forwards are averaged, and exact hits need no neighbour
+    assert repro._interp([(10, 30.0), (12, 40.0), (12, 44.0), (14, 50.0)], 12) == 42.0
+    assert repro._interp([(10, 30.0), (12, 40.0), (12, 44.0)], 11) == 36.0
+    assert math.isnan(repro._interp([(10, 30.0), (12, 40.0)], 13))
 
 
 def test_moving_sprites_move_at_constant_velocity():
@@ -515,6 +528,50 @@ def test_moving_sprites_move_at_constant_velocity():
             for v in (1, 2)
         )
     assert torch.equal(moving_sprites(4, cfg, seed=1)[0], moving_sprites(4, cfg, seed=1)[0])
+
+
+def test_motion_directions_reads_the_labelled_motion():
+    cfg = TestbedConfig(max_sprites=2, speeds=(1, 2))
+    clips, labels = moving_sprites(64, cfg, seed=11)
+    assert torch.equal(motion_directions(clips, cfg.speeds), labels)
+    # played backwards, every clip moves the opposite way (right <-> left, down <-> up)
+    assert torch.equal(motion_directions(clips.flip(2), cfg.speeds), labels ^ 1)
+    # a static clip has no preferred direction beyond ties; a clip of noise is at chance over many clips
+    noise = torch.randn(400, 3, 4, 16, 16, generator=torch.Generator().manual_seed(0))
+    chance = (motion_directions(noise) == torch.arange(400) % 4).double().mean().item()
+    assert abs(chance - 0.25) < 0.08
+    with pytest.raises(ValueError, match="clips"):
+        motion_directions(clips[:, :, :1])
+    with pytest.raises(ValueError, match="speeds"):
+        motion_directions(clips, (0,))
+
+
+def test_training_with_ema_and_time_patches():
+    cfg = TestbedConfig(frames=4, size=8, num_layers=2, head_dim=8, ffn_dim=16, patch_frames=2, train_steps=3)
+    plain = train_testbed(cfg, progress=False)
+    assert plain.config.patch_size[0] == 2
+    # a decay that keeps nothing of the past is the raw weights; a real decay averages them
+    instant = train_testbed(replace(cfg, ema_decay=1e-12), progress=False)
+    averaged = train_testbed(replace(cfg, ema_decay=0.9), progress=False)
+    for a, b in zip(plain.parameters(), instant.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert any(
+        not torch.allclose(a, c) for a, c in zip(plain.parameters(), averaged.parameters(), strict=True)
+    )
+    with pytest.raises(ValueError, match="patch_frames"):
+        TestbedConfig(frames=5, patch_frames=2)
+    with pytest.raises(ValueError, match="ema_decay"):
+        TestbedConfig(ema_decay=1.0)
+    with pytest.raises(ValueError, match="speeds"):
+        TestbedConfig(speeds=())
+
+
+def test_motion_accuracy_reports_the_measure_and_its_ceiling(wan):
+    result = motion_accuracy(wan, SMALL, n=8, num_steps=4)
+    assert result["data_accuracy"] == 1.0 and result["chance"] == 0.25 and result["n"] == 8
+    assert 0.0 <= result["accuracy"] <= 1.0
+    with pytest.raises(ValueError, match="n must"):
+        motion_accuracy(wan, SMALL, n=0)
 
 
 def test_flow_sigmas_and_euler_sampler_on_a_known_flow():
