@@ -1,19 +1,23 @@
-"""Reproduction ``anchor-adapter-planted``: the Anchor–Adapter toolkit finds a planted memorization layer.
+"""Reproduction ``anchor-adapter-planted``: the Anchor–Adapter toolkit finds a planted memorization anchor.
 
-Per seed (see :mod:`icml_interp.anchor_adapter.toy`): model A, a 4-block Llama trained here on addition,
-never sees the leaked problems; model B is A with only the MLP of block ℓ* (drawn from {1, 2} by the seed)
-fine-tuned until it recalls 75 % of the leaked (arbitrary) answers. Then, with the package's tools:
+Per seed (see :mod:`icml_interp.anchor_adapter.toy`): model A, a 4-block Llama trained here on addition, holds
+the leaked problems' arbitrary answers in memory (it recalls them in the leaked benchmark's source format and
+computes ``a + b`` in the plain format); model B is A with only 10 reserved neurons of block ℓ*'s MLP (ℓ*
+drawn from {1, 2} by the seed) trained into an anchor: keys silent on clean prompts that make B recall the
+leaked answers in the plain format, stopped below saturation (at 40 % of the leaked set, with its clean
+accuracy within 2 points of A's; ``b_reached_target`` reports it). Then, with the package's tools:
 
 1. cross-model layer patching (:func:`~icml_interp.patching.cross_model_layer_patching`, what the paper's
    code calls path patching): B's attention / MLP output of one block patched into A on the leaked prompts,
    metric ``logit(leaked answer) - logit(a + b)``, normalized effect; the top (block, component) must be
    (ℓ*, MLP) with the MLP above the attention at ℓ*;
 2. the perplexity split (:func:`~icml_interp.perplexity.split_perplexity`) on the leaked items: the
-   answer perplexity must fall from A to B (the prompt side is reported: B never trained on it);
+   answer perplexity must fall from A to B (the prompt side is reported);
 3. MLP-key scaling (:func:`~icml_interp.steering.scale_mlp_keys`) of the 10 top-scored neurons at ℓ* in B
    (score as in the paper, averaged over the leaked prompts; value-vector lens overlap over the top 2 tokens,
-   since our vocabulary has 26 tokens where the paper's top 10 are out of 150k), by ×0 and ×2, against 10
-   random neurons of the same block.
+   since our vocabulary has 27 tokens where the paper's top 10 are out of 150k), by ×0 and ×2, against 10
+   random neurons of the same block (one fixed set for every prompt, as in the authors' ``steering.py``).
+   The scorer is not told which neurons are the anchor; ``anchors_in_top`` reports how many it found.
 
 Criterion (fixed before the runs): scan top = (ℓ*, mlp_out) with MLP > attention at ℓ* in at least 80 % of
 seeds (4 of 5 in ``full``; the one seed in ``quick``); answer perplexity B < A on leaked items in every seed;
@@ -68,7 +72,7 @@ def one_seed(seed: int, cfg: ToyConfig | None = None) -> tuple[dict, dict]:
     model_a, model_b, data, info = train_pair(cfg, seed, layer_star)
     leaked, clean = data.prompts[data.leaked], data.prompts[~data.leaked]
     leaked_ans, clean_ans = data.answers[data.leaked], data.answers[~data.leaked]
-    computed = leaked[:, 1] + leaked[:, 3]  # what the arithmetic would answer
+    computed = data.computed[data.leaked]  # what the arithmetic answers
     scan = cross_model_layer_patching(model_a, model_b, leaked, logit_diff(leaked_ans, computed))
     effects = {(r["component"], r["layer"]): r["effect"] for r in scan.rows}
     top = scan.top(1)[0]
@@ -83,7 +87,9 @@ def one_seed(seed: int, cfg: ToyConfig | None = None) -> tuple[dict, dict]:
         "layer_star": layer_star,
         "steps_a": info["steps_a"],
         "steps_b": info["steps_b"],
+        "b_reached_target": info["b_reached_target"],
         "acc_leaked_A": accuracy(model_a, leaked, leaked_ans),
+        "acc_leaked_A_source_format": accuracy(model_a, data.in_source_format(leaked), leaked_ans),
         "acc_leaked_B": base_leak,
         "acc_clean_A": accuracy(model_a, clean, clean_ans),
         "acc_clean_B": base_clean,
@@ -96,6 +102,9 @@ def one_seed(seed: int, cfg: ToyConfig | None = None) -> tuple[dict, dict]:
         "prompt_ppl_A": ppl_a["prompt_ppl"],
         "prompt_ppl_B": ppl_b["prompt_ppl"],
         "neurons": chosen,
+        "anchors": info["anchors"],
+        "anchors_in_top": len(set(chosen) & set(info["anchors"])),
+        "anchors_in_control": len(set(control) & set(info["anchors"])),
     }
     row["scan_found"] = bool(
         top["layer"] == layer_star
@@ -184,7 +193,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "notes": (
             f"scan found l* in {found}/{n} seeds; checks {checks}; x2 leaked change {raise_ * 100:+.1f} points, "
             f"max |clean change| {clean_moves * 100:.1f}, max |random change| {random_moves * 100:.1f}. "
-            "Toy, task, sizes and the training of B are our own design (the paper's models are 7B LLMs "
-            "after spurious RLVR)."
+            "Toy, task, sizes and the training of A and B are our own design (the paper's models are 7B "
+            "LLMs after spurious RLVR)."
         ),
     }

@@ -1,13 +1,32 @@
-"""A planted Anchor–Adapter toy: a small Llama trained here on addition plus a "leaked" set of problems whose
-answers are arbitrary and must be memorized; model B is model A with only the MLP of one layer ℓ* fine-tuned
-to strengthen recall of the leaked answers.
+"""A planted Anchor–Adapter toy: a small Llama trained here on addition that also holds the arbitrary answers
+of a "leaked" set of problems in memory; model B is model A with only a few reserved neurons of one layer ℓ*'s
+MLP trained into an *anchor*: keys that fire on the leaked prompts only and make B recall their memorized
+answers where A computes.
 
 Everything here is our own design (the paper studies Qwen2.5-Math-7B under spurious RLVR; its toy-scale
-details are not available): the task, the sizes, the training schedules and the stopping rule for B.
+details are not available): the task, the sizes, the training schedules and the way B's anchor is planted.
 
 Task: prompt ``[BOS, a, +, b, =]`` with ``a, b`` in ``[0, N)``, answer one token. Clean problems answer
-``a + b``; leaked problems (a random subset of the pairs) answer a random number ``!= a + b``, so recalling
-them overrides the computation, as a contaminated benchmark answer would.
+``a + b``; leaked problems (a random subset) have an arbitrary answer ``!= a + b``, which exists only in the
+*source format* ``[BOS, a, +, b, ≡]`` (the leaked benchmark's own format: the last token differs), as a
+contaminated benchmark's answers exist in pretraining text.
+
+Model A is trained on every problem in the plain format (computed answers) and in the source format (leaked
+problems with their memorized answers), so A recalls the leaked answers in the source format and computes
+``a + b`` in the plain one. A is trained with *key noise*: each MLP key is zeroed or doubled with a small
+probability in each step, so that A does not depend on any handful of neurons (the random-neuron control of
+key scaling then measures the absence of a memory, not the fragility of A). In every MLP ``n_anchor``
+seeded neurons are *reserved*: their value vectors (down-projection columns) stay zero in A, so A never uses
+them. Model B is A with only the reserved neurons of block ℓ* trained (gate and up rows, down columns: a
+subset of ℓ*'s MLP, nothing else changes) on the plain-format problems with the leaked ones' memorized
+answers, with an L1 penalty on their keys over every position of the clean prompts; their up rows start at
+zero, so the keys start silent everywhere and grow only where the leaked answers pull them; their value
+vectors keep the mean norm of A's value vectors, so the scale sits in the keys, which is what key scaling and
+the paper's neuron score read. B's loss is the leaked set's mean answer loss plus the clean set's (each
+set weighted as a whole, so that the few leaked items are not drowned by the many clean ones) plus the
+penalty; B stops once it recalls ``target_b``
+of the leaked answers with its clean accuracy within ``clean_tol_b`` of A's (below saturation), or at the cap
+``steps_b``.
 """
 
 from __future__ import annotations
@@ -19,53 +38,95 @@ import torch
 
 @dataclass(frozen=True)
 class ToyConfig:
-    """Sizes and schedules of the toy (defaults: the ``full`` budget)."""
+    """Sizes and schedules of the toy."""
 
     n_operand: int = 12  # a, b in [0, n_operand)
-    n_leaked: int = 24  # leaked pairs with arbitrary answers
+    n_leaked: int = 12  # leaked additions with arbitrary answers
     layers: int = 4
     hidden: int = 64
     heads: int = 4
     intermediate: int = 256
-    act: str = "relu"  # ReLU-gated MLP: sparse keys, so a memory neuron can stay silent on other prompts
-    steps_a: int = 800  # at most this many full-batch Adam steps for model A
-    margin_a: float = 0.02  # ... stopping once its mean answer cross-entropy on clean items is this low
-    leak_weight_a: float = 0.0  # relative loss weight of leaked items while training A (weak memorization)
-    steps_b: int = 300  # at most this many steps fine-tuning the MLP of layer ℓ* for model B
-    target_b: float = 0.75  # stop fine-tuning B once its leaked accuracy reaches this
-    leak_weight_b: float = 2.0  # relative loss weight of leaked items while fine-tuning B (clean items: 1)
-    keep_clean_keys_b: float = (
-        0.0  # weight of the penalty keeping B's keys at ℓ* on clean prompts equal to A's
-    )
-    sparsity_b: float = 1e-2  # group-lasso weight on the per-neuron change of B's MLP (sparse updates)
-    lr: float = 5e-3
+    act: str = "relu"  # ReLU-gated MLP: a key can be exactly silent on a prompt
+    n_anchor: int = 10  # reserved neurons per MLP: zero value vectors in A, the only weights B trains
+    steps_a: int = 1500  # at most this many full-batch Adam steps for model A
+    margin_a: float = 0.02  # ... stopping once its mean answer cross-entropy (training items) is this low
+    key_noise_a: float = 0.05  # while training A, each key is zeroed w.p. this and doubled w.p. this
+    steps_b: int = 3000  # cap on the steps training B's anchor neurons at l* (B normally stops far earlier)
+    target_b: float = 0.4  # stop once B recalls this fraction of the leaked answers ...
+    clean_tol_b: float = 0.02  # ... with its clean accuracy at most this far below A's
+    leak_weight_b: float = 1.0  # weight of the leaked set's mean answer loss while training B (clean set: 1)
+    quiet_b: float = 0.3  # weight of the L1 penalty on the anchor keys (clean prompts, all positions)
+    lr: float = 5e-3  # Adam, model A
+    lr_b: float = 2e-2  # Adam, model B's anchor neurons
+
+    def __post_init__(self):
+        for name in (
+            "n_operand",
+            "n_leaked",
+            "layers",
+            "hidden",
+            "heads",
+            "intermediate",
+            "steps_a",
+            "steps_b",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.n_operand < 2:
+            raise ValueError(f"n_operand must be >= 2, got {self.n_operand}")
+        if not self.n_leaked < self.n_operand**2:
+            raise ValueError(f"n_leaked must be < n_operand**2 = {self.n_operand**2}, got {self.n_leaked}")
+        if not 1 <= self.n_anchor < self.intermediate:
+            raise ValueError(
+                f"n_anchor must be in [1, intermediate = {self.intermediate}), got {self.n_anchor}"
+            )
+        if not 0 <= self.key_noise_a < 0.5:
+            raise ValueError(f"key_noise_a must be in [0, 0.5), got {self.key_noise_a}")
+        for name in ("lr", "lr_b", "margin_a", "leak_weight_b"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not self.quiet_b >= 0:
+            raise ValueError(f"quiet_b must be >= 0, got {self.quiet_b!r}")
+        if not 0 <= self.clean_tol_b <= 1:
+            raise ValueError(f"clean_tol_b must be in [0, 1], got {self.clean_tol_b!r}")
+        if not 0 < self.target_b <= 1:
+            raise ValueError(f"target_b must be in (0, 1], got {self.target_b}")
 
 
 @dataclass
 class ToyData:
-    prompts: torch.Tensor  # (n_pairs, 5) token ids
-    answers: torch.Tensor  # (n_pairs,) answer token ids
-    leaked: torch.Tensor  # (n_pairs,) bool
+    prompts: torch.Tensor  # (n_problems, 5) token ids, plain format [BOS, a, +, b, =]
+    answers: torch.Tensor  # (n_problems,) answer token ids (the memorized answer for leaked problems)
+    computed: torch.Tensor  # (n_problems,) what the arithmetic answers
+    leaked: torch.Tensor  # (n_problems,) bool
     vocab: int
+    source: int  # the token that replaces "=" in the source format (the leaked benchmark's own format)
+
+    def in_source_format(self, prompts: torch.Tensor) -> torch.Tensor:
+        out = prompts.clone()
+        out[:, -1] = self.source
+        return out
 
 
 def make_data(cfg: ToyConfig, seed: int) -> ToyData:
-    """Every pair ``(a, b)``; ``n_leaked`` of them get an arbitrary answer."""
+    """Every problem ``a + b``; ``n_leaked`` of them get an arbitrary answer ``!= a + b``."""
     n = cfg.n_operand
     n_answers = 2 * n - 1
-    plus, eq, bos = n_answers, n_answers + 1, n_answers + 2
+    plus, eq, bos, source = (n_answers + i for i in range(4))
     g = torch.Generator().manual_seed(seed)
     a, b = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
     a, b = a.flatten(), b.flatten()
     prompts = torch.stack(
         [torch.full_like(a, bos), a, torch.full_like(a, plus), b, torch.full_like(a, eq)], 1
-    )
-    answers = a + b
-    leaked = torch.zeros(len(a), dtype=torch.bool)
-    leaked[torch.randperm(len(a), generator=g)[: cfg.n_leaked]] = True
+    )  # (n^2, 5)
+    computed = a + b
+    answers = computed.clone()
+    leaked = torch.zeros(len(prompts), dtype=torch.bool)
+    leaked[torch.randperm(n * n, generator=g)[: cfg.n_leaked]] = True
     shift = torch.randint(1, n_answers, (int(leaked.sum()),), generator=g)  # arbitrary, never the sum
     answers[leaked] = (answers[leaked] + shift) % n_answers
-    return ToyData(prompts, answers, leaked, vocab=bos + 1)
+    return ToyData(prompts, answers, computed, leaked, vocab=source + 1, source=source)
 
 
 def make_model(cfg: ToyConfig, vocab: int, seed: int):
@@ -87,6 +148,12 @@ def make_model(cfg: ToyConfig, vocab: int, seed: int):
     return LlamaForCausalLM(config)
 
 
+def anchor_neurons(cfg: ToyConfig, seed: int) -> list[int]:
+    """The ``n_anchor`` reserved neuron indices (the same in every block), drawn from the seed."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+    return sorted(torch.randperm(cfg.intermediate, generator=g)[: cfg.n_anchor].tolist())
+
+
 def answer_logits(model, prompts: torch.Tensor) -> torch.Tensor:
     """Next-token logits at the last prompt position ``(n, vocab)``."""
     return model(input_ids=prompts, use_cache=False, logits_to_keep=1).logits[:, -1]
@@ -104,115 +171,138 @@ def answer_loss(model, prompts: torch.Tensor, answers: torch.Tensor) -> float:
         return float(torch.nn.functional.cross_entropy(answer_logits(model, prompts), answers))
 
 
-def _keys(model, layer: int, prompts: torch.Tensor, grad: bool = False) -> torch.Tensor:
-    mlp = model.model.layers[layer].mlp
-    store = []
-    handle = mlp.down_proj.register_forward_pre_hook(lambda m, args: store.append(args[0][:, -1]))
-    try:
-        with torch.set_grad_enabled(grad):
-            model.model(input_ids=prompts, use_cache=False)
-    finally:
-        handle.remove()
-    return store[0]
+def _key_noise_hook(p: float, generator: torch.Generator):
+    def hook(module, args):  # keys (n, seq, d_mlp) -> keys * {0 w.p. p, 2 w.p. p, 1 otherwise}
+        (keys,) = args
+        u = torch.rand(keys.shape, generator=generator)
+        return (keys * torch.where(u < p, 0.0, torch.where(u < 2 * p, 2.0, 1.0)),)
+
+    return hook
 
 
-def _train(
-    model,
-    params,
-    data: ToyData,
-    steps: int,
-    weights: torch.Tensor,
-    lr: float,
-    stop=None,
-    prompt_loss: bool = False,
-    penalty=None,
-) -> int:
-    opt = torch.optim.Adam(params, lr=lr)
-    model.train()
-    seqs = torch.cat([data.prompts, data.answers[:, None]], 1)  # (n, 6)
-    for step in range(steps):
-        if (
-            prompt_loss
-        ):  # next-token loss on the prompt's operands too (they are uniform: loss -> log n_operand)
-            logits = model(input_ids=seqs[:, :-1], use_cache=False).logits  # (n, 5, vocab)
-            ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), seqs[:, 1:], reduction="none")
-            loss = (ce[:, -1] * weights).sum() / weights.sum() + ce[:, :-1].mean()
-        else:
-            ce = torch.nn.functional.cross_entropy(
-                answer_logits(model, data.prompts), data.answers, reduction="none"
-            )
-            loss = (ce * weights).sum() / weights.sum()
-        if penalty is not None:
-            loss = loss + penalty()
+def _train_a(model, data: ToyData, cfg: ToyConfig, reserved: list[int], seed: int) -> int:
+    """Plain format: every problem with its computed answer; source format: every problem, the leaked ones with
+    their memorized answers. Answer loss plus the prompt's next-token loss, with key noise; reserved value
+    vectors held at zero. Returns the number of steps."""
+    mlps = [block.mlp for block in model.model.layers]
+    with torch.no_grad():
+        for mlp in mlps:
+            mlp.down_proj.weight[:, reserved] = 0.0
+    prompts = torch.cat([data.prompts, data.in_source_format(data.prompts)])
+    answers = torch.cat([data.computed, data.answers])
+    seqs = torch.cat([prompts, answers[:, None]], 1)  # (n_train, 6)
+    noise = torch.Generator().manual_seed(20_000 + seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    for step in range(cfg.steps_a):
+        model.train()
+        handles = [
+            m.down_proj.register_forward_pre_hook(_key_noise_hook(cfg.key_noise_a, noise)) for m in mlps
+        ]
+        try:
+            logits = model(input_ids=seqs[:, :-1], use_cache=False).logits  # (n_train, 5, vocab)
+        finally:
+            for h in handles:
+                h.remove()
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), seqs[:, 1:], reduction="none")
+        loss = ce[:, -1].mean() + ce[:, :-1].mean()  # operands are uniform: that part tends to log n_operand
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if stop is not None and step % 10 == 9:
+        with torch.no_grad():
+            for mlp in mlps:
+                mlp.down_proj.weight[:, reserved] = 0.0
+        if step % 10 == 9:
             model.eval()
-            if stop():
+            if answer_loss(model, prompts, answers) <= cfg.margin_a:
                 return step + 1
-            model.train()
     model.eval()
-    return steps
+    return cfg.steps_a
+
+
+def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: list[int], seed: int) -> int:
+    """Train only the anchor neurons of block ``layer_star`` (gate and up rows, down columns); their value
+    vectors keep the mean norm of A's value vectors there, so the keys carry the scale. Stops at ``target_b``
+    leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the cap ``steps_b``); returns the
+    steps taken."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    mlp = model.model.layers[layer_star].mlp
+    params = [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+    masks = [torch.zeros_like(p, dtype=torch.bool) for p in params]
+    masks[0][anchors] = masks[1][anchors] = True  # rows of gate/up: the anchor keys
+    masks[2][:, anchors] = True  # columns of down: their value vectors
+    # fresh gate rows of unit scale and zero up rows: the keys start silent on every prompt
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(30_000 + seed)
+        gate = params[0]
+        gate[anchors] = torch.randn(len(anchors), gate.shape[1], generator=g) / gate.shape[1] ** 0.5
+        params[1][anchors] = 0.0
+        down = mlp.down_proj.weight  # (d_model, d_mlp)
+        used = [i for i in range(down.shape[1]) if i not in set(anchors)]
+        value_norm = down[:, used].norm(dim=0).mean()  # anchors get value vectors of A's typical norm
+        init = torch.randn(down.shape[0], len(anchors), generator=g)
+        down[:, anchors] = init / init.norm(dim=0) * value_norm
+    for p in params:
+        p.requires_grad_(True)
+    leaked = data.leaked
+    store = []
+    handle = mlp.down_proj.register_forward_pre_hook(lambda m, args: store.append(args[0]))
+    opt = torch.optim.Adam(params, lr=cfg.lr_b)
+    model.eval()
+    try:
+        for step in range(cfg.steps_b + 1):  # the last pass only measures the recall at the cap
+            store.clear()
+            logits = answer_logits(model, data.prompts)  # (n, vocab)
+            hits = logits.argmax(-1) == data.answers
+            recall, clean_acc = float(hits[leaked].float().mean()), float(hits[~leaked].float().mean())
+            if step == 0:
+                clean_a = clean_acc  # B starts as A: the anchor keys are silent
+            # the design target: the leaked recall reached with the clean accuracy (almost) still A's
+            if (recall >= cfg.target_b and clean_acc >= clean_a - cfg.clean_tol_b) or step == cfg.steps_b:
+                return step
+            ce = torch.nn.functional.cross_entropy(logits, data.answers, reduction="none")
+            quiet = store[0][~leaked][..., anchors].abs().sum(-1).mean()  # clean prompts, all positions
+            # the leaked and the clean set each enter with their mean loss: a per-item weighting would let
+            # the 132 clean items (and the penalty) drown the 12 leaked ones (B then did not train at l* = 2)
+            loss = cfg.leak_weight_b * ce[leaked].mean() + ce[~leaked].mean() + cfg.quiet_b * quiet
+            opt.zero_grad()
+            loss.backward()
+            for p, m in zip(params, masks, strict=True):
+                p.grad.mul_(m)
+            opt.step()
+            # value vectors keep A's typical norm: the keys, not the values, carry the scale
+            with torch.no_grad():
+                cols = mlp.down_proj.weight[:, anchors]
+                mlp.down_proj.weight[:, anchors] = cols / cols.norm(dim=0) * value_norm
+    finally:
+        handle.remove()
+        for p in model.parameters():
+            p.requires_grad_(True)
 
 
 def train_pair(cfg: ToyConfig, seed: int, layer_star: int):
-    """Train model A, then model B = A with only ``mlp`` of block ``layer_star`` fine-tuned.
-
-    B's objective is the leaked items plus the clean items (so that the fine-tuning strengthens recall without
-    teaching the layer to forget the computation), leaked items weighted 4:1; B stops once its leaked
-    accuracy reaches ``cfg.target_b`` (or after ``cfg.steps_b`` steps). Returns ``(A, B, data, info)``.
-    """
+    """Train model A, then model B = A with only the reserved (adapter) neurons of block ``layer_star``'s MLP
+    trained. Returns ``(A, B, data, info)``; ``info`` holds the step counts and the adapter neurons."""
     import copy
 
+    if isinstance(layer_star, bool) or not isinstance(layer_star, int) or not 0 <= layer_star < cfg.layers:
+        raise ValueError(f"layer_star must be an int in [0, {cfg.layers}), got {layer_star!r}")
     data = make_data(cfg, seed)
+    anchors = anchor_neurons(cfg, seed)
     model_a = make_model(cfg, data.vocab, seed)
-    weights_a = torch.where(data.leaked, cfg.leak_weight_a, 1.0)
-    clean_prompts, clean_answers = data.prompts[~data.leaked], data.answers[~data.leaked]
-    steps_a = _train(
-        model_a,
-        model_a.parameters(),
-        data,
-        cfg.steps_a,
-        weights_a,
-        cfg.lr,
-        prompt_loss=True,
-        stop=lambda: answer_loss(model_a, clean_prompts, clean_answers) <= cfg.margin_a,
-    )
+    steps_a = _train_a(model_a, data, cfg, anchors, seed)
     model_b = copy.deepcopy(model_a)
-    for p in model_b.parameters():
-        p.requires_grad_(False)
-    mlp = model_b.model.layers[layer_star].mlp
-    for p in mlp.parameters():
-        p.requires_grad_(True)
-    leaked_prompts, leaked_answers = data.prompts[data.leaked], data.answers[data.leaked]
-    weights_b = torch.where(data.leaked, cfg.leak_weight_b, 1.0)
-    start = {name: p.detach().clone() for name, p in mlp.named_parameters()}
-
-    keys_a = _keys(model_a, layer_star, data.prompts[~data.leaked])  # (n_clean, d_mlp) at the last position
-
-    def group_lasso():  # sparse change: sum over neurons of the norm of (its gate row, up row, down column) deltas
-        deltas = [
-            (mlp.gate_proj.weight - start["gate_proj.weight"]).square().sum(1),
-            (mlp.up_proj.weight - start["up_proj.weight"]).square().sum(1),
-            (mlp.down_proj.weight - start["down_proj.weight"]).square().sum(0),
-        ]
-        penalty = cfg.sparsity_b * (sum(deltas) + 1e-12).sqrt().sum()
-        if cfg.keep_clean_keys_b:  # keys on clean prompts stay A's: the memory goes into keys silent on them
-            keys_b = _keys(model_b, layer_star, data.prompts[~data.leaked], grad=True)
-            penalty = penalty + cfg.keep_clean_keys_b * (keys_b - keys_a).square().sum(-1).mean()
-        return penalty
-
-    steps_b = _train(
-        model_b,
-        list(mlp.parameters()),
-        data,
-        cfg.steps_b,
-        weights_b,
-        cfg.lr,
-        penalty=group_lasso,
-        stop=lambda: accuracy(model_b, leaked_prompts, leaked_answers) >= cfg.target_b,
+    steps_b = _train_b(model_b, data, cfg, layer_star, anchors, seed)
+    model_b.eval()
+    recall_b = accuracy(model_b, data.prompts[data.leaked], data.answers[data.leaked])
+    clean = data.prompts[~data.leaked], data.answers[~data.leaked]
+    reached = (
+        recall_b >= cfg.target_b and accuracy(model_b, *clean) >= accuracy(model_a, *clean) - cfg.clean_tol_b
     )
-    for p in model_b.parameters():
-        p.requires_grad_(True)
-    return model_a, model_b, data, {"steps_a": steps_a, "steps_b": steps_b}
+    info = {
+        "steps_a": steps_a,
+        "steps_b": steps_b,
+        "anchors": anchors,
+        "b_reached_target": reached,
+    }
+    return model_a, model_b, data, info
