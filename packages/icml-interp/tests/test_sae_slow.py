@@ -1,12 +1,13 @@
-"""Heavier SAE checks (marked slow): the ``sae-smollm2`` reproduction at the quick budget and the benchmark."""
+"""Heavier SAE checks: the ``sae-smollm2`` reproduction at the quick budget (heavy: harvests SmolLM2
+activations and trains two SAEs) and the benchmark (slow)."""
 
 from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.slow
 
 
+@pytest.mark.heavy
 def test_sae_smollm2_quick_reproduction_follows_the_protocol_and_passes():
     from icml_interp.sae.repro import FVU_TARGET, K, run
     from icml_tools.protocol import validate_result
@@ -18,6 +19,7 @@ def test_sae_smollm2_quick_reproduction_follows_the_protocol_and_passes():
     assert auxk["run"] == "auxk" and no_auxk["run"] == "no_auxk"
 
 
+@pytest.mark.slow
 def test_sae_train_benchmark_rows():
     from icml_interp.sae.bench import run
 

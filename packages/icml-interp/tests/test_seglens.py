@@ -125,7 +125,7 @@ def test_bad_input():
         pretrained("resnet")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # trains two segmenters and their SAEs on a fresh cache
 def test_repro_quick_follows_protocol():
     from icml_interp.seglens.repro import run
     from icml_tools.protocol import validate_result

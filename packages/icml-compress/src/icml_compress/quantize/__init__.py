@@ -1,0 +1,35 @@
+"""Proteus, part 2: 2-bit quantization of Hugging Face causal LMs.
+
+:func:`quantize_model` swaps the Linear layers for :class:`ProteusLinear` (trellis codes: Proteus'
+``mulbal`` with per-layer pool choice, QTIP's ``1mad``/``3inst``/``hyb``) or :class:`RTNLinear`, after
+calibration (:mod:`.calibration`), incoherence processing (:mod:`.incoherence`) and block LDLQ
+(:mod:`.ldlq`); optional channel compensation (:mod:`.compensate`) and few-shot distillation
+(:mod:`.distill`). :func:`save_quantized`/:func:`load_quantized` round-trip exactly; :func:`evaluate`
+measures KL to the float model and perplexity; :func:`bytes_per_token` the bytes a token reads.
+"""
+
+from icml_compress.quantize.config import QuantConfig
+from icml_compress.quantize.distill import packed_hash
+from icml_compress.quantize.evaluate import evaluate, split_corpus
+from icml_compress.quantize.linear import ProteusLinear, RTNLinear
+from icml_compress.quantize.model import (
+    apply_compensation,
+    bytes_per_token,
+    load_quantized,
+    quantize_model,
+    save_quantized,
+)
+
+__all__ = [
+    "ProteusLinear",
+    "QuantConfig",
+    "RTNLinear",
+    "apply_compensation",
+    "bytes_per_token",
+    "evaluate",
+    "load_quantized",
+    "packed_hash",
+    "quantize_model",
+    "save_quantized",
+    "split_corpus",
+]

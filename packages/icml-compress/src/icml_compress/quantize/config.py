@@ -1,0 +1,123 @@
+"""``QuantConfig``: one dataclass selects the method (RTN, QTIP-style trellis, Proteus) and its knobs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+
+from icml_compress.baselines._checks import check_int
+from icml_compress.proteus.codes import CODE_NAMES
+
+METHODS = ("rtn", "trellis", "proteus")
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """How to quantize the Linear layers of a causal LM.
+
+    Attributes:
+        method: ``rtn`` (asymmetric min-max per group), ``trellis`` (incoherence + block LDLQ + Viterbi on
+            the bitshift trellis with a fixed ``code``) or ``proteus`` (trellis with the ``mulbal`` code,
+            the per-layer candidate picked from the vetted pool, then optional compensation/distillation).
+        code: trellis code for ``method="trellis"`` (``1mad``, ``3inst``, ``hyb``, ``lut``, ``mulbal``).
+        bits: bits per weight (``K`` of the trellis, the RTN grid bits).
+        L: trellis state bits. T: trellis tile length (one tile = ``T`` consecutive weights of a row; the
+            LDLQ column block is one tile wide, so ``T`` must divide every rotated input dimension).
+        group_size: RTN group size.
+        scale_override: the rotated weights are scaled to this fraction of the code's RMS (QTIP: 0.9).
+        damping: Hessian regularizer, ``damping * mean(diag H)`` added to the diagonal.
+        n_candidates: how many members of the mulbal pool Proteus tries per layer (first ones).
+        select_rows: rows per layer on which the candidates are compared (a fixed random subsample).
+        compensation: closed-form per-channel scales under the Hessian metric (Proteus).
+        distill_steps: few-shot KL distillation steps (0 = off); distill_lr: its relative learning rate.
+        n_calibration, seq_len: calibration sequences of ``seq_len`` tokens.
+        skip: substrings of module names never quantized (``lm_head`` by default; embeddings are not
+            ``nn.Linear`` and are never touched).
+        max_blocks: quantize only Linear layers inside the first ``max_blocks`` transformer blocks
+            (the block index is the first integer in the module name); None = all.
+        seed: seeds the random signs, the row subsample and the ``lut``/``hyb`` tables.
+    """
+
+    method: str = "proteus"
+    code: str = "mulbal"
+    bits: int = 2
+    L: int = 10
+    T: int = 64
+    group_size: int = 64
+    scale_override: float = 0.9
+    damping: float = 0.01
+    n_candidates: int = 8
+    select_rows: int = 32
+    compensation: bool = False
+    distill_steps: int = 0
+    distill_lr: float = 2e-3
+    n_calibration: int = 32
+    seq_len: int = 256
+    skip: tuple[str, ...] = ("lm_head",)
+    max_blocks: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.code not in CODE_NAMES:
+            raise ValueError(f"code must be one of {CODE_NAMES}, got {self.code!r}")
+        if self.method == "proteus" and self.code != "mulbal":
+            raise ValueError(f"method 'proteus' uses code 'mulbal', got code={self.code!r}")
+        check_int(self.bits, "bits", 1, 8 if self.method == "rtn" else 4)
+        check_int(self.L, "L", 8, 16)
+        check_int(self.T, "T", 16)
+        check_int(self.group_size, "group_size", 1)
+        check_int(self.n_candidates, "n_candidates", 1)
+        check_int(self.select_rows, "select_rows", 1)
+        check_int(self.distill_steps, "distill_steps", 0)
+        check_int(self.n_calibration, "n_calibration", 1)
+        check_int(self.seq_len, "seq_len", 2)
+        check_int(self.seed, "seed", 0)
+        if self.max_blocks is not None:
+            check_int(self.max_blocks, "max_blocks", 1)
+        for name in ("scale_override", "damping", "distill_lr"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if not isinstance(self.skip, tuple) or not all(isinstance(s, str) for s in self.skip):
+            raise TypeError(f"skip must be a tuple of str, got {self.skip!r}")
+        if self.method != "rtn" and (self.bits * self.T) % 32:
+            raise ValueError(f"bits*T must be a multiple of 32 (whole packed words per tile), got T={self.T}")
+        if self.method != "proteus" and (self.compensation or self.distill_steps):
+            raise ValueError("compensation and distill_steps apply to method 'proteus' only")
+
+    @property
+    def V(self) -> int:
+        """Weights per trellis state: 2 for ``hyb``, else 1."""
+        return 2 if self.code == "hyb" else 1
+
+    @property
+    def label(self) -> str:
+        """A short name: ``rtn-2bit-g64``, ``trellis-1mad``, ``proteus+comp+distill`` ..."""
+        if self.method == "rtn":
+            return f"rtn-{self.bits}bit-g{self.group_size}"
+        if self.method == "trellis":
+            return f"trellis-{self.code}"
+        return "proteus" + ("+comp" if self.compensation else "") + ("+distill" if self.distill_steps else "")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["skip"] = list(self.skip)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> QuantConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown QuantConfig fields: {sorted(unknown)}")
+        d = dict(d)
+        if "skip" in d:
+            d["skip"] = tuple(d["skip"])
+        return cls(**d)
+
+    def digest(self) -> str:
+        """A short hash of the config (cache keys)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]

@@ -1,0 +1,83 @@
+"""Few-shot distillation: train only the per-layer affine pairs and sign/scale vectors against the float
+model's next-token distributions (KL(float || quantized), mean per token), packed indices fixed.
+
+Trainable: ``alpha``, ``beta`` (the Gaussianizer), ``su`` and ``sv`` of every :class:`ProteusLinear`;
+everything else is frozen. Adam with a learning rate relative to each tensor's RMS (``su`` is about 1,
+``sv`` about the weight scale). Our design following QTIP's fine-tuning of ``SU``/``SV`` with fixed
+trellis bits (the Proteus paper text was not available).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from icml_compress.quantize.linear import ProteusLinear
+
+
+def packed_hash(model: nn.Module) -> str:
+    """SHA-256 of every quantized module's packed words (or RTN codes), in module order."""
+    h = hashlib.sha256()
+    for name, mod in model.named_modules():
+        for attr in ("packed", "codes"):
+            t = getattr(mod, attr, None)
+            if isinstance(t, torch.Tensor):
+                h.update(name.encode())
+                h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def kl_per_token(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(ref || q) of each position, ``(..., )`` from logits ``(..., vocab)``."""
+    lp = torch.log_softmax(ref_logits.float(), -1)
+    lq = torch.log_softmax(logits.float(), -1)
+    return (lp.exp() * (lp - lq)).sum(-1)
+
+
+def distill(model: nn.Module, teacher: nn.Module, sequences: torch.Tensor, steps: int, lr: float,
+            progress: bool = True) -> list[float]:
+    """Train the affine statistics of ``model``'s ProteusLinear layers for ``steps`` steps (one sequence
+    of ``sequences (n, seq_len)`` per step, cycling). Returns the training KL of each step."""
+    mods = [m for m in model.modules() if isinstance(m, ProteusLinear)]
+    if not mods:
+        raise ValueError("model has no ProteusLinear layers to distill")
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    groups = []
+    for m in mods:
+        for p in (m.alpha, m.beta, m.su, m.sv):
+            p.requires_grad_(True)
+        scale = max(m.alpha.abs().item(), 1e-8)
+        groups += [
+            {"params": [m.alpha, m.beta], "lr": lr * scale},
+            {"params": [m.su], "lr": lr * m.su.detach().pow(2).mean().sqrt().item()},
+            {"params": [m.sv], "lr": lr * m.sv.detach().pow(2).mean().sqrt().item()},
+        ]
+    opt = torch.optim.Adam(groups)
+    losses = []
+    was_training = model.training
+    model.train(False)
+    try:
+        for step in tqdm(range(steps), desc="distill", disable=not progress):
+            seq = sequences[step % sequences.shape[0]].unsqueeze(0)  # (1, seq_len)
+            with torch.no_grad():
+                ref = teacher(seq).logits
+            loss = kl_per_token(ref, model(seq).logits).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    finally:
+        for m in mods:
+            for p in (m.alpha, m.beta, m.su, m.sv):
+                p.requires_grad_(False)
+            m.__dict__.pop("_raw", None)
+            m.clear_cache()
+        for p in frozen:
+            p.requires_grad_(True)
+        model.train(was_training)
+    return losses

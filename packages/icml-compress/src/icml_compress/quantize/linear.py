@@ -1,0 +1,177 @@
+"""Quantized linear modules: :class:`ProteusLinear` (every trellis code) and :class:`RTNLinear`.
+
+``ProteusLinear`` holds the packed trellis words of the rotated weight ``(out, in/T, K*T/32)`` (int32,
+row tiles, the layout of :func:`icml_kernels.trellis.trellis_gemv`), the code's per-layer affine pair
+``alpha, beta`` (Proteus' Gaussianizer), the input and output sign/scale vectors ``su (in)`` and
+``sv (out)``, the ``hyb``/``lut`` table if the code has one, and the bias. Its forward computes
+``y = sv * R_out^T decode(packed) R_in (su * x) + bias`` (see :mod:`.incoherence`); the product goes
+through the part-1 ops: the fused ``trellis_gemv`` kernel for a single row on CUDA, otherwise
+``trellis_decode`` (the Triton kernel on CUDA, the torch reference on CPU) and a matmul, with the decoded
+weight cached (not saved) until the affine pair changes. While ``alpha``/``beta`` require grad
+(distillation) the product is the differentiable ``alpha * (x @ raw^T) + beta * sum(x)`` of the cached
+raw code values.
+The packed words never change after quantization.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from icml_compress.quantize.incoherence import rotate, unrotate
+from icml_kernels.trellis import trellis_decode, trellis_gemv
+
+
+class ProteusLinear(nn.Module):
+    """A trellis-quantized ``nn.Linear`` (codes ``mulbal``, ``1mad``, ``3inst``, ``hyb``, ``lut``)."""
+
+    def __init__(self, in_features: int, out_features: int, *, code: str, L: int, K: int, V: int, T: int,
+                 mulbal: tuple[int, int, int] | None = None, table_shape: tuple[int, int] | None = None,
+                 bias: bool = False, candidate: int | None = None) -> None:
+        super().__init__()
+        if in_features % T:
+            raise ValueError(f"T={T} must divide in_features={in_features}")
+        self.in_features, self.out_features = in_features, out_features
+        self.code, self.L, self.K, self.V, self.T = code, L, K, V, T
+        self.mulbal = None if mulbal is None else tuple(int(v) for v in mulbal)
+        self.candidate = candidate
+        words = K * T // 32
+        self.register_buffer("packed", torch.zeros(out_features, in_features // T, words, dtype=torch.int32))
+        self.register_buffer("table", None if table_shape is None else torch.zeros(table_shape))
+        self.alpha = nn.Parameter(torch.ones(()), requires_grad=False)
+        self.beta = nn.Parameter(torch.zeros(()), requires_grad=False)
+        self.su = nn.Parameter(torch.ones(in_features), requires_grad=False)
+        self.sv = nn.Parameter(torch.ones(out_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
+        self._cache: tuple | None = None
+
+    def meta(self) -> dict:
+        """What :func:`ProteusLinear.from_meta` needs to rebuild an empty module (JSON)."""
+        return {
+            "kind": "trellis", "in_features": self.in_features, "out_features": self.out_features,
+            "code": self.code, "L": self.L, "K": self.K, "V": self.V, "T": self.T,
+            "mulbal": None if self.mulbal is None else list(self.mulbal),
+            "table_shape": None if self.table is None else list(self.table.shape),
+            "bias": self.bias is not None, "candidate": self.candidate,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> ProteusLinear:
+        m = dict(meta)
+        m.pop("kind")
+        ts = m.pop("table_shape")
+        return cls(m.pop("in_features"), m.pop("out_features"), table_shape=None if ts is None else tuple(ts), **m)
+
+    def _params(self, alpha: float, beta: float) -> dict:
+        return {"alpha": alpha, "beta": beta, "mulbal": self.mulbal, "table": self.table}
+
+    def raw_weight(self) -> torch.Tensor:
+        """Decoded code values before the affine pair, ``(out, in)`` float32."""
+        w = trellis_decode(self.packed, self.code, self.L, self.K, self.V, self.T, **self._params(1.0, 0.0))
+        return w.reshape(self.out_features, self.in_features)
+
+    def rotated_weight(self) -> torch.Tensor:
+        """``alpha * raw + beta`` in the rotated basis, ``(out, in)`` float32 (cached while unchanged)."""
+        key = (float(self.alpha), float(self.beta), self.packed.device, self.packed._version)
+        if self._cache is None or self._cache[0] != key:
+            w = trellis_decode(self.packed, self.code, self.L, self.K, self.V, self.T,
+                               **self._params(key[0], key[1]))
+            self._cache = (key, w.reshape(self.out_features, self.in_features))
+        return self._cache[1]
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The weight this module applies, ``(out, in)`` float32, in the original basis."""
+        Wr = self.rotated_weight()
+        A = unrotate(Wr)  # rows: R_in^T
+        return unrotate(A.T.contiguous()).T * self.sv.detach()[:, None] * self.su.detach()[None, :]
+
+    def clear_cache(self) -> None:
+        self._cache = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
+        if self.alpha.requires_grad or self.beta.requires_grad:
+            raw = getattr(self, "_raw", None)
+            if raw is None:
+                raw = self._raw = self.raw_weight()
+            z = self.alpha * (xs @ raw.T) + self.beta * xs.sum(-1, keepdim=True)  # no (out, in) temporary
+        elif xs.is_cuda and xs.numel() == self.in_features:
+            z = trellis_gemv(xs, self.packed, self.code, self.L, self.K, self.V, self.T,
+                             **self._params(float(self.alpha), float(self.beta)))
+        else:
+            z = xs @ self.rotated_weight().T  # (..., out)
+        y = unrotate(z) * self.sv
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, code={self.code}, "
+                f"L={self.L}, K={self.K}, V={self.V}, T={self.T}, candidate={self.candidate}")
+
+
+class RTNLinear(nn.Module):
+    """Round-to-nearest per-group ``nn.Linear``: ``bits``-bit codes packed into uint8, float16 scale and
+    offset per group of ``group_size`` inputs (the RTN baseline of :mod:`icml_compress.baselines`)."""
+
+    def __init__(self, in_features: int, out_features: int, *, bits: int, group_size: int,
+                 bias: bool = False) -> None:
+        super().__init__()
+        if bits not in (1, 2, 4, 8):
+            raise ValueError(f"RTNLinear packs 1, 2, 4 or 8 bits per weight, got bits={bits}")
+        if in_features % group_size:
+            raise ValueError(f"group_size={group_size} must divide in_features={in_features}")
+        self.in_features, self.out_features, self.bits, self.group_size = in_features, out_features, bits, group_size
+        per = 8 // bits
+        if in_features % per:
+            raise ValueError(f"in_features must be a multiple of {per} to pack {bits}-bit codes")
+        self.register_buffer("codes", torch.zeros(out_features, in_features // per, dtype=torch.uint8))
+        self.register_buffer("scale", torch.zeros(out_features, in_features // group_size, dtype=torch.float16))
+        self.register_buffer("offset", torch.zeros(out_features, in_features // group_size, dtype=torch.float16))
+        self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
+        self._cache = None
+
+    def meta(self) -> dict:
+        return {"kind": "rtn", "in_features": self.in_features, "out_features": self.out_features,
+                "bits": self.bits, "group_size": self.group_size, "bias": self.bias is not None}
+
+    @classmethod
+    def from_meta(cls, meta: dict) -> RTNLinear:
+        m = dict(meta)
+        m.pop("kind")
+        return cls(m.pop("in_features"), m.pop("out_features"), **m)
+
+    def set_codes(self, codes: torch.Tensor) -> None:
+        """Pack integer codes ``(out, in)`` in ``0 .. 2^bits - 1`` (first code in the low bits)."""
+        per = 8 // self.bits
+        c = codes.to(torch.int32).reshape(self.out_features, -1, per)
+        shifts = torch.arange(per, dtype=torch.int32) * self.bits
+        self.codes.copy_((c << shifts).sum(-1).to(torch.uint8))
+
+    def dequantized_weight(self) -> torch.Tensor:
+        key = (self.codes._version, self.scale._version, self.offset._version, self.codes.device)
+        if self._cache is None or self._cache[0] != key:
+            per = 8 // self.bits
+            shifts = torch.arange(per, dtype=torch.int32, device=self.codes.device) * self.bits
+            c = ((self.codes.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << self.bits) - 1)).float()
+            c = c.reshape(self.out_features, -1, self.group_size)  # (out, groups, g)
+            w = self.offset.float().unsqueeze(-1) + self.scale.float().unsqueeze(-1) * c
+            self._cache = (key, w.reshape(self.out_features, self.in_features))
+        return self._cache[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.float() @ self.dequantized_weight().T
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
+                f"group_size={self.group_size}")
+
+
+def module_bytes(module: nn.Module) -> int:
+    """Bytes a forward pass reads from ``module``'s own stored tensors (packed words, every side vector,
+    tables, bias): computed from the actual buffers and parameters, not from a formula."""
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(recurse=False),
+                                                       *module.buffers(recurse=False)) if t is not None)

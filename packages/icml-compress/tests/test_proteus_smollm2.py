@@ -1,0 +1,32 @@
+"""The proteus-smollm2 reproduction (heavy: quantizes 4 SmolLM2 blocks six ways, 10+ minutes on a fresh cache) and its argument checks (fast)."""
+
+import pytest
+
+from icml_compress.quantize.repro import method_configs, run
+
+
+def test_bad_budget_and_seed():
+    with pytest.raises(ValueError, match="budget"):
+        run("tiny", 0)
+    with pytest.raises(TypeError, match="seed"):
+        run("quick", -1)
+
+
+def test_methods_share_bits_and_L():
+    cfgs = method_configs("full", 0)
+    assert list(cfgs) == ["rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad",
+                          "trellis-hyb"]
+    assert {(c.bits, c.L) for c in cfgs.values()} == {(2, 10)}
+    assert method_configs("quick", 0)["proteus"].max_blocks == 4 and cfgs["proteus"].max_blocks is None
+
+
+@pytest.mark.heavy
+def test_quick_run_follows_the_protocol():
+    pytest.importorskip("icml_tools.assets")
+    from icml_tools.protocol import validate_result
+
+    result = validate_result(run("quick", 0))
+    rows = {r["method"]: r for r in result["rows"]}
+    assert rows["proteus"]["bytes_per_token"] < rows["trellis-hyb"]["bytes_per_token"]
+    assert rows["proteus"]["packed_hash"] == rows["proteus+comp+distill"]["packed_hash"]
+    assert rows["trellis-1mad"]["kl"] < rows["rtn-2bit-g64"]["kl"]

@@ -1,0 +1,273 @@
+"""Proteus part 2 on tiny random Llama models: calibration, incoherence, LDLQ, quantized modules,
+quantize_model / save / load, compensation, distillation, bad input, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("transformers")
+
+from icml_compress.baselines.rtn import rtn_quantize
+from icml_compress.quantize import (
+    ProteusLinear,
+    QuantConfig,
+    apply_compensation,
+    bytes_per_token,
+    evaluate,
+    load_quantized,
+    packed_hash,
+    quantize_model,
+    save_quantized,
+)
+from icml_compress.quantize.calibration import collect_hessians, make_sequences, regularize
+from icml_compress.quantize.incoherence import (
+    rotate,
+    rotate_weight,
+    unrotate,
+    unrotate_weight,
+)
+from icml_compress.quantize.ldlq import block_ldl, ldlq, proxy_error
+from icml_compress.quantize.model import find_linears
+
+FAST = {"L": 8, "T": 32, "n_calibration": 4, "seq_len": 32, "n_candidates": 2, "select_rows": 8}
+
+
+def tiny(seed=0, **kw):
+    from icml_tools.assets import tiny_llama
+
+    return tiny_llama(seed, **kw)
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (1024,), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def proteus_model(ids):
+    torch.set_num_threads(1)
+    return quantize_model(tiny(), QuantConfig(compensation=True, **FAST), ids, progress=False)
+
+
+# --- incoherence -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [64, 576, 96])
+def test_rotation_is_orthogonal_and_incoherent(n):
+    R = rotate(torch.eye(n, dtype=torch.float64))  # rows: R e_i = column i of R -> this is R^T
+    torch.testing.assert_close(R @ R.T, torch.eye(n, dtype=torch.float64), atol=1e-12, rtol=0)
+    # a Hadamard has max |entry| = 1/sqrt(n); the DCT (x) Hadamard factor is within sqrt(2) of it
+    assert R.abs().max().item() <= math.sqrt(2.0 / n) + 1e-12
+    x = torch.randn(3, n, dtype=torch.float64)
+    torch.testing.assert_close(unrotate(rotate(x)), x)
+
+
+def test_rotated_weight_computes_the_same_layer():
+    g = torch.Generator().manual_seed(1)
+    W = torch.randn(48, 576, generator=g, dtype=torch.float64)
+    su = torch.randint(0, 2, (576,), generator=g).double() * 2 - 1
+    sv = torch.randint(0, 2, (48,), generator=g).double() * 2 - 1
+    Wr = rotate_weight(W, su, sv)
+    x = torch.randn(5, 576, generator=g, dtype=torch.float64)
+    y = sv * unrotate(rotate(x * su) @ Wr.T)
+    torch.testing.assert_close(y, x @ W.T)
+    torch.testing.assert_close(unrotate_weight(Wr, su, sv), W)
+
+
+# --- calibration -------------------------------------------------------------------------------------
+def test_hessians_equal_brute_force_and_are_shared(ids):
+    model = tiny()
+    linears = find_linears(model, QuantConfig())
+    seqs = make_sequences(ids, 3, 16)
+    H = collect_hessians(model, linears, seqs)
+    captured = []
+    q = linears["model.layers.1.mlp.down_proj"]
+    h = q.register_forward_pre_hook(lambda m, a: captured.append(a[0].reshape(-1, a[0].shape[-1]).double()))
+    with torch.no_grad():
+        for s in seqs:
+            model(s.unsqueeze(0))
+    h.remove()
+    X = torch.cat(captured)
+    torch.testing.assert_close(H["model.layers.1.mlp.down_proj"], X.T @ X / X.shape[0])
+    assert H["model.layers.0.self_attn.q_proj"] is H["model.layers.0.self_attn.v_proj"]
+    assert not torch.equal(H["model.layers.0.self_attn.q_proj"], H["model.layers.0.self_attn.o_proj"])
+
+
+def test_non_pd_hessian_is_repaired_with_a_warning():
+    H = torch.diag(torch.tensor([1.0, 1.0, -0.5]))
+    with pytest.warns(RuntimeWarning, match="not positive definite"):
+        Hd = regularize(H, 0.01)
+    assert torch.linalg.eigvalsh(Hd).min() > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        regularize(torch.eye(3), 0.01)
+
+
+# --- LDLQ --------------------------------------------------------------------------------------------
+def test_block_ldl_and_ldlq_beat_plain_rounding():
+    g = torch.Generator().manual_seed(2)
+    A = torch.randn(64, 256, generator=g, dtype=torch.float64)
+    H = A @ A.T / 256 + 0.5 * torch.ones(64, 64, dtype=torch.float64)  # correlated inputs
+    M = block_ldl(H, 16)
+    assert torch.allclose(M.tril(-1), torch.zeros_like(M)) and torch.allclose(M.diagonal(), torch.ones(64, dtype=M.dtype))
+    Minv = torch.linalg.inv(M)
+    D = Minv @ H @ Minv.T
+    mask = torch.block_diag(*[torch.ones(16, 16, dtype=torch.bool)] * 4)
+    assert D[~mask].abs().max() < 1e-9 * D.abs().max()
+    W = torch.randn(32, 64, generator=g, dtype=torch.float64)
+
+    def rnd(t):
+        return torch.round(t * 2) / 2, None
+
+    Q, _ = ldlq(W, M, 16, rnd)
+    assert proxy_error(W, Q, H) < 0.8 * proxy_error(W, rnd(W)[0], H)
+    exact, _ = ldlq(W, M, 16, lambda t: (t, None))
+    torch.testing.assert_close(exact, W, atol=1e-6, rtol=0)
+
+
+# --- modules, quantize_model, save/load ------------------------------------------------------------
+def test_proteus_model_roundtrip_generate_and_bytes(proteus_model, tmp_path):
+    model = proteus_model
+    mods = [m for m in model.modules() if isinstance(m, ProteusLinear)]
+    assert len(mods) == 14 and all(m.code == "mulbal" and m.candidate in (0, 1) for m in mods)
+    assert isinstance(model.lm_head, nn.Linear)  # skipped by default
+    x = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = model(x).logits
+    # the module applies exactly its dequantized weight
+    m0 = mods[0]
+    v = torch.randn(4, m0.in_features)
+    torch.testing.assert_close(m0(v), v @ m0.dequantized_weight().T, atol=1e-5, rtol=1e-4)
+    save_quantized(model, tmp_path / "q")
+    again = load_quantized(tmp_path / "q")
+    with torch.no_grad():
+        assert torch.equal(again(x).logits, out)
+    assert packed_hash(again) == packed_hash(model)
+    gen = again.generate(x[:1, :5], max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert gen.shape == (1, 9)
+    b = bytes_per_token(model)
+    expected = sum(m.packed.numel() * 4 + 4 * (m.in_features + m.out_features) + 8 for m in mods)
+    assert b["quantized_bytes"] == expected and b["table_bytes"] == 0
+    assert b["float16_bytes"] == 2 * sum(m.in_features * m.out_features for m in mods)
+
+
+def test_failed_save_keeps_the_previous_copy(proteus_model, tmp_path, monkeypatch):
+    save_quantized(proteus_model, tmp_path / "q")
+    before = (tmp_path / "q" / "model.safetensors").read_bytes()
+    import icml_compress.quantize.model as qm
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(qm.json, "dumps", boom)
+    with pytest.raises(OSError, match="disk full"):
+        save_quantized(proteus_model, tmp_path / "q")
+    assert (tmp_path / "q" / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q"]  # no temporary left behind
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not overwriting"):
+        save_quantized(proteus_model, tmp_path / "other")
+
+
+def test_proxy_ordering_and_compensation(proteus_model, ids):
+    """Trellis LDLQ beats RTN on the Hessian proxy; compensation never increases it; hyb has a table."""
+    ref = tiny()
+    stats = proteus_model.icml_quantization["layers"]
+    seqs = make_sequences(ids, 4, 32)
+    lin = find_linears(ref, QuantConfig())
+    H = collect_hessians(ref, lin, seqs)
+    for name, st in stats.items():
+        assert st["proxy_compensated"] <= st["proxy"] * (1 + 1e-9) + 1e-12
+        W = lin[name].weight.detach().double()
+        Hr = regularize(H[name], 0.01)
+        rtn = proxy_error(W, rtn_quantize(W, 2, 32).dequantized.double(), Hr)
+        assert st["proxy_compensated"] < rtn
+    plain = quantize_model(tiny(), QuantConfig(**FAST), ids, progress=False)
+    assert packed_hash(plain) == packed_hash(proteus_model)  # compensation leaves the indices alone
+    x = torch.randint(0, 256, (1, 16))
+    with torch.no_grad():
+        before = plain(x).logits
+        apply_compensation(plain, tiny(), ids, QuantConfig(compensation=True, **FAST))  # afterwards == during
+        torch.testing.assert_close(plain(x).logits, proteus_model(x).logits)
+        assert not torch.allclose(before, plain(x).logits)
+    hyb = quantize_model(tiny(), QuantConfig(method="trellis", code="hyb", **FAST), ids, progress=False)
+    assert bytes_per_token(hyb)["quantized_bytes"] > bytes_per_token(proteus_model)["quantized_bytes"]
+    assert bytes_per_token(hyb)["table_bytes"] > 0
+
+
+def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):
+    rtn = quantize_model(tiny(), QuantConfig(method="rtn", group_size=32, **{"seq_len": 32}), ids, progress=False)
+    save_quantized(rtn, tmp_path / "r")
+    x = torch.randint(0, 256, (1, 16))
+    with torch.no_grad():
+        assert torch.equal(load_quantized(tmp_path / "r")(x).logits, rtn(x).logits)
+    assert bytes_per_token(rtn)["bits_per_weight"] == pytest.approx(2 + 32 / 32)  # 2 bits + 2 fp16 per 32
+    cfg = QuantConfig(method="proteus", compensation=True, **{**FAST, "n_candidates": 1})
+    plain = quantize_model(tiny(), cfg, ids, progress=False)
+    model = quantize_model(tiny(), replace(cfg, distill_steps=8, distill_lr=5e-3), ids, progress=False)
+    d = model.icml_quantization["distill"]
+    assert d["hash_before"] == d["hash_after"] == packed_hash(model) == packed_hash(plain)
+    seqs = make_sequences(ids, 4, 32)  # the distillation sequences
+    with torch.no_grad():
+        kl_plain = evaluate(plain, seqs, reference=tiny())["kl"]
+        kl_distilled = evaluate(model, seqs, reference=tiny())["kl"]
+    assert kl_distilled < 0.95 * kl_plain
+    assert all(not p.requires_grad for m in model.modules() if isinstance(m, ProteusLinear) for p in m.parameters())
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+def test_bad_input(ids):
+    with pytest.raises(ValueError, match=r"no nn\.Linear layers"):
+        quantize_model(nn.Sequential(nn.Embedding(10, 4)), QuantConfig(), ids)
+    with pytest.raises(ValueError, match=r"no nn\.Linear layers"):
+        quantize_model(tiny(), QuantConfig(skip=("proj", "lm_head")), ids)
+    with pytest.raises(ValueError, match="shorter than one sequence"):
+        quantize_model(tiny(), QuantConfig(seq_len=64), ids[:63])
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        quantize_model(tiny().double(), QuantConfig(), ids)
+    with pytest.raises(ValueError, match="tokenizer"):
+        quantize_model(tiny(), QuantConfig(), "some text")
+    with pytest.raises(ValueError, match="method"):
+        QuantConfig(method="gptq")
+    with pytest.raises(ValueError, match="mulbal"):
+        QuantConfig(method="proteus", code="1mad")
+    with pytest.raises(ValueError, match="T=48"):
+        quantize_model(tiny(), QuantConfig(T=48, **{k: v for k, v in FAST.items() if k != "T"}), ids)
+    with pytest.raises(ValueError, match="icml_quantization"):
+        save_quantized(tiny(), "/tmp/never-written")
+
+
+# --- CLI ----------------------------------------------------------------------------------------------
+def test_cli_quantize_and_evaluate_a_local_model(tmp_path, capsys):
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformers import PreTrainedTokenizerFast
+
+    from icml_compress.cli import main
+
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.train_from_iterator(["hello world"], tokenizers.trainers.BpeTrainer(
+        vocab_size=260, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    src = tmp_path / "float"
+    tiny(vocab=512).save_pretrained(src)
+    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(src)
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
+    out = tmp_path / "q"
+    main(["quantize", "--model", str(src), "--method", "trellis", "--code", "1mad", "--L", "8", "--T", "32",
+          "--n-calibration", "2", "--seq-len", "32", "--calibration", str(text), "--out", str(out)])
+    assert json.loads(capsys.readouterr().out)["method"] == "trellis-1mad"
+    main(["evaluate", str(out), "--text", str(text), "--n-seq", "2", "--seq-len", "32"])
+    res = json.loads(capsys.readouterr().out)
+    assert 0 < res["kl"] < 1 and res["ppl"] > 1 and res["bits_per_weight"] > 2
+    with pytest.raises(SystemExit, match="invalid options"):
+        main(["quantize", "--model", str(src), "--method", "proteus", "--code", "hyb", "--out", str(out)])
+    with pytest.raises(SystemExit, match="local Hugging Face model directory"):
+        main(["quantize", "--model", str(tmp_path / "missing"), "--out", str(out)])
