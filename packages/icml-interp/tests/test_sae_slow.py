@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-
 @pytest.mark.heavy
 def test_sae_smollm2_quick_reproduction_follows_the_protocol_and_passes():
     from icml_interp.sae.repro import FVU_TARGET, K, run
