@@ -84,6 +84,21 @@ def test_activation_alignment_across_grids_and_null():
     assert len(rows) == 5 and {"latent_a", "latent_b", "correlation", "shared", "null"} <= rows[0].keys()
 
 
+def test_activation_alignment_never_pairs_a_dead_latent():
+    g = torch.Generator().manual_seed(3)
+    base = torch.rand(12, 3, 5, 5, generator=g) ** 4
+    maps_b = torch.zeros(12, 3, 5, 5)
+    maps_b[:, 0], maps_b[:, 2] = base[:, 1], 0.5 * base[:, 0] + 0.5 * base[:, 2]  # latent 1 of b is dead
+    al = activation_alignment(base, maps_b, seed=0, null_draws=3)
+    # the square matching of the full matrix would hand one live latent of a the dead latent 1 (score 0)
+    assert 1 not in al.pairs[:, 1].tolist() and len(al.pairs) == 2
+    assert al.partner(1) == 0 and al.score[al.pairs[:, 0] == 1][0] == pytest.approx(1.0)
+    assert sum(al.partner(a) == -1 for a in (0, 2)) == 1  # one of the two mixed latents stays unmatched
+    assert al.null.shape == (2,) and np.all(np.abs(al.null) < 0.6)
+    with pytest.raises(ValueError, match="null_draws must be a positive int"):
+        activation_alignment(base, maps_b, null_draws=0)
+
+
 def test_cohort_table_statuses():
     n = 1000
     codes_a = torch.zeros(n, 4)

@@ -7,7 +7,16 @@ import torch
 
 from icml_interp.seglens import TinySegFormer, TinyUNet, dice_per_class, make_scans, soft_dice
 from icml_interp.seglens.data import EDEMA_INTENSITY
-from icml_interp.seglens.repair import as_map, detect_latents, gt_free_region, random_region, to_grid
+from icml_interp.seglens.repair import (
+    as_map,
+    band_width,
+    core_band_region,
+    core_distance,
+    detect_latents,
+    gt_free_region,
+    random_region,
+    to_grid,
+)
 
 
 def test_scans_are_seeded_and_consistent():
@@ -77,6 +86,33 @@ def test_repair_helpers():
     torch.testing.assert_close(as_map(h)[1, :, 2, 3], h[1, 2 * 4 + 3])
 
 
+def test_core_band_region_is_the_dilated_core_minus_the_core():
+    pred = torch.zeros(2, 16, 16, dtype=torch.long)
+    pred[0, 6:9, 7:9] = 2  # a 3x2 core; scan 1 has none
+    yy, xx = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
+    cy, cx = torch.nonzero(pred[0] == 2, as_tuple=True)
+    brute = ((yy[..., None] - cy) ** 2 + (xx[..., None] - cx) ** 2).sqrt().min(-1).values  # distance to core
+    torch.testing.assert_close(core_distance(pred)[0], brute)
+    assert torch.isinf(core_distance(pred)[1]).all()
+    band = core_band_region(pred, 2.5)
+    assert torch.equal(band[0], (brute > 0) & (brute <= 2.5))
+    assert not band[1].any() and not (band[0] & (pred[0] == 2)).any()
+    # width from the model's own predictions: edema at distances 1, 2 and 3 of a one-pixel core
+    pred_a = torch.zeros(1, 9, 9, dtype=torch.long)
+    pred_a[0, 4, 4] = 2
+    pred_a[0, 4, 5], pred_a[0, 4, 6], pred_a[0, 4, 7] = 1, 1, 1
+    assert band_width(pred_a, 1.0) == pytest.approx(3.0)
+    assert band_width(pred_a, 0.5) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="width must be a positive number"):
+        core_band_region(pred, 0)
+    with pytest.raises(ValueError, match="quantile must be a number in"):
+        band_width(pred_a, 1.5)
+    with pytest.raises(ValueError, match="pred must be a non-empty"):
+        core_distance(torch.zeros(16, 16))
+    with pytest.raises(ValueError, match="no edema pixel"):
+        band_width(pred, 0.9)
+
+
 class ReluSAE:
     """encode = relu, decode = identity: latent j is channel j."""
 
@@ -99,6 +135,35 @@ def test_detect_latents_and_region_on_a_planted_shift():
     region = gt_free_region(sae, acts_b, [1])
     assert region.shape == (4, 6, 6) and region.sum() == 16 and region[:, 3:5, 3:5].all()
     assert not gt_free_region(sae, acts_b, []).any()
+
+
+class BrightIsEdema(torch.nn.Module):
+    """Logits (n, 3, H, W) calling a pixel edema where the image is > 0.5."""
+
+    def forward(self, x):
+        return torch.cat([x < 0.5, x > 0.5, torch.zeros_like(x, dtype=torch.bool)], 1).float()
+
+
+def test_select_gt_free_ranks_inside_the_band():
+    from icml_interp.seglens.data import Scans
+    from icml_interp.seglens.repair import select_gt_free
+
+    images = torch.zeros(2, 1, 6, 6)
+    images[:, :, :2] = 1.0  # the model calls rows 0-1 of A edema
+    fit_a = Scans(images, torch.zeros(2, 6, 6, dtype=torch.long))
+    acts_a, acts_b = torch.zeros(2, 3, 6, 6), torch.zeros(2, 3, 6, 6)
+    acts_a[:, 0, :2], acts_b[:, 0, 2:4] = 1.0, 1.0  # latent 0: same cohort means, absent from B's band
+    acts_a[:, 1] = 0.5  # latent 1: the largest gap between the cohorts over all tokens
+    band = torch.zeros(2, 6, 6, dtype=torch.bool)
+    band[:, :2] = True
+    sae, model = ReluSAE(), BrightIsEdema()
+    latents, ref, _, _ = select_gt_free(sae, model, fit_a, acts_a, acts_b, 1)
+    assert latents == [1]
+    latents, ref, _, _ = select_gt_free(sae, model, fit_a, acts_a, acts_b, 1, region_b=band)
+    assert latents == [0]
+    torch.testing.assert_close(ref, torch.tensor([1.0, 0.5, 0.0]))  # A's mean code on its predicted edema
+    with pytest.raises(ValueError, match="region_b must be a bool mask"):
+        select_gt_free(sae, model, fit_a, acts_a, acts_b, 1, region_b=band[:1])
 
 
 def test_bad_input():

@@ -6,7 +6,9 @@ shared when ``cos > threshold``. Across spaces (U-Net vs SegFormer) only behavio
 models run on the same inputs, latent maps are resampled to a common grid (area averaging), Pearson
 correlation over images × pixels, Hungarian matching on ``−C``. The null runs the same matching with the
 second model's maps taken on a shuffled image order (a derangement), so any matched correlation it finds
-is chance plus input-independent structure.
+is chance plus input-independent structure. Dead latents (constant on the inputs: correlation undefined) are
+left out of the matching; an earlier version matched the full square matrix, where Hungarian could pair a
+live latent with a dead one at score 0.
 """
 
 from __future__ import annotations
@@ -103,11 +105,8 @@ def _tokens(maps: torch.Tensor) -> torch.Tensor:
     return maps.permute(0, 2, 3, 1).reshape(-1, maps.shape[1]).double()  # (n*H*W, d)
 
 
-def correlation_matrix(
-    maps_a: torch.Tensor, maps_b: torch.Tensor, *, grid: tuple[int, int] | None = None
-) -> np.ndarray:
-    """Pearson correlation ``(d_a, d_b)`` of two sets of latent maps ``(n, d, H, W)`` on the same ``n`` inputs,
-    over images × pixels of the common ``grid`` (default: ``maps_a``'s grid). Constant latents score 0."""
+def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(correlation (d_a, d_b), alive_a (d_a,), alive_b (d_b,)); alive = not constant over images x pixels."""
     for name, m in (("maps_a", maps_a), ("maps_b", maps_b)):
         if not isinstance(m, torch.Tensor) or m.dim() != 4 or m.shape[0] == 0:
             raise ValueError(
@@ -127,15 +126,33 @@ def correlation_matrix(
     a, b = a - a.mean(0), b - b.mean(0)
     sa, sb = a.norm(dim=0), b.norm(dim=0)
     c = (a.T @ b) / (sa[:, None] * sb[None, :]).clamp_min(1e-12)
-    c[sa < 1e-9] = 0.0
-    c[:, sb < 1e-9] = 0.0
-    return c.numpy()
+    alive_a, alive_b = sa >= 1e-9, sb >= 1e-9
+    c[~alive_a] = 0.0
+    c[:, ~alive_b] = 0.0
+    return c.numpy(), alive_a.numpy(), alive_b.numpy()
 
 
-def _derangement(n: int, seed: int) -> torch.Tensor:
+def correlation_matrix(
+    maps_a: torch.Tensor, maps_b: torch.Tensor, *, grid: tuple[int, int] | None = None
+) -> np.ndarray:
+    """Pearson correlation ``(d_a, d_b)`` of two sets of latent maps ``(n, d, H, W)`` on the same ``n`` inputs,
+    over images × pixels of the common ``grid`` (default: ``maps_a``'s grid). Constant (dead) latents, whose
+    correlation is undefined, score 0."""
+    return _correlation(maps_a, maps_b, grid)[0]
+
+
+def _match_alive(corr: np.ndarray, alive_a: np.ndarray, alive_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hungarian matching restricted to the alive rows and columns (indices of the full matrix)."""
+    ia, ib = np.nonzero(alive_a)[0], np.nonzero(alive_b)[0]
+    if ia.size == 0 or ib.size == 0:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0)
+    pairs, score = _hungarian(corr[np.ix_(ia, ib)])
+    return np.stack([ia[pairs[:, 0]], ib[pairs[:, 1]]], 1), score
+
+
+def _derangement(n: int, g: torch.Generator) -> torch.Tensor:
     if n < 2:
         raise ValueError("the shuffled-input null needs at least 2 images")
-    g = torch.Generator().manual_seed(seed)
     while True:
         p = torch.randperm(n, generator=g)
         if not (p == torch.arange(n)).any():
@@ -149,25 +166,37 @@ def activation_alignment(
     grid: tuple[int, int] | None = None,
     threshold: float = 0.5,
     null: bool = True,
+    null_draws: int = 1,
     seed: int = 0,
 ) -> Alignment:
     """Match latents of two models (different activation spaces) by activation correlation on the same inputs.
 
-    ``maps_a`` (n, d_a, H_a, W_a) and ``maps_b`` (n, d_b, H_b, W_b) from :func:`~icml_interp.diffing.latent_maps`;
-    with ``null=True`` also the matched correlation of each ``a`` latent when ``maps_b`` comes from a shuffled
-    image order (``Alignment.null``).
+    ``maps_a`` (n, d_a, H_a, W_a) and ``maps_b`` (n, d_b, H_b, W_b) from :func:`~icml_interp.diffing.latent_maps`.
+    Only alive latents (not constant over the inputs; a dead latent's correlation is undefined) take part in the
+    matching, so a latent is never paired with a dead one; with unequal alive counts some latents stay
+    unmatched (``Alignment.partner`` returns -1). With ``null=True`` also the null score of each matched ``a``
+    latent: the same matching run with ``maps_b`` from a deranged image order, averaged over ``null_draws``
+    derangements (``Alignment.null``); an ``a`` latent left unmatched in a null draw scores its largest null
+    correlation with any alive ``b`` latent (an upper bound on what a matching could give it).
     """
     threshold = _check_threshold(threshold)
-    corr = correlation_matrix(maps_a, maps_b, grid=grid)
-    pairs, score = _hungarian(corr)
+    if isinstance(null_draws, bool) or not isinstance(null_draws, int) or null_draws < 1:
+        raise ValueError(f"null_draws must be a positive int, got {null_draws!r}")
+    corr, alive_a, alive_b = _correlation(maps_a, maps_b, grid)
+    pairs, score = _match_alive(corr, alive_a, alive_b)
     result = Alignment(pairs, score, score > threshold, corr, threshold, "correlation")
     if null:
-        perm = _derangement(maps_b.shape[0], seed)
-        null_corr = correlation_matrix(maps_a, maps_b[perm], grid=grid)
-        null_pairs, null_score = _hungarian(null_corr)
-        by_a = dict(zip(null_pairs[:, 0].tolist(), null_score.tolist(), strict=True))
-        result.null = np.array([by_a.get(int(a), 0.0) for a in pairs[:, 0]])
-        result.null_matrix = null_corr
+        g = torch.Generator().manual_seed(seed)
+        draws = []
+        for _ in range(null_draws):
+            perm = _derangement(maps_b.shape[0], g)
+            null_corr = _correlation(maps_a, maps_b[perm], grid)[0]
+            null_pairs, null_score = _match_alive(null_corr, alive_a, alive_b)
+            best = null_corr[:, alive_b].max(1) if alive_b.any() else np.zeros(len(alive_a))
+            by_a = dict(zip(null_pairs[:, 0].tolist(), null_score.tolist(), strict=True))
+            draws.append([by_a.get(int(a), float(best[a])) for a in pairs[:, 0]])
+        result.null = np.mean(np.array(draws, dtype=float).reshape(null_draws, len(pairs)), 0)
+        result.null_matrix = null_corr  # of the last draw
     return result
 
 
