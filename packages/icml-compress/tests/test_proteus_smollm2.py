@@ -2,7 +2,7 @@
 
 import pytest
 
-from icml_compress.quantize.repro import method_configs, run
+from icml_compress.quantize.repro import method_configs, paired_difference, run, t_quantile_975
 
 
 def test_bad_budget_and_seed():
@@ -18,6 +18,19 @@ def test_methods_share_bits_and_L():
                           "trellis-hyb"]
     assert {(c.bits, c.L) for c in cfgs.values()} == {(2, 10)}
     assert method_configs("quick", 0)["proteus"].max_blocks == 4 and cfgs["proteus"].max_blocks is None
+
+
+@pytest.mark.parametrize(("df", "q"), [(1, 12.7062), (4, 2.7764), (11, 2.2010), (60, 2.0003)])
+def test_t_quantile_matches_tables(df, q):
+    assert t_quantile_975(df) == pytest.approx(q, abs=2e-4)
+
+
+def test_paired_difference():
+    out = paired_difference([1.0, 2.0, 3.0, 4.0], [1.5, 2.5, 2.5, 4.5])  # differences -0.5, -0.5, 0.5, -0.5
+    assert out["mean"] == pytest.approx(-0.25) and out["a_lower"] == 3 and out["n"] == 4
+    assert out["ci95_half"] == pytest.approx(3.1824 * 0.5 / 2, abs=1e-3)  # t(3) * sd / sqrt(4)
+    with pytest.raises(ValueError, match="2 sequences"):
+        paired_difference([1.0], [2.0])
 
 
 @pytest.mark.heavy

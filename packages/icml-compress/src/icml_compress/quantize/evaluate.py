@@ -36,7 +36,8 @@ def reference_logprobs(reference: nn.Module, sequences: torch.Tensor) -> torch.T
 @torch.no_grad()
 def evaluate(model: nn.Module, sequences: torch.Tensor, *, reference: nn.Module | None = None,
              reference_lp: torch.Tensor | None = None) -> dict:
-    """Mean KL(reference || model) per token over all positions, and both perplexities (next token).
+    """Mean KL(reference || model) per token over all positions (also per sequence, ``kl_per_sequence``, for
+    paired comparisons between models), and both perplexities (next token).
 
     Give either the ``reference`` model or its :func:`reference_logprobs` for ``sequences (n, seq_len)``.
     """
@@ -44,19 +45,19 @@ def evaluate(model: nn.Module, sequences: torch.Tensor, *, reference: nn.Module 
         raise ValueError("give exactly one of reference and reference_lp")
     if not isinstance(sequences, torch.Tensor) or sequences.dim() != 2 or sequences.shape[1] < 2:
         raise ValueError("sequences must be an integer tensor (n, seq_len >= 2)")
-    kl_sum = nll_sum = ref_nll_sum = 0.0
-    n_kl = n_nll = 0
+    kl_seq = []
+    nll_sum = ref_nll_sum = 0.0
+    n_nll = 0
     for i, seq in enumerate(sequences):
         lq = torch.log_softmax(model(seq.unsqueeze(0)).logits[0].float(), -1)  # (seq_len, vocab)
         if reference_lp is not None:
             lp = reference_lp[i].float()
         else:
             lp = torch.log_softmax(reference(seq.unsqueeze(0)).logits[0].float(), -1)
-        kl_sum += kl_per_token(lp, lq).sum().item()
-        n_kl += seq.numel()
+        kl_seq.append(kl_per_token(lp, lq).mean().item())
         tgt = seq[1:].unsqueeze(-1)
         nll_sum += -lq[:-1].gather(-1, tgt).sum().item()
         ref_nll_sum += -lp[:-1].gather(-1, tgt).sum().item()
         n_nll += seq.numel() - 1
-    return {"kl": kl_sum / n_kl, "ppl": math.exp(nll_sum / n_nll), "ppl_reference": math.exp(ref_nll_sum / n_nll),
-            "tokens": n_kl}
+    return {"kl": sum(kl_seq) / len(kl_seq), "kl_per_sequence": kl_seq, "ppl": math.exp(nll_sum / n_nll),
+            "ppl_reference": math.exp(ref_nll_sum / n_nll), "tokens": sequences.numel()}

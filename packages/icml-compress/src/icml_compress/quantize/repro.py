@@ -21,11 +21,13 @@ a saved and reloaded model gives bit-identical logits; ``generate`` produces new
 from __future__ import annotations
 
 import copy
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from icml_compress.quantize.calibration import make_sequences
@@ -96,14 +98,14 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
     timings = {}
     for label in todo:
         cfg = cfgs[label]
+        if label in ("proteus+comp", "proteus+comp+distill"):  # the model they start from, timed on its own
+            prepare(budget, seed, ["proteus" if label == "proteus+comp" else "proteus+comp"], progress, log)
         load0, t0 = os.getloadavg(), time.perf_counter()
         if label == "proteus+comp":
-            prepare(budget, seed, ["proteus"], progress, log)
             model = load_quantized(cache_path(cfgs["proteus"]))
             apply_compensation(model, reference, calib_ids, cfg)
             model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict()}
         elif label == "proteus+comp+distill":
-            prepare(budget, seed, ["proteus+comp"], progress, log)
             model = load_quantized(cache_path(cfgs["proteus+comp"]))
             seqs = make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len)
             before = packed_hash(model)
@@ -136,6 +138,34 @@ def _generate(model, tokenizer) -> str:
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=16, do_sample=False)
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def t_quantile_975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (bisection on the numerically
+    integrated density; icml-compress does not depend on scipy)."""
+    nu = float(df)
+    logc = math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi)
+
+    def cdf(x: float) -> float:
+        t = np.linspace(0.0, x, 20_001)
+        y = np.exp(logc - (nu + 1) / 2 * np.log1p(t * t / nu))
+        return 0.5 + float((y[1:] + y[:-1]).sum() / 2 * (t[1] - t[0]))
+
+    lo, hi = 0.0, 100.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < 0.975 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """Per-sequence KL of two models on the same sequences: mean of ``a - b``, the half-width of its 95% t
+    interval, and on how many sequences ``a`` is lower. Reported beside the verdict, which compares means."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if d.size < 2:
+        raise ValueError("a paired difference needs at least 2 sequences")
+    half = t_quantile_975(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    return {"mean": float(d.mean()), "ci95_half": half, "a_lower": int((d < 0).sum()), "n": int(d.size)}
 
 
 def run(budget: str = "quick", seed: int = 0) -> dict:
@@ -177,6 +207,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         del model
     kl = {lb: res[lb]["kl"] for lb in ORDER}
     p, pc, pcd = res["proteus"], res["proteus+comp"], res["proteus+comp+distill"]
+    paired = {f"{x} - trellis-1mad": paired_difference(res[x]["kl_per_sequence"], res["trellis-1mad"]["kl_per_sequence"])
+              for x in ("proteus", "proteus+comp+distill")}
     checks = {
         "KL order P+comp+distill < P < trellis-1mad < RTN": kl["proteus+comp+distill"] < kl["proteus"]
         < kl["trellis-1mad"] < kl["rtn-2bit-g64"],
@@ -210,7 +242,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         }],
         "notes": (
             f"budget={budget} ({blocks} quantized), seed {seed}; eval {eval_seqs.numel()} held-out tokens; "
-            f"checks: {checks}; answer to {PROMPT!r}: {pcd['answer']!r}; distillation: {pcd['distill']}; "
+            f"checks: {checks}; paired per-sequence KL differences (mean, 95% t half-width, sequences where "
+            f"the first is lower): {paired}; answer to {PROMPT!r}: {pcd['answer']!r}; distillation: {pcd['distill']}; "
             f"timings (this run or cached): { {lb: res[lb]['timing'] for lb in ORDER} }"
         ),
     }
