@@ -221,6 +221,55 @@ def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):
     assert all(not p.requires_grad for m in model.modules() if isinstance(m, ProteusLinear) for p in m.parameters())
 
 
+def _chat_tokenizer():
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformers import PreTrainedTokenizerFast
+
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.train_from_iterator(["hello world"], tokenizers.trainers.BpeTrainer(
+        vocab_size=260, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>")
+    out.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    return out
+
+
+def test_chat_questions_and_interleave():
+    from pydoc_data.topics import topics
+
+    from icml_compress.quantize.distill import chat_questions, interleave
+
+    qs = chat_questions(4)
+    first = sorted(topics)[0].replace("-", " ")
+    assert len(qs) == 4 and qs[0] == f"What is {first} in Python?" and qs[1].startswith("Explain ")
+    with pytest.raises(ValueError, match="pydoc_data topics"):
+        chat_questions(len(topics) + 1)
+    a, b = torch.arange(6).view(3, 2), -torch.arange(1, 3).view(1, 2)
+    assert interleave(a, b).tolist() == [[0, 1], [-1, -2], [2, 3], [4, 5]]
+
+
+def test_distillation_with_chat_transcripts(ids):
+    from icml_compress.quantize.distill import chat_prompt_ids, chat_questions, chat_transcripts
+
+    tok = _chat_tokenizer()
+    teacher = tiny(vocab=512)
+    prompt = chat_prompt_ids(tok, "What is assert in Python?")
+    chat = chat_transcripts(teacher, tok, chat_questions(3), max_new_tokens=5)
+    assert chat.numel() >= 3 * (prompt.shape[1] - 5)  # three prompts (topic names differ) plus answers
+    cfg = QuantConfig(method="proteus", compensation=True, distill_steps=4, distill_lr=5e-3,
+                      **{**FAST, "n_candidates": 1, "seq_len": 16})
+    plain = quantize_model(tiny(vocab=512), cfg, ids % 260, progress=False)
+    model = quantize_model(tiny(vocab=512), replace(cfg, distill_chat=3), ids % 260, tokenizer=tok,
+                           progress=False)
+    d = model.icml_quantization["distill"]
+    assert d["hash_before"] == d["hash_after"] == packed_hash(plain)
+    assert model.icml_quantization["config"]["distill_chat"] == 3
+    assert "distill_chat" not in cfg.to_dict()  # configs without chat keep their digest (cache keys)
+    assert QuantConfig.from_dict(replace(cfg, distill_chat=3).to_dict()).distill_chat == 3
+
+
 # --- bad input ----------------------------------------------------------------------------------------
 def test_bad_input(ids):
     with pytest.raises(ValueError, match=r"no nn\.Linear layers"):
@@ -241,6 +290,10 @@ def test_bad_input(ids):
         quantize_model(tiny(), QuantConfig(T=48, **{k: v for k, v in FAST.items() if k != "T"}), ids)
     with pytest.raises(ValueError, match="icml_quantization"):
         save_quantized(tiny(), "/tmp/never-written")
+    with pytest.raises(ValueError, match="distill_chat needs distill_steps"):
+        QuantConfig(distill_chat=4)
+    with pytest.raises(ValueError, match="chat template"):  # checked before any layer is quantized
+        quantize_model(tiny(), QuantConfig(distill_steps=2, distill_chat=4, **FAST), ids)
 
 
 # --- CLI ----------------------------------------------------------------------------------------------

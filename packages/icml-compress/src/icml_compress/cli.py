@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--group-size", type=int, default=64)
     q.add_argument("--compensation", action="store_true")
     q.add_argument("--distill-steps", type=int, default=0)
+    q.add_argument("--distill-chat", type=int, default=0,
+                   help="chat transcripts (pydoc topics answered by the float model) mixed into distillation")
     q.add_argument("--n-calibration", type=int, default=32)
     q.add_argument("--seq-len", type=int, default=256)
     q.add_argument("--max-blocks", type=int, default=None, help="quantize only the first N transformer blocks")
@@ -85,7 +87,8 @@ def _quantize(args) -> dict:
     try:
         cfg = QuantConfig(method=args.method, code=code, bits=args.bits, L=args.L, T=args.T,
                           group_size=args.group_size, compensation=args.compensation,
-                          distill_steps=args.distill_steps, n_calibration=args.n_calibration,
+                          distill_steps=args.distill_steps, distill_chat=args.distill_chat,
+                          n_calibration=args.n_calibration,
                           seq_len=args.seq_len, max_blocks=args.max_blocks, seed=args.seed)
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"invalid options: {exc}") from None

@@ -31,6 +31,10 @@ class QuantConfig:
         select_rows: rows per layer on which the candidates are compared (a fixed random subsample).
         compensation: closed-form per-channel scales under the Hessian metric (Proteus).
         distill_steps: few-shot KL distillation steps (0 = off); distill_lr: its relative learning rate.
+        distill_chat: chat transcripts mixed into the distillation set (0 = calibration text only): questions
+            about the stdlib ``pydoc_data`` topics answered greedily by the float model in the tokenizer's
+            chat template (:func:`~icml_compress.quantize.distill.chat_transcripts`); the distillation
+            steps then alternate calibration and chat sequences. Needs a tokenizer with a chat template.
         n_calibration, seq_len: calibration sequences of ``seq_len`` tokens.
         skip: substrings of module names never quantized (``lm_head`` by default; embeddings are not
             ``nn.Linear`` and are never touched).
@@ -52,6 +56,7 @@ class QuantConfig:
     compensation: bool = False
     distill_steps: int = 0
     distill_lr: float = 2e-3
+    distill_chat: int = 0
     n_calibration: int = 32
     seq_len: int = 256
     skip: tuple[str, ...] = ("lm_head",)
@@ -72,6 +77,7 @@ class QuantConfig:
         check_int(self.n_candidates, "n_candidates", 1)
         check_int(self.select_rows, "select_rows", 1)
         check_int(self.distill_steps, "distill_steps", 0)
+        check_int(self.distill_chat, "distill_chat", 0)
         check_int(self.n_calibration, "n_calibration", 1)
         check_int(self.seq_len, "seq_len", 2)
         check_int(self.seed, "seed", 0)
@@ -87,6 +93,8 @@ class QuantConfig:
             raise ValueError(f"bits*T must be a multiple of 32 (whole packed words per tile), got T={self.T}")
         if self.method != "proteus" and (self.compensation or self.distill_steps):
             raise ValueError("compensation and distill_steps apply to method 'proteus' only")
+        if self.distill_chat and not self.distill_steps:
+            raise ValueError("distill_chat needs distill_steps > 0")
 
     @property
     def V(self) -> int:
@@ -105,6 +113,8 @@ class QuantConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["skip"] = list(self.skip)
+        if not d["distill_chat"]:  # configs from before the field keep their digest (cache keys)
+            del d["distill_chat"]
         return d
 
     @classmethod

@@ -5,6 +5,12 @@ Trainable: ``alpha``, ``beta`` (the Gaussianizer), ``su`` and ``sv`` of every :c
 everything else is frozen. Adam with a learning rate relative to each tensor's RMS (``su`` is about 1,
 ``sv`` about the weight scale). Our design following QTIP's fine-tuning of ``SU``/``SV`` with fixed
 trellis bits (the Proteus paper text was not available).
+
+Chat data (our design): a chat model distilled on prose only can lose its chat behaviour at 2 bits (the
+fully quantized SmolLM2 answered a question with ``<|im_end|>`` at once). :func:`chat_transcripts` makes
+self-distillation chat data without any download: questions about the stdlib ``pydoc_data`` topics,
+answered greedily by the float model in the tokenizer's chat template; :func:`interleave` alternates them
+with the calibration sequences.
 """
 
 from __future__ import annotations
@@ -28,6 +34,47 @@ def packed_hash(model: nn.Module) -> str:
                 h.update(name.encode())
                 h.update(t.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+CHAT_QUESTIONS = ("What is {} in Python?", "Explain {} in Python briefly.", "How is {} used in Python?")
+
+
+def chat_questions(n: int) -> list[str]:
+    """``n`` questions about the first ``n`` sorted ``pydoc_data`` topics, the templates taken in turn."""
+    from pydoc_data.topics import topics
+
+    names = sorted(topics)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(names):
+        raise ValueError(f"n must be an int in 1..{len(names)} (pydoc_data topics), got {n!r}")
+    return [CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)].format(t.replace("-", " ")) for i, t in enumerate(names[:n])]
+
+
+def chat_prompt_ids(tokenizer, question: str) -> torch.Tensor:
+    """``(1, n)`` ids of ``question`` as one user turn in ``tokenizer``'s chat template, ready to generate."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError("the tokenizer has no chat template (needed for chat prompts and distill_chat)")
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                        return_tensors="pt")
+    return ids if isinstance(ids, torch.Tensor) else ids["input_ids"]  # transformers 5: a BatchEncoding
+
+
+@torch.no_grad()
+def chat_transcripts(model: nn.Module, tokenizer, questions: list[str], max_new_tokens: int = 48) -> torch.Tensor:
+    """Token ids (1-D) of the chat transcripts of ``questions`` answered greedily by ``model``, concatenated."""
+    out = []
+    for q in questions:
+        ids = chat_prompt_ids(tokenizer, q).to(next(model.parameters()).device)
+        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        out.append(gen[0].cpu())
+    return torch.cat(out)
+
+
+def interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Rows of ``a`` and ``b`` (same width) alternately, then the rest of the longer one."""
+    n = min(a.shape[0], b.shape[0])
+    mixed = torch.stack([a[:n], b[:n]], dim=1).reshape(2 * n, -1)
+    return torch.cat([mixed, a[n:], b[n:]])
 
 
 def kl_per_token(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

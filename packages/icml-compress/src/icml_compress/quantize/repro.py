@@ -5,7 +5,10 @@ Calibration: 32 sequences of 256 tokens from the first 80% of ``pydoc_data`` tex
 model's tokenizer); evaluation: sequences of 256 tokens from the last 20% (disjoint). All trellis
 methods use K = 2 bits, L = 10, V = 1 (hyb: V = 2), T = 64, tail-biting, the same incoherence and block
 LDLQ. Proteus = the mulbal code with the per-layer pool choice; +comp = closed-form channel
-compensation; +distill = few-shot KL distillation of the affine statistics on the calibration sequences.
+compensation; +distill = few-shot KL distillation of the affine statistics on the calibration sequences
+alternating with chat sequences (48 questions on ``pydoc_data`` topics answered by the float model in its
+chat template; added 2026-11-30, after the fully quantized model answered the held-out chat prompt with
+an empty string, with the protocol fixed before the rerun).
 Quick budget: the first 4 of 30 transformer blocks quantized, the rest float; full: all blocks.
 Quantized models are cached under ``icml_tools.assets.cache_dir()/quantized`` keyed by the config hash
 (a later run reloads them and evaluates again); Proteus+comp and +distill are built from the cached
@@ -15,7 +18,8 @@ quantization).
 Criteria (fixed from the issue before any run): KL(P+comp+distill) < KL(P) < KL(trellis-1mad) < KL(RTN);
 KL(P+comp) < KL(P) and KL(P+comp+distill) < KL(P+comp); the packed-word hash of P, P+comp and
 P+comp+distill equal; Proteus reads fewer bytes per token than hyb and at most 1.1 x (float16 bytes / 8);
-a saved and reloaded model gives bit-identical logits; ``generate`` produces new tokens.
+a saved and reloaded model gives bit-identical logits; ``generate`` produces new tokens. Reported beside
+the verdict: whether the answer to the held-out prompt names Paris.
 """
 
 from __future__ import annotations
@@ -32,7 +36,14 @@ import torch
 
 from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.config import QuantConfig
-from icml_compress.quantize.distill import distill, packed_hash
+from icml_compress.quantize.distill import (
+    chat_prompt_ids,
+    chat_questions,
+    chat_transcripts,
+    distill,
+    interleave,
+    packed_hash,
+)
 from icml_compress.quantize.evaluate import evaluate, reference_logprobs, split_corpus
 from icml_compress.quantize.model import (
     apply_compensation,
@@ -50,6 +61,7 @@ SEQ_LEN, N_CAL = 256, 32
 ORDER = ("rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad", "trellis-hyb")
 BYTES_SLACK = 1.1
 PROMPT = "What is the capital of France?"
+N_CHAT = 48  # chat transcripts in the distillation set
 
 
 def method_configs(budget: str, seed: int) -> dict[str, QuantConfig]:
@@ -60,7 +72,8 @@ def method_configs(budget: str, seed: int) -> dict[str, QuantConfig]:
         QuantConfig(method="rtn", group_size=64, **base),
         QuantConfig(method="proteus", **base),
         QuantConfig(method="proteus", compensation=True, **base),
-        QuantConfig(method="proteus", compensation=True, distill_steps=b["distill_steps"], **base),
+        QuantConfig(method="proteus", compensation=True, distill_steps=b["distill_steps"], distill_chat=N_CHAT,
+                    **base),
         QuantConfig(method="trellis", code="1mad", **base),
         QuantConfig(method="trellis", code="hyb", **base),
     ]
@@ -108,6 +121,8 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
         elif label == "proteus+comp+distill":
             model = load_quantized(cache_path(cfgs["proteus+comp"]))
             seqs = make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len)
+            chat = chat_transcripts(reference, tokenizer, chat_questions(cfg.distill_chat))
+            seqs = interleave(seqs, make_sequences(chat, cfg.n_calibration, cfg.seq_len))
             before = packed_hash(model)
             losses = distill(model, reference, seqs, cfg.distill_steps, cfg.distill_lr, progress)
             model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict(), "distill": {
@@ -131,10 +146,7 @@ def _roundtrip_identical(model, seq) -> bool:
 
 
 def _generate(model, tokenizer) -> str:
-    msgs = [{"role": "user", "content": PROMPT}]
-    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt")
-    if not isinstance(ids, torch.Tensor):  # transformers 5 returns a BatchEncoding
-        ids = ids["input_ids"]
+    ids = chat_prompt_ids(tokenizer, PROMPT)
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=16, do_sample=False)
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
@@ -243,7 +255,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "notes": (
             f"budget={budget} ({blocks} quantized), seed {seed}; eval {eval_seqs.numel()} held-out tokens; "
             f"checks: {checks}; paired per-sequence KL differences (mean, 95% t half-width, sequences where "
-            f"the first is lower): {paired}; answer to {PROMPT!r}: {pcd['answer']!r}; distillation: {pcd['distill']}; "
+            f"the first is lower): {paired}; answer to {PROMPT!r}: {pcd['answer']!r} (names Paris: "
+            f"{'Paris' in pcd['answer']}); distillation: {pcd['distill']}; "
             f"timings (this run or cached): { {lb: res[lb]['timing'] for lb in ORDER} }"
         ),
     }
