@@ -84,15 +84,32 @@ class BlockCounter:
         return self.blocks / self.num_blocks
 
 
+def _counted_linears(block: torch.nn.Module):
+    """The block's modules in order, without those under a ``norm*`` child or a ``MultiheadAttention``."""
+    excluded = [
+        n + "."
+        for n, m in block.named_modules()
+        if n and (n.split(".")[-1].startswith("norm") or isinstance(m, torch.nn.MultiheadAttention))
+    ]
+    for n, m in block.named_modules():
+        if not any(n.startswith(prefix) for prefix in excluded):
+            yield m
+
+
 @contextmanager
 def count_block_forwards(model: torch.nn.Module):
     """Count the blocks of ``model`` that really run (a hook on the first ``Linear`` inside each block, which a
-    skipped block never reaches), whatever cache is applied."""
+    skipped block never reaches), whatever cache is applied.
+
+    Linears inside a block's normalisation modules (``norm*``: adaLN conditioning embeddings, which
+    ``DiTTransformer2DModel`` also calls from its output head through ``transformer_blocks[0].norm1.emb``)
+    and inside ``torch.nn.MultiheadAttention`` (whose projections are used without calling them) are passed
+    over."""
     blocks = find_transformer_blocks(model, "count_block_forwards")
     counter = BlockCounter(len(blocks))
     handles = []
     for name, block in blocks:
-        linear = next((m for m in block.modules() if isinstance(m, torch.nn.Linear)), None)
+        linear = next((m for m in _counted_linears(block) if isinstance(m, torch.nn.Linear)), None)
         if linear is None:
             raise ValueError(f"count_block_forwards: block {name} has no torch.nn.Linear to count")
         handles.append(

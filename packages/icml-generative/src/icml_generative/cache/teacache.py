@@ -8,7 +8,10 @@ is skipped, pairs ``(r_t, relative output change)`` are recorded), then fit the 
 :func:`fit_teacache_coefficients`.
 
 ``m_t`` for a Wan block is ``norm1(x)·(1 + scale) + shift`` with the block's own modulation (its first
-self-attention input); for other blocks the block input itself (pass ``modulated_input`` to change it).
+self-attention input); for a DiT block (``BasicTransformerBlock`` with adaLN-Zero, as in
+``DiTTransformer2DModel``) the same quantity from its timestep-and-class modulation
+(:func:`dit_modulated_input`, our equivalent of the Wan indicator); for other blocks the block input
+itself (pass ``modulated_input`` to change it).
 Skipping reuses the whole stack's residual, as in our NaviCache hook.
 """
 
@@ -34,6 +37,27 @@ def wan_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -
     return block.norm1(x.float()) * (1 + scale) + shift
 
 
+def dit_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
+    """The modulated input of a DiT block's self-attention (diffusers' ``BasicTransformerBlock`` with
+    ``norm_type="ada_norm_zero"``, as in ``DiTTransformer2DModel``): ``norm1(x)·(1 + scale_msa) + shift_msa``
+    with the block's own timestep-and-class adaLN-Zero modulation, the DiT equivalent of Wan's; the plain
+    input for other blocks."""
+    from diffusers.models.normalization import AdaLayerNormZero
+
+    timestep = kwargs.get("timestep", args[4] if len(args) > 4 else None)
+    labels = kwargs.get("class_labels", args[6] if len(args) > 6 else None)
+    if not isinstance(getattr(block, "norm1", None), AdaLayerNormZero) or timestep is None:
+        return x
+    return block.norm1(x, timestep, labels, hidden_dtype=x.dtype)[0].float()
+
+
+def modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
+    """TeaCache's indicator source for any block: Wan's or DiT's modulated input, else the block input."""
+    if hasattr(block, "scale_shift_table"):
+        return wan_modulated_input(block, x, args, kwargs)
+    return dit_modulated_input(block, x, args, kwargs)
+
+
 @dataclass
 class TeaCacheConfig:
     """Configuration of :func:`apply_teacache`.
@@ -53,7 +77,7 @@ class TeaCacheConfig:
     alignment_steps: int | None = None
     num_inference_steps: int | None = None
     calibrate: bool = False
-    modulated_input: Callable = wan_modulated_input
+    modulated_input: Callable = modulated_input
 
     def __post_init__(self) -> None:
         _check_positive("threshold", self.threshold)

@@ -1,10 +1,14 @@
 """The video testbed for the cache reproductions: moving-sprite clips, a tiny Wan DiT, an Euler sampler.
 
 Nothing downloads. :func:`moving_sprites` draws seeded clips of coloured squares moving at constant
-velocities (wrapping around the frame); the class label is the direction of motion. :func:`tiny_wan` is a
-six-block :class:`diffusers.WanTransformer3DModel` that works directly in pixel space (no VAE), conditioned
-on a one-hot class "text" token. :func:`train_testbed` fits it by rectified-flow matching in a few minutes
-on CPU and :func:`pretrained_testbed` caches the weights (safetensors, via ``save_pretrained``) so that
+velocities (wrapping around the frame); the class label is the direction of motion. Two models work
+directly in pixel space (no VAE) on clips ``(B, C, F, H, W)`` with a one-hot class "text" token:
+:func:`tiny_dit` (:class:`DiTTestbedConfig`), diffusers' ``DiTTransformer2DModel`` with the clip laid out
+as one image (frames stacked as channels, or tiled into one canvas), absolute 2-D sin-cos positions and
+adaLN-Zero class conditioning, the reproduction's testbed; and :func:`tiny_wan` (:class:`TestbedConfig`),
+a six-block :class:`diffusers.WanTransformer3DModel`, the earlier testbed, whose clips did not move as
+their labels said. :func:`train_testbed` fits either by rectified-flow matching in minutes on CPU and
+:func:`pretrained_testbed` caches the weights (safetensors, via ``save_pretrained``) so that
 later runs load them in a second. :func:`sample_flow_euler` is the flow-matching Euler sampler with
 optional classifier-free guidance; it wraps each transformer call in a named cache context ("cond",
 "uncond") with the step index, sigma and number of steps, exactly as diffusers' ``WanPipeline`` does.
@@ -12,8 +16,8 @@ optional classifier-free guidance; it wraps each transformer call in a named cac
 :func:`motion_accuracy` is the testbed's validity check: the fraction of generated clips that move in their
 labelled direction (:func:`motion_directions`), against :data:`MOTION_ACCURACY_MIN`. The recipe knobs
 ``max_sprites``, ``sprite_sides``, ``speeds``, ``patch_frames`` (time patches) and ``ema_decay`` (EMA
-weights) were added for the redesign attempts described in ``docs/navicache.md``; none of those reached the
-threshold within the CPU budget.
+weights) were added for the Wan redesign attempts described in ``docs/navicache.md``; none of those reached
+the threshold within the CPU budget. The DiT with frames as channels reaches it (1.00).
 """
 
 from __future__ import annotations
@@ -147,14 +151,265 @@ def tiny_wan(cfg: TestbedConfig = TestbedConfig()):
     )
 
 
-def train_testbed(cfg: TestbedConfig = TestbedConfig(), progress: bool = True):
-    """Train :func:`tiny_wan` by rectified-flow matching on fresh :func:`moving_sprites` batches.
+@dataclass(frozen=True)
+class DiTTestbedConfig:
+    """The DiT testbed: a 2-D ``DiTTransformer2DModel`` on clips laid out as one image (:func:`tiled_dit_class`).
+
+    ``layout="channels"`` stacks the ``frames`` frames as channels of one ``size × size`` image, so each token
+    holds every frame at its place and motion of a few pixels is local to neighbouring tokens;
+    ``layout="tile"`` tiles the frames (a square number) into one ``√F·size`` canvas, each frame its own
+    region of tokens. Same clip and training fields as :class:`TestbedConfig` (so :func:`moving_sprites`,
+    :func:`train_testbed` and :func:`motion_accuracy` take either); the model has ``num_layers`` blocks of
+    ``num_heads × head_dim``. All fields key the weight cache (``layout`` only when it is not "tile", the
+    first recipe measured).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    frames: int = 4
+    size: int = 16
+    channels: int = 3
+    layout: str = "channels"
+    patch_size: int = 2
+    num_layers: int = 6
+    num_heads: int = 4
+    head_dim: int = 16
+    max_sprites: int = 2
+    sprite_sides: tuple[int, ...] = (3, 4, 5)
+    speeds: tuple[int, ...] = (1, 2)
+    train_steps: int = 3000
+    batch_size: int = 8
+    lr: float = 1e-3
+    cfg_dropout: float = 0.15
+    ema_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 2:
+            raise ValueError(f"frames must be an integer >= 2, got {self.frames!r}")
+        if self.layout == "tile" and math.isqrt(self.frames) ** 2 != self.frames:
+            raise ValueError(
+                f"frames must be a square number (tiled into a square grid), got {self.frames!r}"
+            )
+        if self.patch_size < 1 or self.size % self.patch_size:
+            raise ValueError(
+                f"patch_size must be a positive divisor of size ({self.size}), got {self.patch_size}"
+            )
+        if not self.speeds or any(v < 1 for v in self.speeds):
+            raise ValueError(f"speeds must be a non-empty tuple of positive integers, got {self.speeds!r}")
+        if not self.sprite_sides or any(not 1 <= v <= self.size for v in self.sprite_sides):
+            raise ValueError(f"sprite_sides must lie in [1, size={self.size}], got {self.sprite_sides!r}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
+
+    @property
+    def grid(self) -> int:
+        """Tiles per side of the canvas (1 for the channel layout)."""
+        return math.isqrt(self.frames) if self.layout == "tile" else 1
+
+    def key(self) -> str:
+        fields = asdict(self)
+        if fields["layout"] == "tile":  # the first recipe, measured before the layout field existed
+            del fields["layout"]
+        return "dit-" + hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+LAYOUTS = ("channels", "tile")
+
+
+def tile_frames(clips: torch.Tensor, grid: int) -> torch.Tensor:
+    """``(B, C, F, H, W)`` with ``F = grid²`` → one canvas ``(B, C, grid·H, grid·W)``, frames in row-major order."""
+    if not isinstance(clips, torch.Tensor) or clips.ndim != 5 or clips.shape[2] != grid * grid:
+        shape = tuple(clips.shape) if isinstance(clips, torch.Tensor) else type(clips).__name__
+        raise ValueError(f"clips must be a tensor (B, C, F={grid * grid}, H, W), got {shape}")
+    b, c, _, h, w = clips.shape
+    return clips.reshape(b, c, grid, grid, h, w).permute(0, 1, 2, 4, 3, 5).reshape(b, c, grid * h, grid * w)
+
+
+def untile_frames(canvas: torch.Tensor, grid: int) -> torch.Tensor:
+    """The inverse of :func:`tile_frames`: ``(B, C, grid·H, grid·W)`` → ``(B, C, grid², H, W)``."""
+    if (
+        not isinstance(canvas, torch.Tensor)
+        or canvas.ndim != 4
+        or canvas.shape[2] % grid
+        or canvas.shape[3] % grid
+    ):
+        shape = tuple(canvas.shape) if isinstance(canvas, torch.Tensor) else type(canvas).__name__
+        raise ValueError(
+            f"canvas must be a tensor (B, C, H, W) with H, W divisible by grid={grid}, got {shape}"
+        )
+    b, c, gh, gw = canvas.shape
+    h, w = gh // grid, gw // grid
+    return canvas.reshape(b, c, grid, h, grid, w).permute(0, 1, 2, 4, 3, 5).reshape(b, c, grid * grid, h, w)
+
+
+def _tiled_dit_class():
+    from diffusers import DiTTransformer2DModel
+    from diffusers.configuration_utils import register_to_config
+    from diffusers.models.cache_utils import CacheMixin
+
+    class TiledDiT(DiTTransformer2DModel, CacheMixin):
+        """diffusers' ``DiTTransformer2DModel`` on clips ``(B, C, F, H, W)`` laid out as one image: with
+        ``layout="channels"`` the frames are stacked as channels (``in_channels = C·F``, a ``H × W`` image), with
+        ``layout="tile"`` they are tiled into one square canvas (:func:`tile_frames`). Every token has an absolute
+        2-D sin-cos position, and the class enters through adaLN-Zero (``num_embeds_ada_norm`` classes; the
+        extra embedding row is the null class used for classifier-free guidance).
+
+        Called like the Wan testbed: ``model(x, timestep=…, encoder_hidden_states=one-hot tokens (B, 1, D))``
+        where an all-zero token means "no class"; ``class_labels`` may be given instead. Returns ``(out,)`` or
+        ``Transformer2DModelOutput`` with ``out`` of the clip's shape. ``enable_cache`` (diffusers' First-Block
+        Cache, MagCache) works through :class:`~diffusers.models.cache_utils.CacheMixin`.
+        """
+
+        @register_to_config
+        def __init__(
+            self,
+            frames: int = 4,
+            layout: str = "tile",
+            num_attention_heads: int = 4,
+            attention_head_dim: int = 16,
+            in_channels: int = 3,
+            out_channels: int | None = 3,
+            num_layers: int = 6,
+            sample_size: int = 32,
+            patch_size: int = 2,
+            num_embeds_ada_norm: int = 4,
+            dropout: float = 0.0,
+            norm_num_groups: int = 32,
+            attention_bias: bool = True,
+            activation_fn: str = "gelu-approximate",
+            upcast_attention: bool = False,
+            norm_type: str = "ada_norm_zero",
+            norm_elementwise_affine: bool = False,
+            norm_eps: float = 1e-5,
+        ) -> None:
+            if layout not in LAYOUTS:
+                raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+            if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
+                raise ValueError(f"frames must be a positive integer, got {frames!r}")
+            if layout == "tile" and math.isqrt(frames) ** 2 != frames:
+                raise ValueError(f"frames must be a positive square number for layout='tile', got {frames!r}")
+            if layout == "tile" and sample_size % math.isqrt(frames):
+                raise ValueError(
+                    f"sample_size ({sample_size}) must be divisible by the grid side sqrt(frames={frames})"
+                )
+            if layout == "channels" and (in_channels % frames or out_channels % frames):
+                raise ValueError(
+                    f"in_channels ({in_channels}) and out_channels ({out_channels}) must be multiples of "
+                    f"frames ({frames}) for layout='channels'"
+                )
+            super().__init__(
+                num_attention_heads=num_attention_heads,
+                attention_head_dim=attention_head_dim,
+                in_channels=in_channels,
+                out_channels=out_channels,
+                num_layers=num_layers,
+                sample_size=sample_size,
+                patch_size=patch_size,
+                num_embeds_ada_norm=num_embeds_ada_norm,
+                dropout=dropout,
+                norm_num_groups=norm_num_groups,
+                attention_bias=attention_bias,
+                activation_fn=activation_fn,
+                upcast_attention=upcast_attention,
+                norm_type=norm_type,
+                norm_elementwise_affine=norm_elementwise_affine,
+                norm_eps=norm_eps,
+            )
+
+        def forward(
+            self,
+            hidden_states: torch.Tensor,
+            timestep: torch.Tensor | None = None,
+            encoder_hidden_states: torch.Tensor | None = None,
+            class_labels: torch.Tensor | None = None,
+            return_dict: bool = True,
+        ):
+            frames = self.config.frames
+            if class_labels is None:
+                if encoder_hidden_states is None or encoder_hidden_states.ndim != 3:
+                    raise ValueError(
+                        "TiledDiT needs class_labels (B,) or one-hot encoder_hidden_states (B, 1, D), got "
+                        f"{None if encoder_hidden_states is None else tuple(encoder_hidden_states.shape)}"
+                    )
+                tokens = encoder_hidden_states[:, 0]
+                null = torch.full_like(tokens[:, 0], self.config.num_embeds_ada_norm, dtype=torch.long)
+                class_labels = torch.where(tokens.abs().sum(-1) > 0, tokens.argmax(-1), null)
+            if hidden_states.ndim != 5 or hidden_states.shape[2] != frames:
+                raise ValueError(
+                    f"hidden_states must be clips (B, C, F={frames}, H, W), got {tuple(hidden_states.shape)}"
+                )
+            if self.config.layout == "tile":
+                grid = math.isqrt(frames)
+                image = tile_frames(hidden_states, grid)
+            else:
+                image = hidden_states.flatten(1, 2)  # (B, C·F, H, W), channel-major
+            out = super().forward(image, timestep=timestep, class_labels=class_labels, return_dict=False)[0]
+            if self.config.layout == "tile":
+                out = untile_frames(out, grid)
+            else:
+                out = out.unflatten(1, (-1, frames))
+            if not return_dict:
+                return (out,)
+            from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+            return Transformer2DModelOutput(sample=out)
+
+    return TiledDiT
+
+
+_TILED_DIT = None
+
+
+def tiled_dit_class():
+    """The :class:`TiledDiT` class (built on first use, so that importing this module does not import diffusers)."""
+    global _TILED_DIT
+    if _TILED_DIT is None:
+        _TILED_DIT = _tiled_dit_class()
+    return _TILED_DIT
+
+
+def tiny_dit(cfg: DiTTestbedConfig = DiTTestbedConfig()):
+    """A randomly initialised tiled ``DiTTransformer2DModel`` (:func:`tiled_dit_class`) for clips ``(B, C, F, H, W)``."""
+    torch.manual_seed(cfg.seed)
+    stack = cfg.frames if cfg.layout == "channels" else 1
+    return tiled_dit_class()(
+        frames=cfg.frames,
+        layout=cfg.layout,
+        num_attention_heads=cfg.num_heads,
+        attention_head_dim=cfg.head_dim,
+        in_channels=cfg.channels * stack,
+        out_channels=cfg.channels * stack,
+        num_layers=cfg.num_layers,
+        sample_size=cfg.size * cfg.grid,
+        patch_size=cfg.patch_size,
+        num_embeds_ada_norm=len(DIRECTIONS),
+    )
+
+
+def _build(cfg):
+    if isinstance(cfg, DiTTestbedConfig):
+        model = tiny_dit(cfg)
+        # our own class dropout (one draw per clip) replaces diffusers' per-block one, which would drop the
+        # label independently in every block; the null-class embedding row stays
+        for block in model.transformer_blocks:
+            block.norm1.emb.class_embedder.dropout_prob = 0.0
+        return model
+    if isinstance(cfg, TestbedConfig):
+        return tiny_wan(cfg)
+    raise TypeError(f"cfg must be a TestbedConfig or DiTTestbedConfig, got {type(cfg).__name__}")
+
+
+def train_testbed(cfg: TestbedConfig | DiTTestbedConfig = TestbedConfig(), progress: bool = True):
+    """Train :func:`tiny_wan` (or :func:`tiny_dit`) by rectified-flow matching on fresh :func:`moving_sprites`.
 
     ``x_σ = (1 − σ)·x₀ + σ·ε`` with ``σ`` logit-normal, target velocity ``ε − x₀`` (diffusers'
     flow-matching convention, timestep ``1000·σ``); the class token is dropped with probability
     ``cfg_dropout`` so that classifier-free guidance works. Returns the model in eval mode.
     """
-    model = tiny_wan(cfg).train()
+    model = _build(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s / cfg.train_steps, 1.0)))
@@ -196,7 +451,9 @@ def train_testbed(cfg: TestbedConfig = TestbedConfig(), progress: bool = True):
 
 
 def pretrained_testbed(
-    cfg: TestbedConfig = TestbedConfig(), cache_dir: str | os.PathLike | None = None, progress: bool = True
+    cfg: TestbedConfig | DiTTestbedConfig = TestbedConfig(),
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
 ):
     """The trained testbed model, loaded from ``cache_dir`` if an earlier run saved it, else trained now.
 
@@ -206,9 +463,12 @@ def pretrained_testbed(
     """
     from diffusers import WanTransformer3DModel
 
+    if not isinstance(cfg, (TestbedConfig, DiTTestbedConfig)):
+        raise TypeError(f"cfg must be a TestbedConfig or DiTTestbedConfig, got {type(cfg).__name__}")
+    model_class = tiled_dit_class() if isinstance(cfg, DiTTestbedConfig) else WanTransformer3DModel
     target = None if cache_dir is None else Path(cache_dir).expanduser() / f"navicache-testbed-{cfg.key()}"
     if target is not None and (target / "config.json").is_file():
-        model = WanTransformer3DModel.from_pretrained(target).eval()
+        model = model_class.from_pretrained(target).eval()
         return model, {"path": str(target), "trained_now": False, "train_seconds": 0.0}
     start = time.perf_counter()
     model = train_testbed(cfg, progress=progress)
