@@ -242,6 +242,19 @@ def test_drift_filter_tracks_a_linear_trend_better_than_the_ratio_filter():
     assert errors["drift"] < 0.7 * errors["ratio"]
 
 
+def test_drift_filter_never_predicts_a_non_positive_ratio():
+    kf = RatioDriftKalman()
+    for step, z in enumerate((1.0, 0.7, 0.4)):  # alignment slope -0.3 per step
+        kf.align(z, step)
+    assert kf.predict(1) == pytest.approx(0.1)  # 0.4 - 0.3: still positive, extrapolated
+    with pytest.warns(RuntimeWarning, match="ratio\\+drift.*<= 0"):
+        assert kf.predict(3) == pytest.approx(0.4)  # 0.4 - 0.9 < 0: the filtered ratio without drift
+    kf.k = -0.2  # a filtered ratio that is not positive either: the last measurement
+    assert kf.predict(3) == pytest.approx(0.4)
+    kf.reset()
+    assert kf.last_z is None and not kf._warned
+
+
 def test_easycache_uses_the_last_measured_ratio_unfiltered(wan):
     noise, cond, uncond = _inputs()
     calls, handles = _record_stack(wan)

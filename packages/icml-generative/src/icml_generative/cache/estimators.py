@@ -13,11 +13,16 @@ steps and predict the ratio for a later step:
   ``Δ`` steps, ``H = [1, 0]``, process noise ``diag(q_k, q_d)·g(σ)·Δ`` with ``g(σ) = 0.1 + 0.9·σ`` (more
   uncertainty early in sampling, when σ is large), prediction ``k + ḱ·Δ``. The alignment phase fixes the
   initial ratio (last measurement) and drift (least-squares slope of the alignment measurements).
+  A ratio of magnitudes is positive; when the drift would extrapolate it to zero or below (a ratio of 0
+  would let the cache skip every later step), the prediction falls back to the filtered ratio without
+  drift, or to the last measurement if that is not positive either, with a ``RuntimeWarning`` once per
+  run (found on the DiT testbed, where a falling alignment ratio drove the extrapolation below zero).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -97,7 +102,9 @@ class RatioDriftKalman:
         self.d = 0.0
         self.p = [[1.0, 0.0], [0.0, self.qd]]  # covariance of (k, d)
         self.last_step: int | None = None
+        self.last_z: float | None = None
         self._aligned: list[tuple[int, float]] = []
+        self._warned = False
 
     @staticmethod
     def schedule(sigma: float) -> float:
@@ -112,7 +119,7 @@ class RatioDriftKalman:
             mz = sum(v for _, v in self._aligned) / n
             var = sum((s - ms) ** 2 for s, _ in self._aligned)
             self.d = sum((s - ms) * (v - mz) for s, v in self._aligned) / var if var > 0 else 0.0
-        self.k, self.last_step = z, step
+        self.k, self.last_step, self.last_z = z, step, z
         self.p = [[1.0, 0.0], [0.0, self.qd]]
 
     def update(self, z: float, step: int, sigma: float) -> None:
@@ -136,7 +143,19 @@ class RatioDriftKalman:
         innovation = z - k_pred
         self.k, self.d = k_pred + g0 * innovation, self.d + g1 * innovation
         self.p = [[(1 - g0) * p00, (1 - g0) * p01], [p10 - g1 * p00, p11 - g1 * p01]]
-        self.last_step = step
+        self.last_step, self.last_z = step, z
 
     def predict(self, steps_ahead: int) -> float:
-        return self.k + self.d * steps_ahead
+        pred = self.k + self.d * steps_ahead
+        if pred > 0:
+            return pred
+        fallback = self.k if self.k > 0 else self.last_z
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"ratio+drift: the drift extrapolates the ratio to {pred:.3g} <= 0 ({steps_ahead} steps ahead); "
+                f"using {fallback:.3g} ({'the filtered ratio without drift' if self.k > 0 else 'the last measurement'})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return fallback
