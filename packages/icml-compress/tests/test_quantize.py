@@ -222,6 +222,7 @@ def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):
 
 
 def _chat_tokenizer():
+    """A byte-level BPE tokenizer (vocab 260 + an end token) with a minimal chat template."""
     tokenizers = pytest.importorskip("tokenizers")
     from transformers import PreTrainedTokenizerFast
 
@@ -298,19 +299,11 @@ def test_bad_input(ids):
 
 # --- CLI ----------------------------------------------------------------------------------------------
 def test_cli_quantize_and_evaluate_a_local_model(tmp_path, capsys):
-    tokenizers = pytest.importorskip("tokenizers")
-    from transformers import PreTrainedTokenizerFast
-
     from icml_compress.cli import main
 
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = tokenizers.decoders.ByteLevel()
-    tok.train_from_iterator(["hello world"], tokenizers.trainers.BpeTrainer(
-        vocab_size=260, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
     src = tmp_path / "float"
     tiny(vocab=512).save_pretrained(src)
-    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(src)
+    _chat_tokenizer().save_pretrained(src)
     text = tmp_path / "text.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
     out = tmp_path / "q"

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.linear import ProteusLinear
 
 
@@ -75,6 +76,15 @@ def interleave(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     n = min(a.shape[0], b.shape[0])
     mixed = torch.stack([a[:n], b[:n]], dim=1).reshape(2 * n, -1)
     return torch.cat([mixed, a[n:], b[n:]])
+
+
+def distillation_set(sequences: torch.Tensor, teacher: nn.Module, tokenizer, config) -> torch.Tensor:
+    """The distillation sequences of ``config`` (a QuantConfig): the calibration ``sequences``, alternated with
+    ``config.distill_chat`` chat transcripts of ``teacher`` (the float model) cut the same way."""
+    if not config.distill_chat:
+        return sequences
+    chat = chat_transcripts(teacher, tokenizer, chat_questions(config.distill_chat))
+    return interleave(sequences, make_sequences(chat, config.n_calibration, config.seq_len).to(sequences.device))
 
 
 def kl_per_token(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

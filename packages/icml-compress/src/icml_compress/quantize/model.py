@@ -27,7 +27,7 @@ from icml_compress.proteus.codes import make_code
 from icml_compress.quantize.calibration import collect_hessians, encode_texts, make_sequences, regularize
 from icml_compress.quantize.compensate import compensate
 from icml_compress.quantize.config import QuantConfig
-from icml_compress.quantize.distill import chat_questions, chat_transcripts, distill, interleave, packed_hash
+from icml_compress.quantize.distill import distill, distillation_set, packed_hash
 from icml_compress.quantize.incoherence import random_signs, rotate_hessian, rotate_weight
 from icml_compress.quantize.ldlq import block_ldl, proxy_error
 from icml_compress.quantize.linear import ProteusLinear, RTNLinear, module_bytes
@@ -184,9 +184,7 @@ def quantize_model(model: nn.Module, config: QuantConfig, calibration_texts, *, 
         stats[name] = st
     info: dict = {"config": config.to_dict(), "layers": stats}
     if teacher is not None:
-        if config.distill_chat:
-            chat = chat_transcripts(teacher, tokenizer, chat_questions(config.distill_chat))
-            sequences = interleave(sequences, make_sequences(chat, config.n_calibration, config.seq_len).to(device))
+        sequences = distillation_set(sequences, teacher, tokenizer, config)
         before = packed_hash(model)
         losses = distill(model, teacher, sequences, config.distill_steps, config.distill_lr, progress)
         info["distill"] = {"kl_first": losses[0], "kl_last": losses[-1], "hash_before": before,

@@ -40,14 +40,7 @@ import torch
 
 from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.config import QuantConfig
-from icml_compress.quantize.distill import (
-    chat_prompt_ids,
-    chat_questions,
-    chat_transcripts,
-    distill,
-    interleave,
-    packed_hash,
-)
+from icml_compress.quantize.distill import chat_prompt_ids, distill, distillation_set, packed_hash
 from icml_compress.quantize.evaluate import evaluate, reference_logprobs, split_corpus
 from icml_compress.quantize.model import (
     apply_compensation,
@@ -124,9 +117,8 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
             model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict()}
         elif label == "proteus+comp+distill":
             model = load_quantized(cache_path(cfgs["proteus+comp"]))
-            seqs = make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len)
-            chat = chat_transcripts(reference, tokenizer, chat_questions(cfg.distill_chat))
-            seqs = interleave(seqs, make_sequences(chat, cfg.n_calibration, cfg.seq_len))
+            seqs = distillation_set(make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference,
+                                    tokenizer, cfg)
             before = packed_hash(model)
             losses = distill(model, reference, seqs, cfg.distill_steps, cfg.distill_lr, progress)
             model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict(), "distill": {
