@@ -41,6 +41,16 @@ DIRECTIONS = ((0, 1), (0, -1), (1, 0), (-1, 0))  # (dy, dx) per class: right, le
 TEXT_DIM = 8  # width of the one-hot class token fed as encoder_hidden_states
 
 
+def _check_clip_recipe(cfg) -> None:
+    """The clip and training fields that :class:`TestbedConfig` and :class:`DiTTestbedConfig` share."""
+    if not cfg.speeds or any(v < 1 for v in cfg.speeds):
+        raise ValueError(f"speeds must be a non-empty tuple of positive integers, got {cfg.speeds!r}")
+    if not cfg.sprite_sides or any(not 1 <= v <= cfg.size for v in cfg.sprite_sides):
+        raise ValueError(f"sprite_sides must lie in [1, size={cfg.size}], got {cfg.sprite_sides!r}")
+    if not 0.0 <= cfg.ema_decay < 1.0:
+        raise ValueError(f"ema_decay must be in [0, 1), got {cfg.ema_decay!r}")
+
+
 @dataclass(frozen=True)
 class TestbedConfig:
     """Size of the clips and of the model, and the training recipe (all of it keys the weight cache)."""
@@ -70,12 +80,7 @@ class TestbedConfig:
             raise ValueError(
                 f"patch_frames must be a positive divisor of frames ({self.frames}), got {self.patch_frames}"
             )
-        if not self.speeds or any(v < 1 for v in self.speeds):
-            raise ValueError(f"speeds must be a non-empty tuple of positive integers, got {self.speeds!r}")
-        if not self.sprite_sides or any(not 1 <= v <= self.size for v in self.sprite_sides):
-            raise ValueError(f"sprite_sides must lie in [1, size={self.size}], got {self.sprite_sides!r}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
+        _check_clip_recipe(self)
 
     def key(self) -> str:
         # the fields added after the first recipe enter the key only when they differ from it, so that
@@ -197,12 +202,7 @@ class DiTTestbedConfig:
             raise ValueError(
                 f"patch_size must be a positive divisor of size ({self.size}), got {self.patch_size}"
             )
-        if not self.speeds or any(v < 1 for v in self.speeds):
-            raise ValueError(f"speeds must be a non-empty tuple of positive integers, got {self.speeds!r}")
-        if not self.sprite_sides or any(not 1 <= v <= self.size for v in self.sprite_sides):
-            raise ValueError(f"sprite_sides must lie in [1, size={self.size}], got {self.sprite_sides!r}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay!r}")
+        _check_clip_recipe(self)
 
     @property
     def grid(self) -> int:
