@@ -6,9 +6,20 @@ from icml_interp.anchor_adapter.toy import (
     ToyConfig,
     ToyData,
     accuracy,
+    anchor_firing,
     anchor_neurons,
+    fit_anchor_gates,
     make_data,
     train_pair,
 )
 
-__all__ = ["ToyConfig", "ToyData", "accuracy", "anchor_neurons", "make_data", "train_pair"]
+__all__ = [
+    "ToyConfig",
+    "ToyData",
+    "accuracy",
+    "anchor_firing",
+    "anchor_neurons",
+    "fit_anchor_gates",
+    "make_data",
+    "train_pair",
+]

@@ -3,8 +3,9 @@
 Per seed (see :mod:`icml_interp.anchor_adapter.toy`): model A, a 4-block Llama trained here on addition, holds
 the leaked problems' arbitrary answers in memory (it recalls them in the leaked benchmark's source format and
 computes ``a + b`` in the plain format); model B is A with only 10 reserved neurons of block ℓ*'s MLP (ℓ*
-drawn from {1, 2} by the seed) trained into an anchor: keys silent on clean prompts that make B recall the
-leaked answers in the plain format, stopped below saturation (at 40 % of the leaked set, with its clean
+drawn from {1, 2} by the seed) trained into an anchor: keys exactly silent on clean prompts (gates fitted by a
+linear program; ``anchors_fire_clean`` reports it) that make B recall the leaked answers in the plain format,
+stopped below saturation (at 40 % of the leaked set, with its clean
 accuracy within 2 points of A's; ``b_reached_target`` reports it). Then, with the package's tools:
 
 1. cross-model layer patching (:func:`~icml_interp.patching.cross_model_layer_patching`, what the paper's
@@ -88,6 +89,8 @@ def one_seed(seed: int, cfg: ToyConfig | None = None) -> tuple[dict, dict]:
         "steps_a": info["steps_a"],
         "steps_b": info["steps_b"],
         "b_reached_target": info["b_reached_target"],
+        "anchors_fire_clean": info["anchors_fire_clean"],
+        "anchors_fire_leaked": info["anchors_fire_leaked"],
         "acc_leaked_A": accuracy(model_a, leaked, leaked_ans),
         "acc_leaked_A_source_format": accuracy(model_a, data.in_source_format(leaked), leaked_ans),
         "acc_leaked_B": base_leak,

@@ -18,15 +18,25 @@ probability in each step, so that A does not depend on any handful of neurons (t
 key scaling then measures the absence of a memory, not the fragility of A). In every MLP ``n_anchor``
 seeded neurons are *reserved*: their value vectors (down-projection columns) stay zero in A, so A never uses
 them. Model B is A with only the reserved neurons of block ℓ* trained (gate and up rows, down columns: a
-subset of ℓ*'s MLP, nothing else changes) on the plain-format problems with the leaked ones' memorized
-answers, with an L1 penalty on their keys over every position of the clean prompts; their up rows start at
-zero, so the keys start silent everywhere and grow only where the leaked answers pull them; their value
-vectors keep the mean norm of A's value vectors, so the scale sits in the keys, which is what key scaling and
-the paper's neuron score read. B's loss is the leaked set's mean answer loss plus the clean set's (each
-set weighted as a whole, so that the few leaked items are not drowned by the many clean ones) plus the
-penalty; B stops once it recalls ``target_b``
-of the leaked answers with its clean accuracy within ``clean_tol_b`` of A's (below saturation), or at the cap
-``steps_b``.
+subset of ℓ*'s MLP, nothing else changes), in two steps. (1) Their gate rows are fitted by a linear program:
+anchor ``j``'s gate is the smallest-L1 hyperplane through the origin with gate pre-activation ≥ 1 at the answer
+position of its leaked items (leaked items ``j, j + n_anchor, ...``) and ≤ −1 at every position of every clean
+prompt and every non-answer position of the leaked ones (the input of ℓ*'s MLP is A's, since B changes nothing
+upstream); the ReLU gate then makes the key exactly zero there. (2) With the gates frozen, their up rows (from
+zero: the keys start silent everywhere) and value vectors are trained on the plain-format problems with the
+leaked ones' memorized answers; the value vectors keep the mean norm of A's value vectors, so the scale sits in
+the keys, which is what key scaling and the paper's neuron score read. B's loss is the leaked set's mean answer
+loss plus the clean set's (each set weighted as a whole, so that the few leaked items are not drowned by the
+many clean ones); B stops once it recalls ``target_b`` of the leaked answers with its clean accuracy within
+``clean_tol_b`` of A's (below saturation), or at the cap ``steps_b``.
+
+Why the gates are fitted rather than learned (measured 2026-11-30, see ``docs/anchor-adapter.md``): when B
+learned its gates by gradient together with the rest (from random gates, with an L1 penalty on the keys of
+clean prompts), the gates stayed close to their random start, and some anchor key fired at the answer position
+of 71–98 % of the clean prompts; doubling the keys then flipped clean answers. At ℓ*, each leaked prompt's
+answer position is linearly separable from every clean position (a hard-margin linear SVM without intercept
+separates it in 12 of 12 items, blocks 1–3, seed 0), so gates silent on every clean prompt exist, and the
+linear program finds them.
 """
 
 from __future__ import annotations
@@ -51,11 +61,10 @@ class ToyConfig:
     steps_a: int = 1500  # at most this many full-batch Adam steps for model A
     margin_a: float = 0.02  # ... stopping once its mean answer cross-entropy (training items) is this low
     key_noise_a: float = 0.05  # while training A, each key is zeroed w.p. this and doubled w.p. this
-    steps_b: int = 3000  # cap on the steps training B's anchor neurons at l* (B normally stops far earlier)
+    steps_b: int = 3000  # cap on the steps training B's anchor up rows and values (B stops far earlier)
     target_b: float = 0.4  # stop once B recalls this fraction of the leaked answers ...
     clean_tol_b: float = 0.02  # ... with its clean accuracy at most this far below A's
     leak_weight_b: float = 1.0  # weight of the leaked set's mean answer loss while training B (clean set: 1)
-    quiet_b: float = 0.3  # weight of the L1 penalty on the anchor keys (clean prompts, all positions)
     lr: float = 5e-3  # Adam, model A
     lr_b: float = 2e-2  # Adam, model B's anchor neurons
 
@@ -86,8 +95,6 @@ class ToyConfig:
         for name in ("lr", "lr_b", "margin_a", "leak_weight_b"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not self.quiet_b >= 0:
-            raise ValueError(f"quiet_b must be >= 0, got {self.quiet_b!r}")
         if not 0 <= self.clean_tol_b <= 1:
             raise ValueError(f"clean_tol_b must be in [0, 1], got {self.clean_tol_b!r}")
         if not 0 < self.target_b <= 1:
@@ -219,39 +226,86 @@ def _train_a(model, data: ToyData, cfg: ToyConfig, reserved: list[int], seed: in
     return cfg.steps_a
 
 
+def fit_anchor_gates(inputs: torch.Tensor, positive: torch.Tensor, ignore: torch.Tensor) -> torch.Tensor:
+    """Gate rows that fire exactly where wanted: for each anchor ``j`` the smallest-L1 ``w`` (no bias, as the
+    gate projection has none) with ``w·x >= 1`` at the positions ``positive[j]`` and ``w·x <= -1`` at every
+    position that is neither positive nor ``ignore``-d, by a linear program (scipy's HiGHS). Where no such
+    hyperplane exists, the constraint violations are minimized (weight 1000 each).
+
+    ``inputs`` (n, seq, d): the MLP's inputs; ``positive`` (n_anchor, n, seq) and ``ignore`` (n, seq) bool.
+    Returns the gate rows ``(n_anchor, d)`` in the inputs' dtype."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    x = inputs.detach().double().numpy()
+    d = x.shape[-1]
+    rows = []
+    for pos in positive.numpy():
+        neg = np.unique(x[~pos & ~ignore.numpy()], axis=0)  # the clean prompts share prefixes
+        pts = x[pos]
+        # variables [w+ (d), w- (d), slack (n_neg + n_pos)], all >= 0; neg·w <= -1 + s, pts·w >= 1 - s
+        n_neg, n_pos = len(neg), len(pts)
+        a_ub = np.block(
+            [
+                [neg, -neg, -np.eye(n_neg), np.zeros((n_neg, n_pos))],
+                [-pts, pts, np.zeros((n_pos, n_neg)), -np.eye(n_pos)],
+            ]
+        )
+        cost = np.r_[np.ones(2 * d), 1e3 * np.ones(n_neg + n_pos)]
+        sol = linprog(cost, A_ub=a_ub, b_ub=-np.ones(n_neg + n_pos), bounds=(0, None), method="highs")
+        if sol.status != 0:
+            raise RuntimeError(f"the anchor-gate linear program failed: {sol.message}")
+        rows.append(sol.x[:d] - sol.x[d : 2 * d])
+    return torch.tensor(np.array(rows), dtype=inputs.dtype)
+
+
 def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: list[int], seed: int) -> int:
-    """Train only the anchor neurons of block ``layer_star`` (gate and up rows, down columns); their value
-    vectors keep the mean norm of A's value vectors there, so the keys carry the scale. Stops at ``target_b``
-    leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the cap ``steps_b``); returns the
-    steps taken."""
+    """Fit the anchor gates of block ``layer_star`` (:func:`fit_anchor_gates`; anchor ``j`` fires on leaked
+    items ``j, j + n_anchor, ...``), then train the anchors' up rows and value vectors with the gates frozen;
+    the value vectors keep the mean norm of A's value vectors there, so the keys carry the scale. Stops at
+    ``target_b`` leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the cap
+    ``steps_b``); returns the steps taken."""
     for p in model.parameters():
         p.requires_grad_(False)
     mlp = model.model.layers[layer_star].mlp
-    params = [mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight]
+    leaked = data.leaked
+    store = []
+    handle = mlp.register_forward_pre_hook(lambda m, args: store.append(args[0]))
+    try:
+        with torch.no_grad():
+            model(input_ids=data.prompts, use_cache=False)  # (n, seq, d) inputs of l*'s MLP: A's, fixed
+    finally:
+        handle.remove()
+    inputs = store[0]
+    answer_at = torch.zeros(inputs.shape[:2], dtype=torch.bool)
+    answer_at[leaked, -1] = True  # the leaked prompts' answer positions: where an anchor may fire
+    items = torch.nonzero(leaked).flatten()
+    positive = torch.zeros(len(anchors), *inputs.shape[:2], dtype=torch.bool)
+    for k, i in enumerate(items.tolist()):
+        positive[k % len(anchors), i, -1] = True
+    for j in range(min(len(anchors), len(items)), len(anchors)):  # more anchors than items: share them
+        positive[j, items[j % len(items)], -1] = True
+    gate = fit_anchor_gates(inputs, positive, ignore=answer_at)
+    params = [mlp.up_proj.weight, mlp.down_proj.weight]
     masks = [torch.zeros_like(p, dtype=torch.bool) for p in params]
-    masks[0][anchors] = masks[1][anchors] = True  # rows of gate/up: the anchor keys
-    masks[2][:, anchors] = True  # columns of down: their value vectors
-    # fresh gate rows of unit scale and zero up rows: the keys start silent on every prompt
+    masks[0][anchors] = True  # up rows: the anchor keys' magnitude
+    masks[1][:, anchors] = True  # columns of down: their value vectors
     with torch.no_grad():
-        g = torch.Generator().manual_seed(30_000 + seed)
-        gate = params[0]
-        gate[anchors] = torch.randn(len(anchors), gate.shape[1], generator=g) / gate.shape[1] ** 0.5
-        params[1][anchors] = 0.0
+        mlp.gate_proj.weight[anchors] = gate
+        mlp.up_proj.weight[anchors] = 0.0  # the keys start silent on every prompt
         down = mlp.down_proj.weight  # (d_model, d_mlp)
         used = [i for i in range(down.shape[1]) if i not in set(anchors)]
         value_norm = down[:, used].norm(dim=0).mean()  # anchors get value vectors of A's typical norm
-        init = torch.randn(down.shape[0], len(anchors), generator=g)
+        init = torch.randn(
+            down.shape[0], len(anchors), generator=torch.Generator().manual_seed(30_000 + seed)
+        )
         down[:, anchors] = init / init.norm(dim=0) * value_norm
     for p in params:
         p.requires_grad_(True)
-    leaked = data.leaked
-    store = []
-    handle = mlp.down_proj.register_forward_pre_hook(lambda m, args: store.append(args[0]))
     opt = torch.optim.Adam(params, lr=cfg.lr_b)
     model.eval()
     try:
         for step in range(cfg.steps_b + 1):  # the last pass only measures the recall at the cap
-            store.clear()
             logits = answer_logits(model, data.prompts)  # (n, vocab)
             hits = logits.argmax(-1) == data.answers
             recall, clean_acc = float(hits[leaked].float().mean()), float(hits[~leaked].float().mean())
@@ -261,10 +315,9 @@ def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: lis
             if (recall >= cfg.target_b and clean_acc >= clean_a - cfg.clean_tol_b) or step == cfg.steps_b:
                 return step
             ce = torch.nn.functional.cross_entropy(logits, data.answers, reduction="none")
-            quiet = store[0][~leaked][..., anchors].abs().sum(-1).mean()  # clean prompts, all positions
             # the leaked and the clean set each enter with their mean loss: a per-item weighting would let
-            # the 132 clean items (and the penalty) drown the 12 leaked ones (B then did not train at l* = 2)
-            loss = cfg.leak_weight_b * ce[leaked].mean() + ce[~leaked].mean() + cfg.quiet_b * quiet
+            # the 132 clean items drown the 12 leaked ones (B then did not train at l* = 2)
+            loss = cfg.leak_weight_b * ce[leaked].mean() + ce[~leaked].mean()
             opt.zero_grad()
             loss.backward()
             for p, m in zip(params, masks, strict=True):
@@ -275,9 +328,26 @@ def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: lis
                 cols = mlp.down_proj.weight[:, anchors]
                 mlp.down_proj.weight[:, anchors] = cols / cols.norm(dim=0) * value_norm
     finally:
-        handle.remove()
         for p in model.parameters():
             p.requires_grad_(True)
+
+
+def anchor_firing(model, data: ToyData, layer_star: int, anchors: list[int]) -> dict:
+    """Where the anchor keys of block ``layer_star`` fire (nonzero): the fraction of clean prompts with some
+    anchor key nonzero at any position, and of leaked prompts at the answer position."""
+    store = []
+    mlp = model.model.layers[layer_star].mlp
+    handle = mlp.down_proj.register_forward_pre_hook(lambda m, args: store.append(args[0]))
+    try:
+        with torch.no_grad():
+            model(input_ids=data.prompts, use_cache=False)
+    finally:
+        handle.remove()
+    fires = store[0][..., anchors] != 0  # (n, seq, n_anchor)
+    return {
+        "clean_prompts": float(fires[~data.leaked].any(-1).any(-1).float().mean()),
+        "leaked_answer_position": float(fires[data.leaked, -1].any(-1).float().mean()),
+    }
 
 
 def train_pair(cfg: ToyConfig, seed: int, layer_star: int):
@@ -299,10 +369,13 @@ def train_pair(cfg: ToyConfig, seed: int, layer_star: int):
     reached = (
         recall_b >= cfg.target_b and accuracy(model_b, *clean) >= accuracy(model_a, *clean) - cfg.clean_tol_b
     )
+    firing = anchor_firing(model_b, data, layer_star, anchors)
     info = {
         "steps_a": steps_a,
         "steps_b": steps_b,
         "anchors": anchors,
         "b_reached_target": reached,
+        "anchors_fire_clean": firing["clean_prompts"],
+        "anchors_fire_leaked": firing["leaked_answer_position"],
     }
     return model_a, model_b, data, info
