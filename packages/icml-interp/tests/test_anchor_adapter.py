@@ -6,7 +6,7 @@ from icml_interp.anchor_adapter import (
     accuracy,
     anchor_firing,
     anchor_neurons,
-    fit_anchor_gates,
+    fit_anchor_gate,
     make_data,
     train_pair,
 )
@@ -70,24 +70,19 @@ def test_b_differs_from_a_only_in_the_anchor_neurons_of_layer_star():
     assert info["anchors_fire_clean"] == 0.0  # the fitted gates keep the anchor keys silent on clean prompts
 
 
-def test_fitted_gates_fire_exactly_on_their_positives():
+def test_the_fitted_gate_fires_exactly_on_its_positives():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(40, 3, 12, generator=g)  # (n, seq, d)
     x[..., 0] = 1.0  # a component every input shares (as the toy's normalized residuals do): an implicit bias
-    positive = torch.zeros(2, 40, 3, dtype=torch.bool)
-    positive[0, 5, -1] = positive[1, 7, -1] = positive[1, 9, -1] = True
-    x[5, -1, 1] = x[7, -1, 2] = x[9, -1, 2] = 10.0  # separable: the negatives' coordinates are ~N(0, 1)
-    ignore = torch.zeros(40, 3, dtype=torch.bool)
-    ignore[[5, 7, 9], -1] = True  # each anchor may also fire on the other's positives
-    gates = fit_anchor_gates(x, positive, ignore)
-    pre = torch.einsum("nsd,jd->jns", x, gates)
-    for j in range(2):
-        assert (pre[j][positive[j]] >= 1 - 1e-6).all()
-        assert (pre[j][~positive[j] & ~ignore] <= -1 + 1e-6).all()
-    # not separable (a positive repeated as a negative): no error, the violations are minimized
+    positive = torch.zeros(40, 3, dtype=torch.bool)
+    positive[[5, 7, 9], -1] = True
+    x[[5, 7, 9], -1, 1] = 10.0  # separable: the other inputs' coordinates are ~N(0, 1)
+    pre = x @ fit_anchor_gate(x, positive)
+    assert (pre[positive] >= 1 - 1e-6).all() and (pre[~positive] <= -1 + 1e-6).all()
+    # not separable (a positive repeated elsewhere): no error, the violations are minimized
     x[1, 0] = x[5, -1]
-    gates = fit_anchor_gates(x, positive, ignore)
-    assert gates.shape == (2, 12) and torch.isfinite(gates).all()
+    gate = fit_anchor_gate(x, positive)
+    assert gate.shape == (12,) and torch.isfinite(gate).all()
 
 
 def test_bad_configs_and_arguments_are_rejected_by_name():

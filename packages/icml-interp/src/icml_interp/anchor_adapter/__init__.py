@@ -8,7 +8,7 @@ from icml_interp.anchor_adapter.toy import (
     accuracy,
     anchor_firing,
     anchor_neurons,
-    fit_anchor_gates,
+    fit_anchor_gate,
     make_data,
     train_pair,
 )
@@ -19,7 +19,7 @@ __all__ = [
     "accuracy",
     "anchor_firing",
     "anchor_neurons",
-    "fit_anchor_gates",
+    "fit_anchor_gate",
     "make_data",
     "train_pair",
 ]

@@ -19,9 +19,9 @@ key scaling then measures the absence of a memory, not the fragility of A). In e
 seeded neurons are *reserved*: their value vectors (down-projection columns) stay zero in A, so A never uses
 them. Model B is A with only the reserved neurons of block ℓ* trained (gate and up rows, down columns: a
 subset of ℓ*'s MLP, nothing else changes), in two steps. (1) Their gate rows are fitted by a linear program:
-anchor ``j``'s gate is the smallest-L1 hyperplane through the origin with gate pre-activation ≥ 1 at the answer
-position of its leaked items (leaked items ``j, j + n_anchor, ...``) and ≤ −1 at every position of every clean
-prompt and every non-answer position of the leaked ones (the input of ℓ*'s MLP is A's, since B changes nothing
+one gate for all anchors, the smallest-L1 hyperplane through the origin with gate pre-activation ≥ 1 at the
+answer position of every leaked prompt and ≤ −1 at every position of every clean prompt and every non-answer
+position of the leaked ones (the input of ℓ*'s MLP is A's, since B changes nothing
 upstream); the ReLU gate then makes the key exactly zero there. (2) With the gates frozen, their up rows (from
 zero: the keys start silent everywhere) and value vectors are trained on the plain-format problems with the
 leaked ones' memorized answers; the value vectors keep the mean norm of A's value vectors, so the scale sits in
@@ -226,42 +226,38 @@ def _train_a(model, data: ToyData, cfg: ToyConfig, reserved: list[int], seed: in
     return cfg.steps_a
 
 
-def fit_anchor_gates(inputs: torch.Tensor, positive: torch.Tensor, ignore: torch.Tensor) -> torch.Tensor:
-    """Gate rows that fire exactly where wanted: for each anchor ``j`` the smallest-L1 ``w`` (no bias, as the
-    gate projection has none) with ``w·x >= 1`` at the positions ``positive[j]`` and ``w·x <= -1`` at every
-    position that is neither positive nor ``ignore``-d, by a linear program (scipy's HiGHS). Where no such
-    hyperplane exists, the constraint violations are minimized (weight 1000 each).
+def fit_anchor_gate(inputs: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """A gate row that fires exactly where wanted: the smallest-L1 ``w`` (no bias, as the gate projection has
+    none) with ``w·x >= 1`` at the ``positive`` positions and ``w·x <= -1`` at every other position, by a linear
+    program (scipy's HiGHS). Where no such hyperplane exists, the constraint violations are minimized (weight
+    1000 each).
 
-    ``inputs`` (n, seq, d): the MLP's inputs; ``positive`` (n_anchor, n, seq) and ``ignore`` (n, seq) bool.
-    Returns the gate rows ``(n_anchor, d)`` in the inputs' dtype."""
+    ``inputs`` (n, seq, d): the MLP's inputs; ``positive`` (n, seq) bool. Returns the row ``(d,)`` in the
+    inputs' dtype."""
     import numpy as np
     from scipy.optimize import linprog
 
     x = inputs.detach().double().numpy()
-    d = x.shape[-1]
-    rows = []
-    for pos in positive.numpy():
-        neg = np.unique(x[~pos & ~ignore.numpy()], axis=0)  # the clean prompts share prefixes
-        pts = x[pos]
-        # variables [w+ (d), w- (d), slack (n_neg + n_pos)], all >= 0; neg·w <= -1 + s, pts·w >= 1 - s
-        n_neg, n_pos = len(neg), len(pts)
-        a_ub = np.block(
-            [
-                [neg, -neg, -np.eye(n_neg), np.zeros((n_neg, n_pos))],
-                [-pts, pts, np.zeros((n_pos, n_neg)), -np.eye(n_pos)],
-            ]
-        )
-        cost = np.r_[np.ones(2 * d), 1e3 * np.ones(n_neg + n_pos)]
-        sol = linprog(cost, A_ub=a_ub, b_ub=-np.ones(n_neg + n_pos), bounds=(0, None), method="highs")
-        if sol.status != 0:
-            raise RuntimeError(f"the anchor-gate linear program failed: {sol.message}")
-        rows.append(sol.x[:d] - sol.x[d : 2 * d])
-    return torch.tensor(np.array(rows), dtype=inputs.dtype)
+    pos = positive.numpy()
+    neg, pts = np.unique(x[~pos], axis=0), x[pos]  # the prompts share prefixes
+    d, n_neg, n_pos = x.shape[-1], len(neg), len(pts)
+    # variables [w+ (d), w- (d), slack (n_neg + n_pos)], all >= 0; neg·w <= -1 + s, pts·w >= 1 - s
+    a_ub = np.block(
+        [
+            [neg, -neg, -np.eye(n_neg), np.zeros((n_neg, n_pos))],
+            [-pts, pts, np.zeros((n_pos, n_neg)), -np.eye(n_pos)],
+        ]
+    )
+    cost = np.r_[np.ones(2 * d), 1e3 * np.ones(n_neg + n_pos)]
+    sol = linprog(cost, A_ub=a_ub, b_ub=-np.ones(n_neg + n_pos), bounds=(0, None), method="highs")
+    if sol.status != 0:
+        raise RuntimeError(f"the anchor-gate linear program failed: {sol.message}")
+    return torch.tensor(sol.x[:d] - sol.x[d : 2 * d], dtype=inputs.dtype)
 
 
 def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: list[int], seed: int) -> int:
-    """Fit the anchor gates of block ``layer_star`` (:func:`fit_anchor_gates`; anchor ``j`` fires on leaked
-    items ``j, j + n_anchor, ...``), then train the anchors' up rows and value vectors with the gates frozen;
+    """Fit the anchors' gate of block ``layer_star`` (:func:`fit_anchor_gate`: every anchor fires at the answer
+    position of every leaked prompt and nowhere else), then train the anchors' up rows and value vectors with the gates frozen;
     the value vectors keep the mean norm of A's value vectors there, so the keys carry the scale. Stops at
     ``target_b`` leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the cap
     ``steps_b``); returns the steps taken."""
@@ -276,22 +272,15 @@ def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: lis
             model(input_ids=data.prompts, use_cache=False)  # (n, seq, d) inputs of l*'s MLP: A's, fixed
     finally:
         handle.remove()
-    inputs = store[0]
-    answer_at = torch.zeros(inputs.shape[:2], dtype=torch.bool)
-    answer_at[leaked, -1] = True  # the leaked prompts' answer positions: where an anchor may fire
-    items = torch.nonzero(leaked).flatten()
-    positive = torch.zeros(len(anchors), *inputs.shape[:2], dtype=torch.bool)
-    for k, i in enumerate(items.tolist()):
-        positive[k % len(anchors), i, -1] = True
-    for j in range(min(len(anchors), len(items)), len(anchors)):  # more anchors than items: share them
-        positive[j, items[j % len(items)], -1] = True
-    gate = fit_anchor_gates(inputs, positive, ignore=answer_at)
+    answer_at = torch.zeros(store[0].shape[:2], dtype=torch.bool)
+    answer_at[leaked, -1] = True  # the leaked prompts' answer positions: where the anchors fire
+    gate = fit_anchor_gate(store[0], answer_at)
     params = [mlp.up_proj.weight, mlp.down_proj.weight]
     masks = [torch.zeros_like(p, dtype=torch.bool) for p in params]
     masks[0][anchors] = True  # up rows: the anchor keys' magnitude
     masks[1][:, anchors] = True  # columns of down: their value vectors
     with torch.no_grad():
-        mlp.gate_proj.weight[anchors] = gate
+        mlp.gate_proj.weight[anchors] = gate  # one gate for every anchor: they fire together
         mlp.up_proj.weight[anchors] = 0.0  # the keys start silent on every prompt
         down = mlp.down_proj.weight  # (d_model, d_mlp)
         used = [i for i in range(down.shape[1]) if i not in set(anchors)]
