@@ -4,7 +4,8 @@ of ``proteus-smollm2``, which stays the seed-0 run).
     uv run python packages/icml-compress/scripts/proteus_seeds.py quantize --label proteus --seeds 3-9
     uv run python packages/icml-compress/scripts/proteus_seeds.py quantize --label trellis-1mad --seeds 3-9
     uv run python packages/icml-compress/scripts/proteus_seeds.py evaluate --seeds 0-9 --out FILE
-    (add --budget full for the full budget)
+    (add --budget full for the full budget; --reuse FILE takes the rows of seeds already evaluated there, as
+    the evaluation is deterministic, and evaluates only the others)
 
 Why: at the full budget the sign of the Proteus − 1mad difference followed the quantization seed (3 seeds),
 and the quick budget passed on seed 0 and failed on seeds 1 and 2, although Proteus' per-layer Hessian
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", choices=("quick", "full"), default="quick")
     p.add_argument("--label", choices=("proteus", "trellis-1mad"), help="quantize: which method")
     p.add_argument("--out", default=None, help="evaluate: write the results as JSON here")
+    p.add_argument("--reuse", default=None, help="evaluate: take the rows of seeds already in this JSON file")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     if a.mode == "quantize":
@@ -73,8 +75,24 @@ def main(argv=None) -> int:
     n_eval = N_EVAL[a.budget] or held_ids.numel() // repro.SEQ_LEN
     seqs = make_sequences(held_ids, n_eval, repro.SEQ_LEN)
     ref_lp = reference_logprobs(reference, seqs)
+    done = {}
+    if a.reuse:
+        with open(a.reuse) as f:
+            old = json.load(f)
+        done = {r["seed"]: r for r in old["rows"]}
+        if any(r["paired"]["n"] != n_eval for r in done.values()):
+            p.error(
+                f"--reuse {a.reuse}: its rows were not evaluated on the {n_eval} sequences of this budget"
+            )
     rows = []
     for s in a.seeds:
+        if s in done:
+            rows.append(done[s])
+            d = done[s]["paired"]
+            print(
+                f"seed {s}: reused from {a.reuse}: paired {d['mean']:+.4f} ± {d['ci95_half']:.4f}", flush=True
+            )
+            continue
         cfgs = repro.method_configs(a.budget, s)
         res = {}
         for label in ("proteus", "trellis-1mad"):
@@ -120,6 +138,7 @@ def main(argv=None) -> int:
         with open(a.out, "w") as f:
             json.dump(
                 {
+                    "budget": a.budget,
                     "n_eval": N_EVAL,
                     "rows": rows,
                     "mean_d": float(ds.mean()),
