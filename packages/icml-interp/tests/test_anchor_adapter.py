@@ -11,7 +11,6 @@ from icml_interp.anchor_adapter import (
     train_pair,
 )
 from icml_interp.anchor_adapter.repro import run
-from icml_interp.anchor_adapter.toy import answer_logits, recalled
 
 TINY = ToyConfig(
     n_operand=4, n_leaked=3, layers=2, hidden=16, heads=2, intermediate=32, n_anchor=3, steps_a=20, steps_b=15
@@ -59,27 +58,16 @@ def test_b_differs_from_a_only_in_the_anchor_neurons_of_layer_star():
         (data.prompts[data.leaked], data.answers[data.leaked]),
         (data.prompts[~data.leaked], data.answers[~data.leaked]),
     )
-    with torch.no_grad():
-        held = recalled(answer_logits(model_b, leaked[0]), leaked[1], TINY.margin_b)
     recall_b, clean_a, clean_b = (
-        float(held.float().mean()),
+        accuracy(model_b, *leaked),
         accuracy(model_a, *clean),
         accuracy(model_b, *clean),
     )
-    assert recall_b <= accuracy(model_b, *leaked)  # recalled with a margin implies the argmax
     target = recall_b >= TINY.target_b and clean_b >= clean_a - TINY.clean_tol_b
     assert info["b_reached_target"] == target
     assert target or info["steps_b"] == TINY.steps_b  # B stops early only at its design target
     assert info["anchors_fire_clean"] == anchor_firing(model_b, data, 1, anchors)["clean_prompts"]
     assert info["anchors_fire_clean"] == 0.0  # the fitted gates keep the anchor keys silent on clean prompts
-
-
-def test_recalled_counts_answers_ahead_by_the_margin():
-    logits = torch.tensor([[3.0, 1.0, 0.0], [1.0, 1.5, 0.0], [2.0, 2.0, 0.0]])
-    answers = torch.tensor([0, 1, 0])
-    assert recalled(logits, answers, 1.0).tolist() == [True, False, False]
-    assert recalled(logits, answers, 0.5).tolist() == [True, True, False]
-    assert recalled(logits, answers, 0.0).tolist() == [True, True, True]  # a tie counts at margin 0
 
 
 def test_the_fitted_gate_fires_exactly_on_its_positives():
@@ -108,8 +96,6 @@ def test_bad_configs_and_arguments_are_rejected_by_name():
         ToyConfig(clean_tol_b=-0.1)
     with pytest.raises(ValueError, match="steps_b"):
         ToyConfig(steps_b=0)
-    with pytest.raises(ValueError, match="margin_b"):
-        ToyConfig(margin_b=-1.0)
     with pytest.raises(ValueError, match="layer_star"):
         train_pair(TINY, seed=0, layer_star=2)
 

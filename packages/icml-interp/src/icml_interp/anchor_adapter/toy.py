@@ -27,9 +27,8 @@ zero: the keys start silent everywhere) and value vectors are trained on the pla
 leaked ones' memorized answers; the value vectors keep the mean norm of A's value vectors, so the scale sits in
 the keys, which is what key scaling and the paper's neuron score read. B's loss is the leaked set's mean answer
 loss plus the clean set's (each set weighted as a whole, so that the few leaked items are not drowned by the
-many clean ones); B stops once it recalls ``target_b`` of the leaked answers, each with a logit margin of at
-least ``margin_b`` over every other token (held with some confidence, not at the decision boundary), with its
-clean accuracy within ``clean_tol_b`` of A's (below saturation), or at the cap ``steps_b``.
+many clean ones); B stops once it recalls ``target_b`` of the leaked answers with its clean accuracy within
+``clean_tol_b`` of A's (below saturation), or at the cap ``steps_b``.
 
 Why the gates are fitted rather than learned (measured 2026-11-30, see ``docs/anchor-adapter.md``): when B
 learned its gates by gradient together with the rest (from random gates, with an L1 penalty on the keys of
@@ -64,7 +63,6 @@ class ToyConfig:
     key_noise_a: float = 0.05  # while training A, each key is zeroed w.p. this and doubled w.p. this
     steps_b: int = 3000  # cap on the steps training B's anchor up rows and values (B stops far earlier)
     target_b: float = 0.4  # stop once B recalls this fraction of the leaked answers ...
-    margin_b: float = 1.0  # ... each counted when its logit exceeds every other token's by at least this ...
     clean_tol_b: float = 0.02  # ... with its clean accuracy at most this far below A's
     leak_weight_b: float = 1.0  # weight of the leaked set's mean answer loss while training B (clean set: 1)
     lr: float = 5e-3  # Adam, model A
@@ -99,8 +97,6 @@ class ToyConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if not 0 <= self.clean_tol_b <= 1:
             raise ValueError(f"clean_tol_b must be in [0, 1], got {self.clean_tol_b!r}")
-        if not self.margin_b >= 0:
-            raise ValueError(f"margin_b must be >= 0, got {self.margin_b!r}")
         if not 0 < self.target_b <= 1:
             raise ValueError(f"target_b must be in (0, 1], got {self.target_b}")
 
@@ -182,14 +178,6 @@ def answer_loss(model, prompts: torch.Tensor, answers: torch.Tensor) -> float:
         return float(torch.nn.functional.cross_entropy(answer_logits(model, prompts), answers))
 
 
-def recalled(logits: torch.Tensor, answers: torch.Tensor, margin: float) -> torch.Tensor:
-    """Which answers are recalled with a margin: the answer's logit exceeds every other token's by at least
-    ``margin`` (bool per prompt; ``margin`` 0 is the argmax up to ties)."""
-    answer = logits.gather(1, answers[:, None])[:, 0]
-    others = logits.scatter(1, answers[:, None], float("-inf")).max(-1).values
-    return answer - others >= margin
-
-
 def _key_noise_hook(p: float, generator: torch.Generator):
     def hook(module, args):  # keys (n, seq, d_mlp) -> keys * {0 w.p. p, 2 w.p. p, 1 otherwise}
         (keys,) = args
@@ -269,11 +257,10 @@ def fit_anchor_gate(inputs: torch.Tensor, positive: torch.Tensor) -> torch.Tenso
 
 def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: list[int], seed: int) -> int:
     """Fit the anchors' gate of block ``layer_star`` (:func:`fit_anchor_gate`: every anchor fires at the answer
-    position of every leaked prompt and nowhere else), then train the anchors' up rows and value vectors with
-    the gate frozen; the value vectors keep the mean norm of A's value vectors there, so the keys carry the
-    scale. Stops at ``target_b`` leaked recall (each answer with a logit margin of ``margin_b``,
-    :func:`recalled`) with the clean accuracy within ``clean_tol_b`` of A's (or at the cap ``steps_b``);
-    returns the steps taken."""
+    position of every leaked prompt and nowhere else), then train the anchors' up rows and value vectors with the gates frozen;
+    the value vectors keep the mean norm of A's value vectors there, so the keys carry the scale. Stops at
+    ``target_b`` leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the cap
+    ``steps_b``); returns the steps taken."""
     for p in model.parameters():
         p.requires_grad_(False)
     mlp = model.model.layers[layer_star].mlp
@@ -310,8 +297,7 @@ def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: lis
         for step in range(cfg.steps_b + 1):  # the last pass only measures the recall at the cap
             logits = answer_logits(model, data.prompts)  # (n, vocab)
             hits = logits.argmax(-1) == data.answers
-            clean_acc = float(hits[~leaked].float().mean())
-            recall = float(recalled(logits[leaked], data.answers[leaked], cfg.margin_b).float().mean())
+            recall, clean_acc = float(hits[leaked].float().mean()), float(hits[~leaked].float().mean())
             if step == 0:
                 clean_a = clean_acc  # B starts as A: the anchor keys are silent
             # the design target: the leaked recall reached with the clean accuracy (almost) still A's
@@ -367,9 +353,7 @@ def train_pair(cfg: ToyConfig, seed: int, layer_star: int):
     model_b = copy.deepcopy(model_a)
     steps_b = _train_b(model_b, data, cfg, layer_star, anchors, seed)
     model_b.eval()
-    with torch.no_grad():
-        leaked_logits = answer_logits(model_b, data.prompts[data.leaked])
-    recall_b = float(recalled(leaked_logits, data.answers[data.leaked], cfg.margin_b).float().mean())
+    recall_b = accuracy(model_b, data.prompts[data.leaked], data.answers[data.leaked])
     clean = data.prompts[~data.leaked], data.answers[~data.leaked]
     reached = (
         recall_b >= cfg.target_b and accuracy(model_b, *clean) >= accuracy(model_a, *clean) - cfg.clean_tol_b
