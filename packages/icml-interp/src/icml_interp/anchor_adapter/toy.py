@@ -22,7 +22,7 @@ subset of ℓ*'s MLP, nothing else changes), in two steps. (1) Their gate rows a
 one gate for all anchors, the smallest-L1 hyperplane through the origin with gate pre-activation ≥ 1 at the
 answer position of every leaked prompt and ≤ −1 at every position of every clean prompt and every non-answer
 position of the leaked ones (the input of ℓ*'s MLP is A's, since B changes nothing
-upstream); the ReLU gate then makes the key exactly zero there. (2) With the gates frozen, their up rows (from
+upstream); the ReLU gate then makes the key exactly zero there. (2) With the gate frozen, their up rows (from
 zero: the keys start silent everywhere) and value vectors are trained on the plain-format problems with the
 leaked ones' memorized answers; the value vectors keep the mean norm of A's value vectors, so the scale sits in
 the keys, which is what key scaling and the paper's neuron score read. B's loss is the leaked set's mean answer
@@ -257,10 +257,10 @@ def fit_anchor_gate(inputs: torch.Tensor, positive: torch.Tensor) -> torch.Tenso
 
 def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: list[int], seed: int) -> int:
     """Fit the anchors' gate of block ``layer_star`` (:func:`fit_anchor_gate`: every anchor fires at the answer
-    position of every leaked prompt and nowhere else), then train the anchors' up rows and value vectors with the gates frozen;
-    the value vectors keep the mean norm of A's value vectors there, so the keys carry the scale. Stops at
-    ``target_b`` leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the cap
-    ``steps_b``); returns the steps taken."""
+    position of every leaked prompt and nowhere else), then train the anchors' up rows and value vectors with
+    the gate frozen; the value vectors keep the mean norm of A's value vectors there, so the keys carry the
+    scale. Stops at ``target_b`` leaked recall with the clean accuracy within ``clean_tol_b`` of A's (or at the
+    cap ``steps_b``); returns the steps taken."""
     for p in model.parameters():
         p.requires_grad_(False)
     mlp = model.model.layers[layer_star].mlp
