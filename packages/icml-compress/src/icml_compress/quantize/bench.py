@@ -11,14 +11,14 @@ tokens (``min_new_tokens``). Quality is measured by the reproduction ``proteus-s
 
 Device: CUDA when available (float model in float16), else the CPU (float32: float16 matrix products
 on CPU are not what a CPU user runs). Paths: on CUDA a Proteus layer's single-row product goes through
-the fused ``trellis_gemv`` kernel (reads the packed words), the prompt through ``trellis_decode`` and a
-matmul; on the CPU through a decoded float32 weight cached in the module, so there the ratio measures
-the incoherence rotations' cost, not a 2-bit read. RTN has no kernel here: it multiplies by a cached
-dequantized float32 weight on both devices (reported as ``path``).
+the fused ``trellis_gemv`` kernel (reads the packed words), the prompt through one matmul with the
+dequantized weight cached in the module; on the CPU every product takes that cached float32 weight, so
+there Proteus runs at about float32 speed and reads no 2-bit words. RTN has no kernel here: it multiplies
+by a cached dequantized float32 weight on both devices (reported as ``path``).
 
 Correctness first: on the benchmark's device one Proteus layer's single-row output must match the dense
 product with its dequantized weight (relative error below 1e-3); the Proteus rate is left empty
-otherwise. The formats alternate within each repeat; medians over repeats, after one warm-up
+otherwise. On the CPU both are the same product (error 0); on CUDA the check covers ``trellis_gemv``. The formats alternate within each repeat; medians over repeats, after one warm-up
 generation per format (Triton compilation on CUDA). Bytes per token are those of
 :func:`~icml_compress.quantize.model.bytes_per_token` (quantized layers plus the rest in float16).
 """
@@ -152,7 +152,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
         if label == "float":
             path = f"dense {str(float_dtype).removeprefix('torch.')}"
         elif label == "proteus":
-            path = "trellis_gemv (fused)" if device.type == "cuda" else "cached decoded float32 weight"
+            path = "trellis_gemv (fused)" if device.type == "cuda" else "cached dequantized float32 weight"
         else:
             path = "cached dequantized float32 weight (no kernel)"
         rows.append({

@@ -5,11 +5,14 @@ row tiles, the layout of :func:`icml_kernels.trellis.trellis_gemv`), the code's 
 ``alpha, beta`` (Proteus' Gaussianizer), the input and output sign/scale vectors ``su (in)`` and
 ``sv (out)``, the ``hyb``/``lut`` table if the code has one, and the bias. Its forward computes
 ``y = sv * R_out^T decode(packed) R_in (su * x) + bias`` (see :mod:`.incoherence`); the product goes
-through the part-1 ops: the fused ``trellis_gemv`` kernel for a single row on CUDA, otherwise
-``trellis_decode`` (the Triton kernel on CUDA, the torch reference on CPU) and a matmul, with the decoded
-weight cached (not saved) until the affine pair changes. While ``alpha``/``beta`` require grad
-(distillation) the product is the differentiable ``alpha * (x @ raw^T) + beta * sum(x)`` of the cached
-raw code values.
+through the part-1 ops: the fused ``trellis_gemv`` kernel for a single row on CUDA (it reads the packed
+words and rotates the input and output); otherwise one matmul with the dequantized weight in the original
+basis, decoded by ``trellis_decode`` (the Triton kernel on CUDA, the torch reference on CPU), unrotated
+once and cached (not saved) until the packed words, the affine pair or ``su``/``sv`` change. (Until
+2026-11-30 this path rotated every input and output around a cached rotated weight: the same product up
+to float rounding, and slower on CPU: see ``docs/proteus-models.md``, generation speed.) While any of
+``alpha``, ``beta``, ``su``, ``sv`` requires grad (distillation) the product is the differentiable
+``alpha * (x @ raw^T) + beta * sum(x)`` of the cached raw code values, between the rotations.
 The packed words never change after quantization.
 """
 
@@ -71,36 +74,40 @@ class ProteusLinear(nn.Module):
         return w.reshape(self.out_features, self.in_features)
 
     def rotated_weight(self) -> torch.Tensor:
-        """``alpha * raw + beta`` in the rotated basis, ``(out, in)`` float32 (cached while unchanged)."""
-        key = (float(self.alpha), float(self.beta), self.packed.device, self.packed._version)
-        if self._cache is None or self._cache[0] != key:
-            w = trellis_decode(self.packed, self.code, self.L, self.K, self.V, self.T,
-                               **self._params(key[0], key[1]))
-            self._cache = (key, w.reshape(self.out_features, self.in_features))
-        return self._cache[1]
+        """``alpha * raw + beta`` in the rotated basis, ``(out, in)`` float32."""
+        w = trellis_decode(self.packed, self.code, self.L, self.K, self.V, self.T,
+                           **self._params(float(self.alpha), float(self.beta)))
+        return w.reshape(self.out_features, self.in_features)
 
     def dequantized_weight(self) -> torch.Tensor:
-        """The weight this module applies, ``(out, in)`` float32, in the original basis."""
-        Wr = self.rotated_weight()
-        A = unrotate(Wr)  # rows: R_in^T
-        return unrotate(A.T.contiguous()).T * self.sv.detach()[:, None] * self.su.detach()[None, :]
+        """The weight this module applies, ``(out, in)`` float32, in the original basis (cached while the
+        packed words, ``alpha``, ``beta``, ``su`` and ``sv`` are unchanged)."""
+        key = (float(self.alpha), float(self.beta), self.packed.device, self.packed._version,
+               self.su._version, self.sv._version)
+        if self._cache is None or self._cache[0] != key:
+            A = unrotate(self.rotated_weight())  # rows: R_in^T
+            W = unrotate(A.T.contiguous()).T * self.sv.detach()[:, None] * self.su.detach()[None, :]
+            self._cache = (key, W.contiguous())
+        return self._cache[1]
 
     def clear_cache(self) -> None:
         self._cache = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
-        if self.alpha.requires_grad or self.beta.requires_grad:
-            raw = getattr(self, "_raw", None)
-            if raw is None:
-                raw = self._raw = self.raw_weight()
-            z = self.alpha * (xs @ raw.T) + self.beta * xs.sum(-1, keepdim=True)  # no (out, in) temporary
-        elif xs.is_cuda and xs.numel() == self.in_features:
-            z = trellis_gemv(xs, self.packed, self.code, self.L, self.K, self.V, self.T,
-                             **self._params(float(self.alpha), float(self.beta)))
+        training = any(p.requires_grad for p in (self.alpha, self.beta, self.su, self.sv))
+        if training or (x.is_cuda and x.numel() == self.in_features):
+            xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
+            if training:
+                raw = getattr(self, "_raw", None)
+                if raw is None:
+                    raw = self._raw = self.raw_weight()
+                z = self.alpha * (xs @ raw.T) + self.beta * xs.sum(-1, keepdim=True)  # no (out, in) temporary
+            else:
+                z = trellis_gemv(xs, self.packed, self.code, self.L, self.K, self.V, self.T,
+                                 **self._params(float(self.alpha), float(self.beta)))
+            y = unrotate(z) * self.sv
         else:
-            z = xs @ self.rotated_weight().T  # (..., out)
-        y = unrotate(z) * self.sv
+            y = x.float() @ self.dequantized_weight().T
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype)
