@@ -168,6 +168,24 @@ def test_proteus_model_roundtrip_generate_and_bytes(proteus_model, tmp_path):
     assert b["float16_bytes"] == 2 * sum(m.in_features * m.out_features for m in mods)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_proteus_linear_on_cuda_matches_the_cpu_and_keeps_no_decoded_weight(proteus_model):
+    import copy
+
+    mod = copy.deepcopy(next(m for m in proteus_model.modules() if isinstance(m, ProteusLinear)))
+    v = torch.randn(3, mod.in_features, generator=torch.Generator().manual_seed(5))
+    ref = mod(v)  # the CPU's dense product
+    mod.clear_cache()
+    mod = mod.to("cuda")
+    with torch.no_grad():
+        rows = mod(v.cuda())  # trellis_decode + matmul
+        one = mod(v[:1].cuda())  # fused trellis_gemv
+    torch.testing.assert_close(rows.cpu(), ref, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(one.cpu(), ref[:1], atol=1e-4, rtol=1e-3)
+    assert mod._cache is None
+
+
 def test_failed_save_keeps_the_previous_copy(proteus_model, tmp_path, monkeypatch):
     save_quantized(proteus_model, tmp_path / "q")
     before = (tmp_path / "q" / "model.safetensors").read_bytes()

@@ -11,9 +11,9 @@ tokens (``min_new_tokens``). Quality is measured by the reproduction ``proteus-s
 
 Device: CUDA when available (float model in float16), else the CPU (float32: float16 matrix products
 on CPU are not what a CPU user runs). Paths: on CUDA a Proteus layer's single-row product goes through
-the fused ``trellis_gemv`` kernel (reads the packed words), the prompt through one matmul with the
-dequantized weight cached in the module; on the CPU every product takes that cached float32 weight, so
-there Proteus runs at about float32 speed and reads no 2-bit words. RTN has no kernel here: it multiplies
+the fused ``trellis_gemv`` kernel (reads the packed words), the prompt through ``trellis_decode`` and a
+matmul (decoded per call); on the CPU every product takes a dequantized float32 weight cached in the
+module, so there Proteus runs at about float32 speed and reads no 2-bit words. RTN has no kernel here: it multiplies
 by a cached dequantized float32 weight on both devices (reported as ``path``).
 
 Correctness first: on the benchmark's device one Proteus layer's single-row output must match the dense

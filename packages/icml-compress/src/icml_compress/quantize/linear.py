@@ -5,12 +5,13 @@ row tiles, the layout of :func:`icml_kernels.trellis.trellis_gemv`), the code's 
 ``alpha, beta`` (Proteus' Gaussianizer), the input and output sign/scale vectors ``su (in)`` and
 ``sv (out)``, the ``hyb``/``lut`` table if the code has one, and the bias. Its forward computes
 ``y = sv * R_out^T decode(packed) R_in (su * x) + bias`` (see :mod:`.incoherence`); the product goes
-through the part-1 ops: the fused ``trellis_gemv`` kernel for a single row on CUDA (it reads the packed
-words and rotates the input and output); otherwise one matmul with the dequantized weight in the original
-basis, decoded by ``trellis_decode`` (the Triton kernel on CUDA, the torch reference on CPU), unrotated
-once and cached (not saved) until the packed words, the affine pair or ``su``/``sv`` change. (Until
-2026-11-30 this path rotated every input and output around a cached rotated weight: the same product up
-to float rounding, and slower on CPU: see ``docs/proteus-models.md``, generation speed.) While any of
+through the part-1 ops. On CUDA: the fused ``trellis_gemv`` kernel for a single row, otherwise the
+Triton ``trellis_decode`` and a matmul between the rotations, the decoded weight dropped after each call
+(GPU memory stays at the packed size). On the CPU: one matmul with the dequantized weight in the
+original basis (the torch reference decoder, unrotated once), cached in memory (not saved) until the
+packed words, the affine pair or ``su``/``sv`` change. (Until 2026-11-30 the CPU rotated every input and
+output around a cached rotated weight, and CUDA cached that weight too: the same product up to float
+rounding, slower on the CPU, see ``docs/proteus-models.md``, generation speed.) While any of
 ``alpha``, ``beta``, ``su``, ``sv`` requires grad (distillation) the product is the differentiable
 ``alpha * (x @ raw^T) + beta * sum(x)`` of the cached raw code values, between the rotations.
 The packed words never change after quantization.
@@ -95,16 +96,18 @@ class ProteusLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         training = any(p.requires_grad for p in (self.alpha, self.beta, self.su, self.sv))
-        if training or (x.is_cuda and x.numel() == self.in_features):
+        if training or x.is_cuda:
             xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
             if training:
                 raw = getattr(self, "_raw", None)
                 if raw is None:
                     raw = self._raw = self.raw_weight()
                 z = self.alpha * (xs @ raw.T) + self.beta * xs.sum(-1, keepdim=True)  # no (out, in) temporary
-            else:
+            elif xs.numel() == self.in_features:
                 z = trellis_gemv(xs, self.packed, self.code, self.L, self.K, self.V, self.T,
                                  **self._params(float(self.alpha), float(self.beta)))
+            else:  # decoded per call: GPU memory stays at the packed size
+                z = xs @ self.rotated_weight().T
             y = unrotate(z) * self.sv
         else:
             y = x.float() @ self.dequantized_weight().T
