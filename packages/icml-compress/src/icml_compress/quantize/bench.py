@@ -13,13 +13,14 @@ Device: CUDA when available (float model in float16), else the CPU (float32: flo
 on CPU are not what a CPU user runs). Paths: on CUDA a Proteus layer's single-row product goes through
 the fused ``trellis_gemv`` kernel (reads the packed words), the prompt through ``trellis_decode`` and a
 matmul (decoded per call); on the CPU every product takes a dequantized float32 weight cached in the
-module, so there Proteus runs at about float32 speed and reads no 2-bit words. RTN has no kernel here: it multiplies
-by a cached dequantized float32 weight on both devices (reported as ``path``).
+module, so there Proteus runs at about float32 speed and reads no 2-bit words. RTN has no kernel here:
+it multiplies by a cached dequantized float32 weight on both devices (reported as ``path``).
 
 Correctness first: on the benchmark's device one Proteus layer's single-row output must match the dense
 product with its dequantized weight (relative error below 1e-3); the Proteus rate is left empty
-otherwise. On the CPU both are the same product (error 0); on CUDA the check covers ``trellis_gemv``. The formats alternate within each repeat; medians over repeats, after one warm-up
-generation per format (Triton compilation on CUDA). Bytes per token are those of
+otherwise. On the CPU both are the same product (error 0); on CUDA the check covers ``trellis_gemv``.
+The formats alternate within each repeat; medians over repeats, after one warm-up generation per format
+(Triton compilation on CUDA). Bytes per token are those of
 :func:`~icml_compress.quantize.model.bytes_per_token` (quantized layers plus the rest in float16).
 """
 
