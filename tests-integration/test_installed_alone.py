@@ -1,5 +1,6 @@
-"""Each distribution builds without workspace sources, installs alone in a fresh virtual environment
-(its wheel, the icml-kernels wheel where it depends on it, and its PyPI dependencies) and works there.
+"""Each published distribution builds without workspace sources into a wheel that holds only its library,
+installs alone in a fresh virtual environment (its wheel, the icml-kernels wheel where it depends on it, and
+its PyPI dependencies) and runs the ten-line example of its README's "Quick start" section there.
 
 Slow: building seven wheels and seven environments takes minutes. Run with
 ``uv run pytest -m slow tests-integration`` (``-k icml-stats`` for one).
@@ -8,11 +9,11 @@ Slow: building seven wheels and seven environments takes minutes. Run with
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import textwrap
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -21,92 +22,11 @@ from icml_tools.workspace import find_root, members
 pytestmark = pytest.mark.slow
 ROOT = find_root(Path(__file__).parent)
 UV = os.environ.get("UV", "uv")
-
-# One call of each distribution's public API, checked against a known answer.
-SMOKE = {
-    "icml-kernels": """
-        import torch, icml_kernels
-        y = icml_kernels.fwht(torch.ones(2, 8))
-        assert torch.allclose(y[:, 0], torch.full((2,), 8 ** 0.5)) and torch.allclose(y[:, 1:], torch.zeros(2, 7))
-    """,
-    "icml-theory": """
-        import numpy as np
-        from icml_theory.boolean import fourier_coefficients, majority
-        coeffs = fourier_coefficients(majority(3))  # Maj3 = (x1 + x2 + x3 - x1 x2 x3) / 2
-        assert np.allclose(sorted(np.abs(coeffs)), [0, 0, 0, 0, 0.5, 0.5, 0.5, 0.5])
-        from icml_theory.privacy import GaussianRDP, gaussian_tradeoff, optimal_tradeoff
-        alphas = np.logspace(-6, -0.1, 20)
-        curve = optimal_tradeoff(GaussianRDP(sigma=1.0), alphas)  # sound: never above the exact G_1
-        assert np.all(curve.beta <= gaussian_tradeoff(alphas, 1.0) + 1e-9) and np.all(curve.beta > 0)
-    """,
-    "icml-compress": """
-        import torch
-        from icml_compress.baselines import rtn_quantize
-        w = torch.randn(8, 256)
-        q = rtn_quantize(w, bits=8, group_size=128)
-        assert q.dequantized.shape == w.shape and bool(((q.dequantized - w).abs() <= q.scale.repeat_interleave(128, -1) / 2 + 1e-6).all())
-    """,
-    "icml-stats": """
-        import numpy as np
-        from sklearn.linear_model import LinearRegression
-        from icml_stats.conformal import coverage, split_conformal_interval
-        rng = np.random.default_rng(0)
-        x = rng.normal(size=(6000, 1)); y = 2 * x[:, 0] + rng.normal(size=6000)
-        intervals = split_conformal_interval(LinearRegression(), x[:1000], y[:1000], x[1000:2000], y[1000:2000], x[2000:], alpha=0.1)
-        assert 0.87 < coverage(y[2000:], intervals) < 0.93
-    """,
-    "icml-generative": """
-        import torch
-        from icml_generative.sampling import karras_sigmas
-        s = karras_sigmas(10, sigma_min=0.002, sigma_max=80.0)
-        assert abs(float(s[0]) - 80.0) < 1e-4 and bool((s[:-2] > s[1:-1]).all())
-    """,
-    "icml-interp": """
-        import torch
-        from torch import nn
-        from icml_interp.lens import logit_lens
-
-        class Block(nn.Module):  # returns the residual stream, like a Llama decoder layer
-            def __init__(self):
-                super().__init__()
-                self.mlp = nn.Linear(8, 8)
-
-            def forward(self, h):
-                return h + torch.tanh(self.mlp(h))
-
-        class Inner(nn.Module):  # the Llama-family layout, in plain torch (transformers is not installed)
-            def __init__(self):
-                super().__init__()
-                self.embed_tokens = nn.Embedding(11, 8)
-                self.layers = nn.ModuleList(Block() for _ in range(3))
-                self.norm = nn.LayerNorm(8)
-
-        class TinyLM(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model, self.lm_head = Inner(), nn.Linear(8, 11)
-
-            def get_input_embeddings(self):
-                return self.model.embed_tokens
-
-            def forward(self, input_ids, use_cache=False):
-                h = self.model.embed_tokens(input_ids)
-                for layer in self.model.layers:
-                    h = layer(h)
-                return self.lm_head(self.model.norm(h))
-
-        torch.manual_seed(0)
-        lm, ids = TinyLM(), torch.tensor([[1, 5, 7, 2]])
-        lens = logit_lens(lm, ids)
-        assert lens.shape == (4, 1, 4, 11) and torch.allclose(lens[-1], lm(ids), atol=1e-6)
-    """,
-    "icml-agents": """
-        import torch
-        from icml_agents.rl import group_relative_advantages
-        adv = group_relative_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0]), group_size=2)
-        assert torch.allclose(adv.reshape(2, 2).mean(dim=1), torch.zeros(2), atol=1e-6)
-    """,
-}
+PUBLISHED = {n: m for n, m in members(ROOT).items() if m.published}
+# extras a README's quick start needs (from PyPI; no other icml distribution is installed)
+EXTRAS = {"icml-interp": "hf"}
+# module names that belong to the unpublished experiments members, never to a wheel
+EXPERIMENT_MODULES = re.compile(r"^(repro|bench|testbed|toy)(_.*)?$")
 
 
 def run(*args: str, cwd: Path = ROOT) -> str:
@@ -115,36 +35,65 @@ def run(*args: str, cwd: Path = ROOT) -> str:
     return proc.stdout
 
 
+def quick_start(name: str) -> str:
+    """The first python block under the README's ``## Quick start`` heading."""
+    readme = (ROOT / PUBLISHED[name].path / "README.md").read_text()
+    section = re.search(r"^## Quick start\n(.*?)(?=^## |\Z)", readme, re.S | re.M)
+    assert section, f"{name}'s README has no '## Quick start' section"
+    block = re.search(r"```python\n(.*?)```", section.group(1), re.S)
+    assert block, f"{name}'s Quick start has no python block"
+    return block.group(1)
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
     built = {}
-    for name in SMOKE:
+    for name in PUBLISHED:
         run(UV, "build", "--package", name, "--no-sources", "--wheel", "--out-dir", str(out / name))
         (wheel,) = (out / name).glob("*.whl")
         built[name] = wheel
     return built
 
 
-def test_every_published_distribution_has_a_smoke_check():
-    assert set(SMOKE) == {n for n, m in members(ROOT).items() if m.published}
+def test_every_published_distribution_has_a_short_quick_start():
+    for name in PUBLISHED:
+        lines = [line for line in quick_start(name).splitlines() if line.strip()]
+        assert 3 <= len(lines) <= 15, f"{name}'s quick start has {len(lines)} lines"
 
 
-@pytest.mark.parametrize("name", sorted(SMOKE))
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_the_wheel_holds_only_the_library(name, wheels):
+    module = name.replace("-", "_")
+    with zipfile.ZipFile(wheels[name]) as zf:
+        files = [PurePosixPath(n) for n in zf.namelist()]
+        code = {str(f): zf.read(str(f)).decode() for f in files if f.suffix in (".py", ".pyi", ".txt", ".json")}
+    packages = {f.parts[0] for f in files if not f.parts[0].endswith(".dist-info")}
+    assert packages == {module}, packages
+    assert PurePosixPath(module, "py.typed") in files
+    modules = [f for f in files if f.suffix == ".py"]
+    assert not [str(f) for f in modules if EXPERIMENT_MODULES.match(f.stem)]
+    assert not [str(f) for f in files if any(EXPERIMENT_MODULES.match(part) for part in f.parts[:-1])]
+    assert not [path for path, text in code.items() if "icml_tools" in text or "_experiments" in text]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_installed_alone(name, wheels, tmp_path):
     wheel = wheels[name]
     with zipfile.ZipFile(wheel) as zf:
         meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     assert not any("file:" in r or "workspace" in r for r in requires), requires
-    needs_kernels = any(r.startswith("icml-kernels") for r in requires)
-    if needs_kernels:
-        assert any(r.startswith("icml-kernels") and "<" in r for r in requires), "icml-kernels must be a range"
+    base = [r for r in requires if "extra ==" not in r]
+    needs_kernels = any(r.startswith("icml-kernels") for r in base)
+    kernel_requirements = [r for r in requires if r.startswith("icml-kernels")]
+    assert all("<" in r for r in kernel_requirements), "icml-kernels must be pinned to a range"
 
     venv = tmp_path / "venv"
     run(UV, "venv", "--quiet", "--python", sys.executable, str(venv))
     python = venv / "bin" / "python"
-    to_install = [str(wheel)] + ([str(wheels["icml-kernels"])] if needs_kernels and name != "icml-kernels" else [])
+    target = f"{wheel}[{EXTRAS[name]}]" if name in EXTRAS else str(wheel)
+    to_install = [target] + ([str(wheels["icml-kernels"])] if needs_kernels else [])
     run(UV, "pip", "install", "--quiet", "--python", str(python), *to_install)
 
     installed = run(UV, "pip", "list", "--python", str(python), "--format", "freeze")
@@ -152,6 +101,31 @@ def test_installed_alone(name, wheels, tmp_path):
     assert icml == sorted({name} | ({"icml-kernels"} if needs_kernels else set()))
 
     module = name.replace("-", "_")
-    script = f"import {module}\nassert {module}.__version__\n" + textwrap.dedent(SMOKE[name])
+    script = f"import {module}\nassert {module}.__version__\n" + quick_start(name)
     script += "\nimport importlib.util\nassert importlib.util.find_spec('icml_tools') is None\n"
+    run(str(python), "-c", script, cwd=tmp_path)
+
+
+def test_the_privacy_accountant_installs_without_torch(wheels, tmp_path):
+    """``pip install icml-theory`` (no extras): the accountant works, torch is not even importable, and the
+    torch-based parts say which extra they need."""
+    venv = tmp_path / "venv"
+    run(UV, "venv", "--quiet", "--python", sys.executable, str(venv))
+    python = venv / "bin" / "python"
+    run(UV, "pip", "install", "--quiet", "--python", str(python), str(wheels["icml-theory"]))
+    script = """
+import importlib.util
+import icml_theory
+from icml_theory.privacy import OptimalRDPAccountant
+acc = OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.01, num_steps=1000)
+eps = acc.get_epsilon(1e-5)
+assert 2.0 < eps < 2.11 and eps <= acc.get_epsilon(1e-5, method="cks"), eps
+assert importlib.util.find_spec("torch") is None
+try:
+    icml_theory.majority
+except ImportError as exc:
+    assert "icml-theory[torch]" in str(exc), exc
+else:
+    raise AssertionError("icml_theory.boolean imported without torch")
+"""
     run(str(python), "-c", script, cwd=tmp_path)

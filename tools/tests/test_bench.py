@@ -47,3 +47,14 @@ def test_a_broken_benchmark_fails_the_run(registry, tmp_path):
     assert "must return a list of dicts" in payload["benchmarks"]["bad"]["error"]
     assert (folder / "ok.csv").exists()
     assert bench.main(["--only", "zzz", "--out", str(tmp_path)]) == 2
+
+
+def test_run_benchmark_checks_arguments_and_rows(registry):
+    registry.update(ok=entry(rows), bad=entry(broken))
+    assert bench.run_benchmark("ok", "full", 1)[0]["budget"] == "full"
+    with pytest.raises(ValueError, match="budget must be one of"):
+        bench.run_benchmark("ok", "medium", 0)
+    with pytest.raises(TypeError, match="must return a list of dicts"):
+        bench.run_benchmark("bad")
+    with pytest.raises(ValueError, match="no benchmark is registered as 'zzz'"):
+        bench.run_benchmark("zzz")

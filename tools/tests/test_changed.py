@@ -13,16 +13,25 @@ def names(files):
     return {c["name"] for c in select(files, ROOT)}
 
 
-def test_members_are_the_seven_distributions_and_the_tools():
+EXPERIMENTS = {f"{n}-experiments" for n in ALL}
+
+
+def test_members_are_the_seven_distributions_their_experiments_and_the_tools():
     found = members(ROOT)
-    assert set(found) == ALL | {"icml-tools"}
-    assert not found["icml-tools"].published
+    assert set(found) == ALL | EXPERIMENTS | {"icml-tools"}
+    assert not any(found[n].published for n in EXPERIMENTS | {"icml-tools"})
     assert all(found[n].published for n in ALL)
     assert str(found["icml-kernels"].path) == "kernels-common"
+    assert all(str(found[f"{n}-experiments"].path) == f"{found[n].path}/experiments" for n in ALL)
 
 
 def test_a_package_change_selects_that_package():
     assert names(["packages/icml-stats/src/icml_stats/__init__.py"]) == {"icml-stats"}
+
+
+def test_an_experiments_change_selects_its_package_only():
+    assert names(["packages/icml-stats/experiments/icml_stats_experiments/seqci/repro.py"]) == {"icml-stats"}
+    assert names(["kernels-common/experiments/icml_kernels_experiments/fwht/bench.py"]) == {"icml-kernels"}
 
 
 def test_a_kernel_change_selects_every_dependant():
@@ -46,4 +55,4 @@ def test_docs_outside_members_select_nothing():
 def test_dependants_is_transitive():
     found = members(ROOT)
     assert dependants(found, {"icml-kernels"}) >= {"icml-kernels", "icml-compress", "icml-theory"}
-    assert dependants(found, {"icml-stats"}) == {"icml-stats"}
+    assert dependants(found, {"icml-stats"}) == {"icml-stats", "icml-stats-experiments"}

@@ -43,7 +43,7 @@ def _copy_workspace(dest: Path) -> Path:
     for item in ["pyproject.toml", "uv.lock"]:
         shutil.copy2(ROOT / item, dest / item)
     for member in members(ROOT).values():
-        shutil.copytree(ROOT / member.path, dest / member.path, ignore=ignore)
+        shutil.copytree(ROOT / member.path, dest / member.path, ignore=ignore, dirs_exist_ok=True)
     return dest
 
 

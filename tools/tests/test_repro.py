@@ -91,8 +91,36 @@ def test_only_list_and_unknown(registry, tmp_path, capsys):
 
 
 def test_registered_reproductions_are_discovered():
-    # the six packages each register one; their names are unique
+    # the six packages' experiments members each register at least one; their names are unique
     names = repro.discover()
     assert len(names) >= 6
     dists = {ep.dist.name for ep in names.values()}
-    assert {"icml-compress", "icml-generative", "icml-interp", "icml-stats", "icml-agents", "icml-theory"} <= dists
+    packages = ("icml-compress", "icml-generative", "icml-interp", "icml-stats", "icml-agents", "icml-theory")
+    assert dists == {f"{p}-experiments" for p in packages}
+    assert all(ep.value.split(".")[0].endswith("_experiments") for ep in names.values())
+
+
+def test_the_runner_checks_budget_and_seed_before_the_call(registry, tmp_path, capsys):
+    calls = []
+    registry.update(a=FakeEntryPoint("a", lambda budget, seed: calls.append((budget, seed)) or passing(budget, seed)))
+    for argv in (["--seed", "-1"], ["--seed", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            repro.main([*argv, "--out", str(tmp_path)])
+        assert exc.value.code == 2
+    assert "seed must be >= 0" in capsys.readouterr().err
+    assert calls == []
+    with pytest.raises(ValueError, match="budget must be one of"):
+        repro.run_reproduction("a", "medium", 0)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        repro.run_reproduction("a", "quick", 1.5)
+    with pytest.raises(ValueError, match="no reproduction is registered as 'zzz'"):
+        repro.run_reproduction("zzz")
+    assert calls == []
+    assert repro.run_reproduction("a", "full", 2)["rows"] == [{"budget": "full", "seed": 2}]
+    assert calls == [("full", 2)]
+
+
+def test_run_reproduction_checks_the_result(registry):
+    registry.update(bad=FakeEntryPoint("bad", bad_protocol))
+    with pytest.raises(repro.ProtocolError, match="missing the required key"):
+        repro.run_reproduction("bad")

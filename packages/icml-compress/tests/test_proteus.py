@@ -1,4 +1,4 @@
-"""Proteus codes, the Gaussian benchmark, the vetted pool and the reproduction's protocol."""
+"""Proteus codes, the Gaussian benchmark and the vetted pool."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from icml_compress.proteus import (
-    CODE_NAMES,
     LLOYD_MAX_MSE,
     MULBAL_POOL,
     MulBal,
@@ -21,7 +20,6 @@ from icml_compress.proteus import (
     reference_stats,
     vet,
 )
-from icml_compress.proteus.repro import run
 from icml_compress.proteus.vetting import select_pool
 
 VETTING_TABLE = Path(__file__).resolve().parents[1] / "docs" / "mulbal_vetting.csv"
@@ -136,21 +134,3 @@ def test_pool_members_pass_vetting_when_recomputed():
     refs = {L: reference_stats(L) for L in (8, 12, 16)}
     for member in MULBAL_POOL:
         assert vet(member, refs)["passed"]
-
-
-def test_repro_bad_arguments():
-    with pytest.raises(ValueError, match="budget"):
-        run("tiny", 0)
-    with pytest.raises(TypeError, match="seed"):
-        run("quick", -1)
-
-
-@pytest.mark.slow
-def test_quick_reproduction_follows_the_protocol_and_passes():
-    pytest.importorskip("icml_tools.protocol")
-    from icml_tools.protocol import validate_result
-
-    result = validate_result(run("quick", 0))
-    assert result["passed"] is True
-    assert {r["code"] for r in result["rows"]} >= set(CODE_NAMES)
-    assert result["ours"] <= 1.03 * result["baseline"]

@@ -344,6 +344,7 @@ def test_cli_quantize_and_evaluate_a_local_model(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert 0 < res["kl"] < 1 and res["ppl"] > 1 and res["bits_per_weight"] > 2
     with pytest.raises(SystemExit, match="invalid options"):
-        main(["quantize", "--model", str(src), "--method", "proteus", "--code", "hyb", "--out", str(out)])
+        main(["quantize", "--model", str(src), "--method", "proteus", "--code", "hyb", "--calibration", str(text),
+              "--out", str(out)])
     with pytest.raises(SystemExit, match="local Hugging Face model directory"):
-        main(["quantize", "--model", str(tmp_path / "missing"), "--out", str(out)])
+        main(["quantize", "--model", str(tmp_path / "missing"), "--calibration", str(text), "--out", str(out)])

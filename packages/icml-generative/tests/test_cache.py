@@ -1,5 +1,4 @@
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -26,23 +25,59 @@ from icml_generative.cache import (
     spearman,
     ssim,
 )
-from icml_generative.cache.testbed import (
-    DIRECTIONS,
-    DiTTestbedConfig,
-    TestbedConfig,
-    class_tokens,
-    flow_sigmas,
-    motion_accuracy,
-    motion_directions,
-    moving_sprites,
-    sample_flow_euler,
-    tiny_wan,
-    train_testbed,
-)
+from icml_generative.cache.teacache import dit_modulated_input, modulated_input
 
 torch.set_num_threads(1)
 STEPS = 12
-SMALL = TestbedConfig(frames=4, size=8, num_layers=3, head_dim=8, ffn_dim=16)
+CHANNELS, FRAMES, SIZE, TEXT_DIM = 3, 4, 8, 8  # pixel-space clips (B, 3, 4, 8, 8), one-hot class tokens of 8
+
+
+def tiny_wan():
+    """A randomly initialised three-block diffusers ``WanTransformer3DModel`` (2 heads × 8, 64 tokens)."""
+    from diffusers import WanTransformer3DModel
+
+    torch.manual_seed(0)
+    return WanTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=CHANNELS,
+        out_channels=CHANNELS,
+        text_dim=TEXT_DIM,
+        freq_dim=32,
+        ffn_dim=16,
+        num_layers=3,
+        cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads",
+        rope_max_seq_len=32,
+    )
+
+
+def class_tokens(labels: torch.Tensor) -> torch.Tensor:
+    """One-hot class tokens ``(n, 1, TEXT_DIM)`` as ``encoder_hidden_states``; all-zero is unconditional."""
+    return torch.nn.functional.one_hot(labels.long(), TEXT_DIM).float()[:, None, :]
+
+
+@torch.no_grad()
+def sample_flow_euler(model, noise, cond, uncond=None, guidance_scale=1.0, num_steps=STEPS, shift=3.0):
+    """Flow-matching Euler steps from σ = 1 to 0 (time shift ``shift``) with classifier-free guidance; each
+    transformer pass runs in the cache context "cond" or "uncond" with the step index, σ and number of
+    steps, as diffusers' ``WanPipeline`` sets them."""
+    s = torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)
+    sigmas = shift * s / (1 + (shift - 1) * s)
+    x = noise.clone()
+    for i in range(num_steps):
+        sigma = float(sigmas[i])
+        t = torch.full((x.shape[0],), sigma * 1000.0)
+        fields = {"step_index": i, "sigma": sigma, "num_inference_steps": num_steps}
+        with cache_context(model, "cond", **fields):
+            v = model(x, timestep=t, encoder_hidden_states=cond, return_dict=False)[0]
+        if uncond is not None and guidance_scale != 1.0:
+            with cache_context(model, "uncond", **fields):
+                v_u = model(x, timestep=t, encoder_hidden_states=uncond, return_dict=False)[0]
+            v = v_u + guidance_scale * (v - v_u)
+        x = x + (float(sigmas[i + 1]) - sigma) * v
+    return x
 
 
 class TinyBlock(torch.nn.Module):
@@ -87,16 +122,16 @@ class TinyDiT(torch.nn.Module):
         return (self.out(x).transpose(1, 2).reshape(b, c, f, h, w),)
 
 
-def _inputs(batch=1, seed=0, cfg=SMALL):
+def _inputs(batch=1, seed=0):
     g = torch.Generator().manual_seed(seed)
-    noise = torch.randn(batch, cfg.channels, cfg.frames, cfg.size, cfg.size, generator=g)
+    noise = torch.randn(batch, CHANNELS, FRAMES, SIZE, SIZE, generator=g)
     cond = class_tokens(torch.arange(batch) % 4)
     return noise, cond, torch.zeros_like(cond)
 
 
 @pytest.fixture(scope="module")
 def wan():
-    return tiny_wan(SMALL).eval()
+    return tiny_wan().eval()
 
 
 def _record_stack(model):
@@ -326,11 +361,12 @@ def test_works_inside_a_diffusers_wan_pipeline(wan):
     assert torch.equal(generate(), reference)
 
 
-def test_dit_transformer_2d_model():
+def _dit_transformer_2d():
+    """A randomly initialised three-block diffusers ``DiTTransformer2DModel`` on 4×8×8 latents (16 tokens)."""
     from diffusers import DiTTransformer2DModel
 
     torch.manual_seed(0)
-    model = DiTTransformer2DModel(
+    return DiTTransformer2DModel(
         num_attention_heads=2,
         attention_head_dim=8,
         in_channels=4,
@@ -340,6 +376,10 @@ def test_dit_transformer_2d_model():
         patch_size=2,
         num_embeds_ada_norm=1000,
     ).eval()
+
+
+def test_dit_transformer_2d_model():
+    model = _dit_transformer_2d()
     x = torch.randn(1, 4, 8, 8)
     labels = torch.tensor([3])
 
@@ -356,6 +396,26 @@ def test_dit_transformer_2d_model():
     assert get_cache_stats(model).steps_skipped > 0 and not torch.equal(cached, reference)
     remove_navicache(model)
     assert torch.equal(run(), reference)
+
+
+def test_dit_modulated_input_is_the_first_self_attention_input():
+    model = _dit_transformer_2d()
+    block = model.transformer_blocks[0]
+    seen, attn_in = {}, []
+    h1 = block.register_forward_pre_hook(lambda m, a, k: seen.update(args=a, kwargs=k), with_kwargs=True)
+    h2 = block.attn1.register_forward_pre_hook(
+        lambda m, a, k: attn_in.append(a[0] if a else k["hidden_states"]), with_kwargs=True
+    )
+    try:
+        model(torch.randn(2, 4, 8, 8), timestep=torch.tensor([300, 700]), class_labels=torch.tensor([3, 1]))
+    finally:
+        h1.remove()
+        h2.remove()
+    x = seen["args"][0]
+    m = dit_modulated_input(block, x, seen["args"], seen["kwargs"])
+    torch.testing.assert_close(m, attn_in[0].float())
+    assert torch.equal(modulated_input(block, x, seen["args"], seen["kwargs"]), m)
+    assert torch.equal(dit_modulated_input(torch.nn.Linear(2, 2), x, (x,), {}), x)  # other blocks: the input
 
 
 def test_plain_torch_dit_with_navicache_and_diffusers_first_block_cache():
@@ -488,7 +548,7 @@ def test_presets():
     assert NaviCacheConfig.preset("balanced", state="ratio+drift").state == "ratio+drift"
 
 
-# -- metrics and testbed --------------------------------------------------------------------------------------
+# -- metrics ------------------------------------------------------------------------------------------------
 def test_psnr_ssim_spearman_known_values():
     g = torch.Generator().manual_seed(0)
     ref = torch.rand(2, 3, 4, 16, 16, generator=g) * 2 - 1
@@ -504,105 +564,6 @@ def test_psnr_ssim_spearman_known_values():
     )
     with pytest.raises(ValueError, match="same shape"):
         psnr(ref, ref[0])
-
-
-def test_reproduction_budgets_have_their_own_testbeds_and_dense_sweeps():
-    import icml_generative.cache.repro as repro
-
-    quick, full = repro.BUDGETS["quick"]["testbed"], repro.BUDGETS["full"]["testbed"]
-    # both budgets run the tiled DiT; the quick one trains briefly, under a cache key of its own
-    assert isinstance(full, DiTTestbedConfig) and isinstance(quick, DiTTestbedConfig)
-    assert quick.key() != full.key() and quick.train_steps < full.train_steps
-    assert quick.num_layers == full.num_layers and quick.frames == full.frames
-    # the earlier Wan recipes keep the keys their published numbers were measured on
-    assert repro.WAN_FULL_TESTBED == TestbedConfig() and repro.WAN_FULL_TESTBED.key() == "2ef5169bf5ec"
-    assert repro.BUDGETS["full"]["seeds"] == 3
-    for budget in repro.BUDGETS.values():
-        assert budget["motion_clips"] >= 32 and len(budget["sweep"]) >= 5
-    assert all(list(t) == sorted(t) and len(t) == 12 for t in repro.THRESHOLDS.values())
-    # sweep points with equal forwards are averaged, and exact hits need no neighbour
-    assert repro._interp([(10, 30.0), (12, 40.0), (12, 44.0), (14, 50.0)], 12) == 42.0
-    assert repro._interp([(10, 30.0), (12, 40.0), (12, 44.0)], 11) == 36.0
-    assert math.isnan(repro._interp([(10, 30.0), (12, 40.0)], 13))
-
-
-def test_moving_sprites_move_at_constant_velocity():
-    cfg = TestbedConfig()
-    clips, labels = moving_sprites(32, cfg, seed=3)
-    assert clips.shape == (32, 3, 8, 16, 16) and clips.min() >= -1 and clips.max() <= 1
-    assert set(labels.tolist()) == {0, 1, 2, 3}
-    single, labels = moving_sprites(16, cfg, seed=4, max_sprites=1)
-    for clip, label in zip(single, labels, strict=True):
-        dy, dx = DIRECTIONS[label]
-        # one sprite at speed 1 or 2: every frame is the previous one shifted (wrapping) in the labelled direction
-        assert (clip != -0.8).any()
-        assert any(
-            all(
-                torch.equal(torch.roll(clip[:, f], (dy * v, dx * v), (1, 2)), clip[:, f + 1])
-                for f in range(cfg.frames - 1)
-            )
-            for v in (1, 2)
-        )
-    assert torch.equal(moving_sprites(4, cfg, seed=1)[0], moving_sprites(4, cfg, seed=1)[0])
-
-
-def test_motion_directions_reads_the_labelled_motion():
-    cfg = TestbedConfig(max_sprites=2, speeds=(1, 2))
-    clips, labels = moving_sprites(64, cfg, seed=11)
-    assert torch.equal(motion_directions(clips, cfg.speeds), labels)
-    # played backwards, every clip moves the opposite way (right <-> left, down <-> up)
-    assert torch.equal(motion_directions(clips.flip(2), cfg.speeds), labels ^ 1)
-    # a static clip has no preferred direction beyond ties; a clip of noise is at chance over many clips
-    noise = torch.randn(400, 3, 4, 16, 16, generator=torch.Generator().manual_seed(0))
-    chance = (motion_directions(noise) == torch.arange(400) % 4).double().mean().item()
-    assert abs(chance - 0.25) < 0.08
-    with pytest.raises(ValueError, match="clips"):
-        motion_directions(clips[:, :, :1])
-    with pytest.raises(ValueError, match="speeds"):
-        motion_directions(clips, (0,))
-
-
-def test_training_with_ema_and_time_patches():
-    cfg = TestbedConfig(frames=4, size=8, num_layers=2, head_dim=8, ffn_dim=16, patch_frames=2, train_steps=3)
-    plain = train_testbed(cfg, progress=False)
-    assert plain.config.patch_size[0] == 2
-    # a decay that keeps nothing of the past is the raw weights; a real decay averages them
-    instant = train_testbed(replace(cfg, ema_decay=1e-12), progress=False)
-    averaged = train_testbed(replace(cfg, ema_decay=0.9), progress=False)
-    for a, b in zip(plain.parameters(), instant.parameters(), strict=True):
-        torch.testing.assert_close(a, b)
-    assert any(
-        not torch.allclose(a, c) for a, c in zip(plain.parameters(), averaged.parameters(), strict=True)
-    )
-    with pytest.raises(ValueError, match="patch_frames"):
-        TestbedConfig(frames=5, patch_frames=2)
-    with pytest.raises(ValueError, match="ema_decay"):
-        TestbedConfig(ema_decay=1.0)
-    with pytest.raises(ValueError, match="speeds"):
-        TestbedConfig(speeds=())
-
-
-def test_motion_accuracy_reports_the_measure_and_its_ceiling(wan):
-    result = motion_accuracy(wan, SMALL, n=8, num_steps=4)
-    assert result["data_accuracy"] == 1.0 and result["chance"] == 0.25 and result["n"] == 8
-    assert 0.0 <= result["accuracy"] <= 1.0
-    with pytest.raises(ValueError, match="n must"):
-        motion_accuracy(wan, SMALL, n=0)
-
-
-def test_flow_sigmas_and_euler_sampler_on_a_known_flow():
-    sigmas = flow_sigmas(10, shift=3.0)
-    assert sigmas[0] == 1 and sigmas[-1] == 0 and (sigmas.diff() < 0).all()
-
-    class Exact(torch.nn.Module):  # the velocity field of a point mass at `target`: v = (x - target) / sigma
-        target = torch.full((1, 3, 2, 4, 4), 0.5)
-
-        def forward(self, x, timestep, encoder_hidden_states, return_dict=False):
-            return ((x - self.target) / (timestep[:, None, None, None, None] / 1000),)
-
-    noise = torch.randn(1, 3, 2, 4, 4)
-    out = sample_flow_euler(Exact(), noise, torch.zeros(1, 1, 8), num_steps=10)
-    torch.testing.assert_close(out, Exact.target)
 
 
 def test_model_level_caches_the_whole_forward_residual(wan):
@@ -632,25 +593,3 @@ def test_model_level_caches_the_whole_forward_residual(wan):
     assert torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
     with pytest.raises(ValueError, match="level"):
         NaviCacheConfig(level="layer")
-
-
-@pytest.mark.slow
-def test_reproduction_follows_the_protocol(tmp_path, monkeypatch):
-    import icml_generative.cache.repro as repro
-    from icml_tools.protocol import validate_result
-
-    # a small, briefly trained testbed in a temporary cache: the protocol and the bookkeeping, not the numbers
-    monkeypatch.setenv("ICML_CACHE_DIR", str(tmp_path))
-    monkeypatch.setitem(
-        repro.BUDGETS["quick"], "testbed", DiTTestbedConfig(size=8, train_steps=40, batch_size=4)
-    )
-    result = validate_result(repro.run("quick", seed=0))
-    assert any(tmp_path.iterdir())  # the trained weights were cached
-    methods = {r["method"] for r in result["rows"] if "method" in r}
-    assert methods == {"uncached", *repro.THRESHOLDS}
-    for row in result["rows"]:
-        if row.get("method") not in (None, "uncached"):
-            assert 0 < row["forwards"] <= 30 and row["psnr"] > 0
-    preset = next(r for r in result["rows"] if r.get("kind") == "balanced_preset")
-    assert preset["uncached_forwards"] == 30 and 0 < preset["forwards"] <= 30
-    assert isinstance(result["passed"], bool)

@@ -105,24 +105,3 @@ def test_token_rank_and_value_lens(model):
         mlp_value_lens(model, 5)
     with pytest.raises(ValueError, match="top_k"):
         mlp_value_lens(model, 0, top_k=0)
-
-
-def test_repro_rejects_an_unknown_budget():
-    from icml_interp.lens.repro import run
-
-    with pytest.raises(ValueError, match="budget"):
-        run("medium", 0)
-
-
-@pytest.mark.slow
-def test_repro_follows_the_protocol():
-    from icml_interp.lens.repro import run
-    from icml_tools.protocol import validate_result
-
-    result = validate_result(run("quick", 0))
-    assert result["system"] == "lens-smollm2"
-    assert result["ours"] <= 1e-4 < 1.0 < result["baseline"]
-    row = result["rows"][0]
-    assert row["answer"] == " Paris" and row["effect_patch_all"] == pytest.approx(1.0, abs=1e-4)
-    assert row["effect_patch_none"] == 0
-    assert result["passed"] == row["passed"]

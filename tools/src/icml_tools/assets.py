@@ -5,6 +5,7 @@
   Its weights were 4-bit before we load them: compare methods relative to this float model.
 - :func:`tiny_llama`: a random-initialised Llama of SmolLM2's architecture, shrunk, for unit tests.
 - :func:`english_corpus`: the standard library's ``pydoc_data.topics`` text (~465k characters).
+- ``icml-assets``: the same assets for command lines (the SmolLM2 directory, the corpus as a file).
 - Seeded synthetic data with a known ground truth: :func:`heteroscedastic_regression`,
   :func:`gaussian_mixture`.
 """
@@ -61,10 +62,7 @@ def smollm2(dtype=None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = dtype or torch.float32
-    gguf = smollm2_gguf_path()
-    cached = _smollm2_cache_path(gguf)
-    if not (cached / "config.json").is_file():
-        _build_smollm2_cache(gguf, cached)
+    cached = smollm2_dir()
     model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(cached)
     return model.eval(), tokenizer
@@ -113,6 +111,15 @@ def tiny_llama(seed: int = 0, *, layers: int = 2, hidden: int = 64, heads: int =
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config).eval()
+
+
+def smollm2_dir() -> Path:
+    """The cached float SmolLM2 directory (a plain Hugging Face model folder), built on first use."""
+    gguf = smollm2_gguf_path()
+    cached = _smollm2_cache_path(gguf)
+    if not (cached / "config.json").is_file():
+        _build_smollm2_cache(gguf, cached)
+    return cached
 
 
 def english_corpus(max_chars: int | None = None) -> str:
@@ -166,3 +173,31 @@ def gaussian_mixture(n: int, means, stds, weights=None, seed: int = 0) -> tuple[
     labels = rng.choice(k, size=n, p=weights)
     samples = means[labels] + stds[labels, None] * rng.standard_normal((n, means.shape[1]))
     return samples, labels
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``icml-assets smollm2`` prints the cached float SmolLM2 directory (for ``icml-compress quantize --model``);
+    ``icml-assets english [--part calibration|held-out] [--out FILE]`` writes the corpus, or the first 80 % /
+    last 20 % of its paragraphs."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="icml-assets", description=main.__doc__)
+    sub = parser.add_subparsers(dest="asset", required=True)
+    sub.add_parser("smollm2", help="print the cached float SmolLM2-135M-Instruct directory (built on first use)")
+    english = sub.add_parser("english", help="write the pydoc_data English corpus")
+    english.add_argument("--part", choices=("all", "calibration", "held-out"), default="all")
+    english.add_argument("--out", type=Path, default=None, help="file to write (default: standard output)")
+    args = parser.parse_args(argv)
+    if args.asset == "smollm2":
+        print(smollm2_dir())
+        return 0
+    paragraphs = english_corpus().split("\n\n")
+    cut = round(0.8 * len(paragraphs))
+    part = {"all": paragraphs, "calibration": paragraphs[:cut], "held-out": paragraphs[cut:]}[args.part]
+    text = "\n\n".join(part)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+    return 0

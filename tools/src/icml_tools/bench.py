@@ -19,6 +19,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
+from icml_tools.protocol import check_run_args
 from icml_tools.repro import add_common_args, discover, list_registered, new_report_folder, pick
 
 GROUP = "icml.benchmarks"
@@ -40,10 +41,31 @@ def write_rows(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
+def call_benchmark(fn, budget: str, seed: int) -> list[dict]:
+    """Run one benchmark function under the protocol: checked arguments in, checked rows out."""
+    check_run_args(budget, seed)
+    rows = fn(budget=budget, seed=seed)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"a benchmark must return a list of dicts, got {type(rows).__name__}")
+    return rows
+
+
+def run_benchmark(name: str, budget: str = "quick", seed: int = 0) -> list[dict]:
+    """The checked rows of the benchmark registered as ``name``, run as ``icml-bench --only name`` runs it."""
+    registered = discover(GROUP)
+    if name not in registered:
+        raise ValueError(f"no benchmark is registered as {name!r}; registered: {', '.join(registered)}")
+    return call_benchmark(registered[name].load(), budget, seed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icml-bench", description=__doc__.split("\n\n")[0])
     add_common_args(parser, out="bench-results")
     args = parser.parse_args(argv)
+    try:
+        check_run_args(args.budget, args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
     registered = discover(GROUP)
     if args.list:
         list_registered(registered)
@@ -60,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         start = time.perf_counter()
         try:
-            rows = registered[name].load()(budget=args.budget, seed=args.seed)
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-                raise TypeError(f"benchmark {name} must return a list of dicts")
+            rows = call_benchmark(registered[name].load(), args.budget, args.seed)
         except Exception:
             failed = True
             results[name] = {"error": traceback.format_exc(), "seconds": time.perf_counter() - start}

@@ -1,7 +1,8 @@
 """``changed-packages``: which distributions a change must test.
 
-Maps the files of a git diff to workspace members, then adds every member that depends on a selected one
-(a change in kernels-common selects all its dependants). A change to shared build files (the root
+Maps the files of a git diff to workspace members (the innermost member holding a file; an experiments
+member counts as the distribution whose folder holds it), then adds every member that depends on a
+selected one (a change in kernels-common selects all its dependants). A change to shared build files (the root
 pyproject.toml, uv.lock, tools/, tests-integration/, CI files) selects every distribution; documentation
 outside the members selects none. Prints one name per line, or ``--format json`` for a CI matrix.
 """
@@ -23,18 +24,25 @@ def select(files: list[str], root: Path) -> list[dict]:
     """Published distributions to test for the changed ``files`` (paths relative to the root)."""
     found = members(root)
     published = {n for n, m in found.items() if m.published}
-    touched: set[str] = set()
+    touched: set[str] = set()  # members whose library changed: their dependants are tested too
+    experiments: set[str] = set()  # distributions whose experiments changed: tested alone
     for file in files:
         path = PurePosixPath(file)
         if any(file == s or (s.endswith("/") and file.startswith(s)) for s in SHARED):
             touched |= set(found)
             continue
-        for member in found.values():
-            if path.is_relative_to(PurePosixPath(member.path.as_posix())):
-                touched.add(member.name)
-    if touched - published:  # an unpublished member (the tools) is used by every package's tests
-        touched |= published
-    chosen = sorted(dependants(found, touched) & published)
+        holders = [m for m in found.values() if path.is_relative_to(PurePosixPath(m.path.as_posix()))]
+        if not holders:
+            continue
+        innermost = max(holders, key=lambda m: len(m.path.parts))
+        owners = [m for m in holders if m.published]
+        if innermost.published:
+            touched.add(innermost.name)
+        elif owners:  # an experiments member: tested with the distribution whose folder holds it
+            experiments.add(max(owners, key=lambda m: len(m.path.parts)).name)
+        else:  # an unpublished member outside every package (the tools): every package's tests use it
+            touched |= published
+    chosen = sorted((dependants(found, touched) | experiments) & published)
     return [{"name": n, "path": found[n].path.as_posix()} for n in chosen]
 
 

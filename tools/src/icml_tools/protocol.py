@@ -1,11 +1,15 @@
 """The reproduction protocol shared by every package, checked here so packages need no shared runtime type.
 
-A reproduction is a function registered under the entry-point group ``icml.reproductions``::
+A reproduction is a function registered under the entry-point group ``icml.reproductions`` by a
+package's unpublished experiments member::
 
     [project.entry-points."icml.reproductions"]
-    proteus = "icml_compress.proteus.repro:run"
+    proteus-gaussian = "icml_compress_experiments.proteus.repro:run"
 
-with the signature ``run(budget: "quick" | "full", seed: int) -> dict``. The dict holds plain JSON data:
+with the signature ``run(budget: "quick" | "full", seed: int) -> dict``. The runner owns the protocol:
+it checks ``budget`` and ``seed`` (:func:`check_run_args`) before the call, times it, checks the returned
+dict (:func:`validate_result`) and writes the reports, so a reproduction only measures and decides. The
+dict holds plain JSON data:
 
 required
     ``system`` (str, the system's name), ``claim`` (str, the paper's claim in one sentence),
@@ -43,6 +47,20 @@ FIGURE_KINDS = ("line", "bar", "scatter")
 
 class ProtocolError(ValueError):
     """A reproduction returned something that does not follow the protocol."""
+
+
+def check_run_args(budget: object, seed: object) -> None:
+    """Raise ``ValueError``/``TypeError`` unless ``budget`` is one of :data:`BUDGETS` and ``seed`` is an int >= 0.
+
+    The runners call this once before a reproduction or benchmark runs; the functions they call receive
+    arguments that passed it.
+    """
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__} {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
 
 
 def validate_result(result: Any) -> dict:

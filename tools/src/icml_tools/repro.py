@@ -1,9 +1,11 @@
 """``icml-repro``: run the registered reproductions and report what they measured.
 
-Reproductions are found through the entry-point group ``icml.reproductions`` (protocol in
-:mod:`icml_tools.protocol`). Each selected one runs in turn; the runner prints a table (system, claim,
-metric, ours, baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and one PNG
-per figure. Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised or
+Reproductions are found through the entry-point group ``icml.reproductions``, which the packages'
+unpublished experiments members register (protocol in :mod:`icml_tools.protocol`). The runner owns the
+protocol: it checks budget and seed, times each call, checks each result and writes every report; a
+reproduction only measures and decides. Each selected one runs in turn; the runner prints a table (system,
+claim, metric, ours, baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and
+one PNG per figure. Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised or
 returned something that does not follow the protocol; 2 for a bad command line.
 """
 
@@ -21,9 +23,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from icml_tools.plots import draw_figure
-from icml_tools.protocol import format_number, validate_result
+from icml_tools.protocol import ProtocolError, check_run_args, format_number, validate_result
 
 GROUP = "icml.reproductions"
+__all__ = ["GROUP", "Outcome", "ProtocolError", "discover", "main", "run_one", "run_reproduction"]
 
 
 @dataclass
@@ -53,14 +56,25 @@ def discover(group: str = GROUP) -> dict:
 
 
 def run_one(ep, budget: str, seed: int) -> Outcome:
+    """Run one registered reproduction under the protocol; what it raises becomes the outcome's error."""
     dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+    check_run_args(budget, seed)
     start = time.perf_counter()
     try:
-        fn = ep.load()
-        result = validate_result(fn(budget=budget, seed=seed))
+        result = validate_result(ep.load()(budget=budget, seed=seed))
     except Exception:
         return Outcome(ep.name, ep.value, dist, time.perf_counter() - start, error=traceback.format_exc())
     return Outcome(ep.name, ep.value, dist, time.perf_counter() - start, result=result)
+
+
+def run_reproduction(name: str, budget: str = "quick", seed: int = 0) -> dict:
+    """The checked result of the reproduction registered as ``name``, run as ``icml-repro --only name`` runs
+    it (what tests call); raises what the reproduction raises, or :class:`ProtocolError` for a bad result."""
+    registered = discover()
+    if name not in registered:
+        raise ValueError(f"no reproduction is registered as {name!r}; registered: {', '.join(registered)}")
+    check_run_args(budget, seed)
+    return validate_result(registered[name].load()(budget=budget, seed=seed))
 
 
 def _shorten(text: str, width: int) -> str:
@@ -171,7 +185,7 @@ def add_common_args(parser: argparse.ArgumentParser, out: str) -> None:
 def list_registered(registered: dict) -> None:
     for name, ep in registered.items():
         dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
-        print(f"{name:24s} {dist:18s} {ep.value}")
+        print(f"{name:24s} {dist:28s} {ep.value}")
 
 
 def pick(registered: dict, only: list[str], prog: str) -> list[str] | None:
@@ -190,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icml-repro", description=__doc__.split("\n\n")[0])
     add_common_args(parser, out="reports")
     args = parser.parse_args(argv)
+    try:
+        check_run_args(args.budget, args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
     registered = discover()
     if args.list:
         list_registered(registered)

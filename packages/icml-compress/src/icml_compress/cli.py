@@ -1,12 +1,11 @@
 """``icml-compress``: quantize a causal LM and evaluate a quantized one.
 
-    icml-compress quantize --model smollm2 --method proteus --bits 2 --L 10 --out DIR
-    icml-compress evaluate DIR
+    icml-compress quantize --model MODEL_DIR --calibration TEXT_FILE --method proteus --bits 2 --L 10 --out DIR
+    icml-compress evaluate DIR --text HELD_OUT_TEXT_FILE
 
-``--model`` is ``smollm2`` (the bundled SmolLM2-135M-Instruct, via ``icml_tools.assets``) or a local
-Hugging Face model directory (loaded with ``local_files_only=True``; nothing is downloaded). Calibration
-text is the first 80% of the standard library's ``pydoc_data`` text (or ``--calibration FILE``);
-``evaluate`` reports KL to the float model and perplexities on the last 20% (or ``--text FILE``).
+``--model`` is a local Hugging Face model directory (loaded with ``local_files_only=True``; nothing is
+downloaded). ``quantize`` calibrates on the text of ``--calibration``; ``evaluate`` reports KL to the float
+model it was quantized from, perplexities and bytes per token on the text of ``--text``.
 """
 
 from __future__ import annotations
@@ -18,30 +17,11 @@ import time
 from pathlib import Path
 
 
-def _corpus() -> str:
-    try:
-        from icml_tools.assets import english_corpus
-    except ImportError:
-        import pydoc_data.topics
-
-        return "\n\n".join(pydoc_data.topics.topics.values())
-    return english_corpus()
-
-
 def load_float_model(source: str):
-    """``(model, tokenizer)`` of ``smollm2`` or a local Hugging Face directory."""
-    if source == "smollm2":
-        try:
-            from icml_tools.assets import smollm2
-        except ImportError:
-            raise SystemExit(
-                "--model smollm2 needs icml-tools (the workspace's asset helpers); give a local Hugging Face "
-                "model directory instead"
-            ) from None
-        return smollm2()
+    """``(model, tokenizer)`` of a local Hugging Face directory."""
     path = Path(source)
     if not path.is_dir():
-        raise SystemExit(f"--model must be 'smollm2' or a local Hugging Face model directory, got {source!r}")
+        raise SystemExit(f"--model must be a local Hugging Face model directory, got {source!r}")
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
@@ -54,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="icml-compress", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     q = sub.add_parser("quantize", help="quantize a causal LM and save it")
-    q.add_argument("--model", required=True, help="'smollm2' or a local Hugging Face model directory")
+    q.add_argument("--model", required=True, help="a local Hugging Face model directory")
     q.add_argument("--method", choices=("rtn", "trellis", "proteus"), default="proteus")
     q.add_argument("--code", default=None, help="trellis code (trellis: 1mad, 3inst, hyb, lut; proteus: mulbal)")
     q.add_argument("--bits", type=int, default=2)
@@ -68,12 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--n-calibration", type=int, default=32)
     q.add_argument("--seq-len", type=int, default=256)
     q.add_argument("--max-blocks", type=int, default=None, help="quantize only the first N transformer blocks")
-    q.add_argument("--calibration", type=Path, default=None, help="text file (default: pydoc_data, first 80%%)")
+    q.add_argument("--calibration", type=Path, required=True, help="text file to calibrate on")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", type=Path, required=True)
     e = sub.add_parser("evaluate", help="KL to the float model and perplexity on held-out text")
     e.add_argument("dir", type=Path)
-    e.add_argument("--text", type=Path, default=None, help="text file (default: pydoc_data, last 20%%)")
+    e.add_argument("--text", type=Path, required=True, help="held-out text file to evaluate on")
     e.add_argument("--n-seq", type=int, default=8)
     e.add_argument("--seq-len", type=int, default=256)
     return p
@@ -81,7 +61,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _quantize(args) -> dict:
     from icml_compress.quantize import QuantConfig, quantize_model, save_quantized
-    from icml_compress.quantize.evaluate import split_corpus
 
     code = args.code or {"proteus": "mulbal", "trellis": "1mad", "rtn": "mulbal"}[args.method]
     try:
@@ -93,7 +72,7 @@ def _quantize(args) -> dict:
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"invalid options: {exc}") from None
     model, tokenizer = load_float_model(args.model)
-    text = args.calibration.read_text() if args.calibration else split_corpus(_corpus())[0]
+    text = args.calibration.read_text()
     t0 = time.perf_counter()
     quantize_model(model, cfg, text, tokenizer=tokenizer)
     seconds = time.perf_counter() - t0
@@ -106,7 +85,6 @@ def _evaluate(args) -> dict:
 
     from icml_compress.quantize import bytes_per_token, evaluate, load_quantized
     from icml_compress.quantize.calibration import encode_texts, make_sequences
-    from icml_compress.quantize.evaluate import split_corpus
     from icml_compress.quantize.model import read_quantization
 
     doc = read_quantization(args.dir)
@@ -115,7 +93,7 @@ def _evaluate(args) -> dict:
         raise SystemExit(f"{args.dir} does not record its float model (saved without extra['source'])")
     reference, tokenizer = load_float_model(source)
     model = load_quantized(args.dir)
-    text = args.text.read_text() if args.text else split_corpus(_corpus())[1]
+    text = args.text.read_text()
     seqs = make_sequences(encode_texts(text, tokenizer), args.n_seq, args.seq_len)
     with torch.no_grad():
         metrics = evaluate(model, seqs, reference=reference)

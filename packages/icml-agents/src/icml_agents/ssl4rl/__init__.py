@@ -1,8 +1,9 @@
 """SSL4RL: self-supervised tasks as verifiable rewards for RL of vision(-language) policies (arXiv 2510.16416).
 
 ``tasks`` builds verifiable examples from any image, ``rewards`` scores answers with the official semantics
-(plain functions and TRL ``reward_funcs``), ``cnn`` and ``vlm`` are the digits testbeds trained with
-:mod:`icml_agents.rl.grpo`, ``repro`` is the registered reproduction ``ssl4rl-digits``.
+(plain functions and TRL ``reward_funcs``). The digits testbeds trained with :mod:`icml_agents.rl.grpo` and
+the reproduction ``ssl4rl-digits`` live in the repository's unpublished experiments area
+(``packages/icml-agents/experiments``).
 """
 
 from icml_agents.ssl4rl.rewards import (

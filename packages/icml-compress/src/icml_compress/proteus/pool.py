@@ -1,9 +1,10 @@
 """The vetted MUL-BAL candidate pool.
 
-Written by ``scripts/vet_mulbal.py`` (full table: ``docs/mulbal_vetting.csv``): the 8 best candidates
-that pass every overlap-local gate of :mod:`icml_compress.proteus.vetting`, one per multiplier, out of
-1153 (384 random odd multipliers x field widths 6, 7, 8, plus QTIP's 1MAD constants), best first.
-``tests/test_proteus.py`` checks that this tuple is the top of the committed table.
+Written by a vetting script of the source repository (not in the wheel; full table:
+``docs/mulbal_vetting.csv`` there): the 8 best candidates that pass every overlap-local gate of
+:mod:`icml_compress.proteus.vetting`, one per multiplier, out of 1153 (384 random odd multipliers x field
+widths 6, 7, 8, plus QTIP's 1MAD constants), best first. :func:`~icml_compress.proteus.vetting.vet_all`
+recomputes them; the repository's tests check that this tuple is the top of the committed table.
 """
 
 from icml_compress.proteus.codes import MulBal

@@ -28,7 +28,8 @@ reference (lower is better: below 1 its successor sets cover the line better tha
 Why these gates: on the Gaussian source, lower set distortion goes with lower trellis MSE, and a large
 merging correlation goes with higher MSE (at L = 12, candidates with merging correlation 0.63 / 0.39 /
 0.34 measured 0.0743 / 0.0740 / 0.0740 against 0.0723-0.0727 for those at 0.13-0.31 and 0.0731 for lut;
-128 tiles). The reproduction ``proteus-gaussian`` reports the MSE of every pool member.
+128 tiles). The repository's reproduction ``proteus-gaussian`` (not in the wheel) reports the MSE of every
+pool member.
 """
 
 from __future__ import annotations

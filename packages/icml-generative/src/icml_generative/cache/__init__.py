@@ -7,7 +7,8 @@
   Cache and MagCache apply unchanged (:func:`calibrate_mag_ratios` gives MagCache its ratios).
 - :func:`get_cache_stats`: steps computed / skipped, full forwards, predicted vs measured change per step.
 - :func:`cache_context`: diffusers' ``cache_context`` for any module.
-- The video testbed: :mod:`icml_generative.cache.testbed`.
+- The video testbed and the reproduction live in the repository's unpublished experiments area
+  (``packages/icml-generative/experiments``).
 """
 
 from icml_generative.cache.baselines import calibrate_mag_ratios, count_block_forwards

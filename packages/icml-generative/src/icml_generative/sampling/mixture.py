@@ -19,7 +19,7 @@ def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor,
     """Return ``score(x, sigma)``: the exact ``∇ₓ log p_σ(x)`` of the mixture convolved with ``N(0, σ² I)``.
 
     ``means`` is ``(k, d)``, ``stds`` a positive scalar or ``(k,)``, ``weights`` ``(k,)`` non-negative and
-    summing to one (uniform if omitted); the same parameters as :func:`icml_tools.assets.gaussian_mixture`.
+    summing to one (uniform if omitted), the parameters a mixture sampler takes.
     The returned function takes ``x`` shaped ``(n, d)`` (floating point) and ``sigma >= 0`` and returns
     ``(n, d)`` in ``x``'s dtype and device.
     """

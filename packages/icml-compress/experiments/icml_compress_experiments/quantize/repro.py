@@ -1,0 +1,254 @@
+"""Reproduction ``proteus-smollm2``: 2-bit quantization of SmolLM2-135M (Proteus vs QTIP-style trellis
+codes vs RTN), KL to the float model and perplexity on held-out text, bytes read per token.
+
+Calibration: 32 sequences of 256 tokens from the first 80% of ``pydoc_data`` text (tokenized with the
+model's tokenizer); evaluation: sequences of 256 tokens from the last 20% (disjoint): 4 at the quick
+budget, all 87 at the full budget. (Until 2026-11-30 the full budget evaluated 12 sequences. There the
+paired Proteus - trellis-1mad difference was +0.022 +/- 0.079 (95% t), an interval three times wider than
+the effect the per-layer proxy predicts (-2.5%, about -0.03 KL), so the verdict was decided by noise. The
+evaluation was widened to the whole held-out part for power; the criteria did not change.) All trellis
+methods use K = 2 bits, L = 10, V = 1 (hyb: V = 2), T = 64, tail-biting, the same incoherence and block
+LDLQ. Proteus = the mulbal code with the per-layer pool choice; +comp = closed-form channel
+compensation; +distill = few-shot KL distillation of the affine statistics on the calibration sequences
+alternating with chat sequences (48 questions on ``pydoc_data`` topics answered by the float model in its
+chat template; added 2026-11-30, after the fully quantized model answered the held-out chat prompt with
+an empty string, with the protocol fixed before the rerun).
+Quick budget: the first 4 of 30 transformer blocks quantized, the rest float; full: all blocks.
+Quantized models are cached under ``icml_tools.assets.cache_dir()/quantized`` keyed by the config hash
+(a later run reloads them and evaluates again); Proteus+comp and +distill are built from the cached
+Proteus model (same packed words; compensation applied afterwards is the same computation as during
+quantization).
+
+Criteria (fixed from the issue before any run): KL(P+comp+distill) < KL(P) < KL(trellis-1mad) < KL(RTN);
+KL(P+comp) < KL(P) and KL(P+comp+distill) < KL(P+comp); the packed-word hash of P, P+comp and
+P+comp+distill equal; Proteus reads fewer bytes per token than hyb and at most 1.1 x (float16 bytes / 8);
+a saved and reloaded model gives bit-identical logits; ``generate`` produces new tokens. Reported beside
+the verdict: whether the answer to the held-out prompt names Paris.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from icml_compress.quantize.calibration import make_sequences
+from icml_compress.quantize.config import QuantConfig
+from icml_compress.quantize.distill import chat_prompt_ids, distill, distillation_set, packed_hash
+from icml_compress.quantize.evaluate import evaluate, reference_logprobs, split_corpus
+from icml_compress.quantize.model import (
+    apply_compensation,
+    bytes_per_token,
+    load_quantized,
+    quantize_model,
+    save_quantized,
+)
+
+BUDGETS = {
+    "quick": {"max_blocks": 4, "n_eval": 4, "distill_steps": 8},
+    "full": {"max_blocks": None, "n_eval": None, "distill_steps": 24},  # None: every held-out sequence (87)
+}
+SEQ_LEN, N_CAL = 256, 32
+ORDER = ("rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad", "trellis-hyb")
+BYTES_SLACK = 1.1
+PROMPT = "What is the capital of France?"
+N_CHAT = 48  # chat transcripts in the distillation set
+
+
+def method_configs(budget: str, seed: int) -> dict[str, QuantConfig]:
+    b = BUDGETS[budget]
+    base = {"bits": 2, "L": 10, "T": 64, "max_blocks": b["max_blocks"], "seed": seed,
+            "n_calibration": N_CAL, "seq_len": SEQ_LEN}
+    cfgs = [
+        QuantConfig(method="rtn", group_size=64, **base),
+        QuantConfig(method="proteus", **base),
+        QuantConfig(method="proteus", compensation=True, **base),
+        QuantConfig(method="proteus", compensation=True, distill_steps=b["distill_steps"], distill_chat=N_CHAT,
+                    **base),
+        QuantConfig(method="trellis", code="1mad", **base),
+        QuantConfig(method="trellis", code="hyb", **base),
+    ]
+    return {c.label: c for c in cfgs}
+
+
+def cache_path(cfg: QuantConfig) -> Path:
+    from icml_tools.assets import cache_dir
+
+    return cache_dir() / "quantized" / f"smollm2-{cfg.label}-{cfg.digest()}"
+
+
+def _data(tokenizer):
+    from icml_tools.assets import english_corpus
+
+    calib, held = split_corpus(english_corpus())
+    calib_ids = torch.tensor(tokenizer.encode(calib, add_special_tokens=False))
+    held_ids = torch.tensor(tokenizer.encode(held, add_special_tokens=False))
+    return calib_ids, held_ids
+
+
+def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = False, log=print) -> dict:
+    """Quantize (and cache) every method of ``labels`` (default all) that is not cached yet; returns
+    ``{label: {"seconds": ..., "loadavg": ...}}`` for the ones quantized now."""
+    from icml_tools.assets import smollm2
+
+    torch.manual_seed(seed)
+    cfgs = method_configs(budget, seed)
+    labels = list(ORDER if labels is None else labels)
+    todo = [lb for lb in ORDER if lb in labels and not (cache_path(cfgs[lb]) / "quantization.json").is_file()]
+    if not todo:
+        return {}
+    reference, tokenizer = smollm2()
+    calib_ids, _ = _data(tokenizer)
+    timings = {}
+    for label in todo:
+        cfg = cfgs[label]
+        if label in ("proteus+comp", "proteus+comp+distill"):  # the model they start from, timed on its own
+            prepare(budget, seed, ["proteus" if label == "proteus+comp" else "proteus+comp"], progress, log)
+        load0, t0 = os.getloadavg(), time.perf_counter()
+        if label == "proteus+comp":
+            model = load_quantized(cache_path(cfgs["proteus"]))
+            apply_compensation(model, reference, calib_ids, cfg)
+            model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict()}
+        elif label == "proteus+comp+distill":
+            model = load_quantized(cache_path(cfgs["proteus+comp"]))
+            seqs = distillation_set(make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference,
+                                    tokenizer, cfg)
+            before = packed_hash(model)
+            losses = distill(model, reference, seqs, cfg.distill_steps, cfg.distill_lr, progress)
+            model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict(), "distill": {
+                "kl_first": losses[0], "kl_last": losses[-1], "hash_before": before,
+                "hash_after": packed_hash(model)}}
+        else:
+            model = quantize_model(copy.deepcopy(reference), cfg, calib_ids, progress=progress)
+        seconds = time.perf_counter() - t0
+        timings[label] = {"seconds": round(seconds, 1), "loadavg_start": load0, "loadavg_end": os.getloadavg()}
+        save_quantized(model, cache_path(cfg), tokenizer=tokenizer, extra={"timing": timings[label]})
+        log(f"{label}: {seconds:.1f} s, load average {load0} -> {os.getloadavg()}")
+        del model
+    return timings
+
+
+def _roundtrip_identical(model, seq) -> bool:
+    with tempfile.TemporaryDirectory() as d, torch.no_grad():
+        save_quantized(model, Path(d) / "q")
+        again = load_quantized(Path(d) / "q")
+        return torch.equal(model(seq).logits, again(seq).logits)
+
+
+def _generate(model, tokenizer) -> str:
+    ids = chat_prompt_ids(tokenizer, PROMPT)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=16, do_sample=False)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def t_quantile_975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with ``df`` degrees of freedom (bisection on the numerically
+    integrated density; icml-compress does not depend on scipy)."""
+    nu = float(df)
+    logc = math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi)
+
+    def cdf(x: float) -> float:
+        t = np.linspace(0.0, x, 20_001)
+        y = np.exp(logc - (nu + 1) / 2 * np.log1p(t * t / nu))
+        return 0.5 + float((y[1:] + y[:-1]).sum() / 2 * (t[1] - t[0]))
+
+    lo, hi = 0.0, 100.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < 0.975 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """Per-sequence KL of two models on the same sequences: mean of ``a - b``, the half-width of its 95% t
+    interval, and on how many sequences ``a`` is lower. Reported beside the verdict, which compares means."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if d.size < 2:
+        raise ValueError("a paired difference needs at least 2 sequences")
+    half = t_quantile_975(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    return {"mean": float(d.mean()), "ci95_half": half, "a_lower": int((d < 0).sum()), "n": int(d.size)}
+
+
+def run(budget: str = "quick", seed: int = 0) -> dict:
+    """Quantize (or reload) every method, evaluate, and compute the verdict."""
+    from icml_tools.assets import smollm2
+
+    torch.set_num_threads(1)
+    timings = prepare(budget, seed)
+    reference, tokenizer = smollm2()
+    _, held_ids = _data(tokenizer)
+    eval_seqs = make_sequences(held_ids, BUDGETS[budget]["n_eval"] or held_ids.numel() // SEQ_LEN, SEQ_LEN)
+    ref_lp = reference_logprobs(reference, eval_seqs)
+    cfgs = method_configs(budget, seed)
+    rows, res = [], {}
+    for label in ORDER:
+        path = cache_path(cfgs[label])
+        model = load_quantized(path)
+        metrics = evaluate(model, eval_seqs, reference_lp=ref_lp)
+        b = bytes_per_token(model)
+        from icml_compress.quantize.model import read_quantization
+
+        doc = read_quantization(path)
+        res[label] = {**metrics, **b, "hash": packed_hash(model),
+                      "timing": timings.get(label, doc["extra"].get("timing"))}
+        if label == "proteus+comp+distill":
+            res[label]["roundtrip_identical"] = _roundtrip_identical(model, eval_seqs[:1, :64])
+            res[label]["answer"] = _generate(model, tokenizer)
+            res[label]["distill"] = doc["quantization"].get("distill")
+        rows.append({"method": label, "kl": round(metrics["kl"], 5), "ppl": round(metrics["ppl"], 3),
+                     "ppl_float": round(metrics["ppl_reference"], 3), "bytes_per_token": b["quantized_bytes"],
+                     "float16_bytes": b["float16_bytes"], "ratio_to_float16": round(b["ratio_to_float16"], 4),
+                     "bits_per_weight": round(b["bits_per_weight"], 3), "table_bytes": b["table_bytes"],
+                     "packed_hash": res[label]["hash"][:16],
+                     "quantize_seconds": (res[label]["timing"] or {}).get("seconds")})
+        del model
+    kl = {lb: res[lb]["kl"] for lb in ORDER}
+    p, pc, pcd = res["proteus"], res["proteus+comp"], res["proteus+comp+distill"]
+    paired = {f"{x} - trellis-1mad": paired_difference(res[x]["kl_per_sequence"], res["trellis-1mad"]["kl_per_sequence"])
+              for x in ("proteus", "proteus+comp+distill")}
+    checks = {
+        "KL order P+comp+distill < P < trellis-1mad < RTN": kl["proteus+comp+distill"] < kl["proteus"]
+        < kl["trellis-1mad"] < kl["rtn-2bit-g64"],
+        "compensation reduces KL": kl["proteus+comp"] < kl["proteus"],
+        "distillation reduces KL": kl["proteus+comp+distill"] < kl["proteus+comp"],
+        "packed indices unchanged (hash equal)": p["hash"] == pc["hash"] == pcd["hash"],
+        "Proteus reads fewer bytes than hyb": p["quantized_bytes"] < res["trellis-hyb"]["quantized_bytes"],
+        "Proteus bytes <= 1.1 x float16/8": p["quantized_bytes"] <= BYTES_SLACK * p["float16_bytes"] / 8,
+        "save/load logits identical": bool(pcd["roundtrip_identical"]),
+        "generate answers": len(pcd["answer"].strip()) > 0,
+    }
+    blocks = "first 4 of 30 transformer blocks" if budget == "quick" else "all 30 transformer blocks"
+    return {
+        "system": "proteus-smollm2",
+        "claim": (
+            "Proteus (lookup-free MUL-BAL trellis code, per-layer pool choice, channel compensation, few-shot "
+            "distillation of affine statistics) quantizes an LLM to 2 bits with lower error than QTIP's "
+            "computed codes and RTN, reading fewer bytes than the micro-LUT hybrid code."
+        ),
+        "metric": "mean KL(float || quantized) per token on held-out pydoc text, SmolLM2-135M, 2 bits, L=10 "
+        "(lower is better); baseline = trellis-1mad (QTIP)",
+        "ours": kl["proteus+comp+distill"],
+        "baseline": kl["trellis-1mad"],
+        "criterion": "; ".join(checks) + " (all)",
+        "passed": all(checks.values()),
+        "rows": rows,
+        "figures": [{
+            "name": "proteus_smollm2_kl", "title": f"SmolLM2-135M, 2 bits, L=10 ({blocks})",
+            "xlabel": "method", "ylabel": "KL(float || quantized) per token",
+            "x": list(ORDER), "series": {"KL": [kl[lb] for lb in ORDER]}, "kind": "bar", "logy": True,
+        }],
+        "notes": (
+            f"budget={budget} ({blocks} quantized), seed {seed}; eval {eval_seqs.numel()} held-out tokens; "
+            f"checks: {checks}; paired per-sequence KL differences (mean, 95% t half-width, sequences where "
+            f"the first is lower): {paired}; answer to {PROMPT!r}: {pcd['answer']!r} (names Paris: "
+            f"{'Paris' in pcd['answer']}); distillation: {pcd['distill']}; "
+            f"timings (this run or cached): { {lb: res[lb]['timing'] for lb in ORDER} }"
+        ),
+    }

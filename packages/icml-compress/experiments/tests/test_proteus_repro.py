@@ -1,0 +1,24 @@
+"""The proteus-gaussian reproduction and the proteus-viterbi benchmark, run as the runners run them."""
+
+import pytest
+
+from icml_compress.proteus import CODE_NAMES
+from icml_compress_experiments.proteus import bench
+from icml_tools.bench import run_benchmark
+from icml_tools.repro import run_reproduction
+
+
+@pytest.mark.slow
+def test_quick_reproduction_follows_the_protocol_and_passes():
+    result = run_reproduction("proteus-gaussian", "quick", 0)
+    assert result["passed"] is True
+    assert {r["code"] for r in result["rows"]} >= set(CODE_NAMES)
+    assert result["ours"] <= 1.03 * result["baseline"]
+
+
+def test_viterbi_benchmark_checks_correctness_first(monkeypatch):
+    monkeypatch.setattr(bench, "TILES", {"quick": 8})
+    monkeypatch.setattr(bench, "LS", (8,))
+    rows = run_benchmark("proteus-viterbi", "quick", 0)
+    assert {r["mode"] for r in rows} == {"tail-biting", "free"} and all(r["L"] == 8 for r in rows)
+    assert all(r["correct"] and r["weights_per_s"] > 0 for r in rows)

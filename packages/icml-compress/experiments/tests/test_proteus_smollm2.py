@@ -1,0 +1,37 @@
+"""The proteus-smollm2 reproduction (heavy: quantizes 4 SmolLM2 blocks six ways, 10+ minutes on a fresh cache)
+and its helpers (fast)."""
+
+import pytest
+
+from icml_compress_experiments.quantize.repro import method_configs, paired_difference, t_quantile_975
+from icml_tools.repro import run_reproduction
+
+
+def test_methods_share_bits_and_L():
+    cfgs = method_configs("full", 0)
+    assert list(cfgs) == ["rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad",
+                          "trellis-hyb"]
+    assert {(c.bits, c.L) for c in cfgs.values()} == {(2, 10)}
+    assert method_configs("quick", 0)["proteus"].max_blocks == 4 and cfgs["proteus"].max_blocks is None
+
+
+@pytest.mark.parametrize(("df", "q"), [(1, 12.7062), (4, 2.7764), (11, 2.2010), (60, 2.0003)])
+def test_t_quantile_matches_tables(df, q):
+    assert t_quantile_975(df) == pytest.approx(q, abs=2e-4)
+
+
+def test_paired_difference():
+    out = paired_difference([1.0, 2.0, 3.0, 4.0], [1.5, 2.5, 2.5, 4.5])  # differences -0.5, -0.5, 0.5, -0.5
+    assert out["mean"] == pytest.approx(-0.25) and out["a_lower"] == 3 and out["n"] == 4
+    assert out["ci95_half"] == pytest.approx(3.1824 * 0.5 / 2, abs=1e-3)  # t(3) * sd / sqrt(4)
+    with pytest.raises(ValueError, match="2 sequences"):
+        paired_difference([1.0], [2.0])
+
+
+@pytest.mark.heavy
+def test_quick_run_follows_the_protocol():
+    result = run_reproduction("proteus-smollm2", "quick", 0)
+    rows = {r["method"]: r for r in result["rows"]}
+    assert rows["proteus"]["bytes_per_token"] < rows["trellis-hyb"]["bytes_per_token"]
+    assert rows["proteus"]["packed_hash"] == rows["proteus+comp+distill"]["packed_hash"]
+    assert rows["trellis-1mad"]["kl"] < rows["rtn-2bit-g64"]["kl"]

@@ -1,0 +1,27 @@
+"""Heavier SAE checks: the ``sae-smollm2`` reproduction at the quick budget (heavy: harvests SmolLM2
+activations and trains two SAEs) and the ``sae-train`` benchmark (slow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from icml_tools.bench import run_benchmark
+from icml_tools.repro import run_reproduction
+
+
+@pytest.mark.heavy
+def test_sae_smollm2_quick_reproduction_follows_the_protocol_and_passes():
+    from icml_interp_experiments.sae.repro import FVU_TARGET, K
+
+    result = run_reproduction("sae-smollm2", "quick", 0)
+    auxk, no_auxk = result["rows"]
+    assert result["passed"] == (auxk["fvu"] < FVU_TARGET and abs(auxk["l0"] - K) <= 0.1 * K)
+    assert result["passed"], result["rows"]
+    assert auxk["run"] == "auxk" and no_auxk["run"] == "no_auxk"
+
+
+@pytest.mark.slow
+def test_sae_train_benchmark_rows():
+    (row,) = run_benchmark("sae-train", "quick", 0)
+    assert row["d_in"] == 576 and row["d_sae"] == 9216 and row["k"] == 32
+    assert row["tokens_per_second"] > 0
