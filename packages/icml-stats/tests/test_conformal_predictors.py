@@ -90,7 +90,7 @@ def test_bad_classification_input():
     x = np.zeros((4, 1))
     with pytest.raises(ValueError, match="y_fit must contain every class"):
         lac_sets(LogisticRegression(), x, [0, 2, 2, 0], x, [0, 0, 0, 0], x)
-    with pytest.raises(ValueError, match="integer class labels"):
+    with pytest.raises(ValueError, match="integer class indices"):
         aps_sets(LogisticRegression(), x, [0.5, 1, 1, 0], x, [0, 0, 0, 0], x)
     with pytest.raises(ValueError, match="unseen in y_fit"):
         lac_sets(LogisticRegression(), x, [0, 1, 1, 0], x, [0, 5, 0, 0], x)

@@ -61,7 +61,7 @@ def test_bad_input():
         ECRT(alpha=1.0)
     with pytest.raises(ValueError, match="conditional"):
         ECRT(model_x="oracle")
-    with pytest.raises(ValueError, match="b must have one row"):
+    with pytest.raises(ValueError, match="b_batch must have one row"):
         ECRT().update(d.a[:20], d.b[:10], d.c[:20])
     with pytest.raises(ValueError, match="b_batch must have one row"):
         SKIT().update(d.a[:20], d.b[:10])

@@ -111,11 +111,11 @@ def test_memory_and_past_stay_bounded_on_a_long_stream():
 def test_bad_input():
     d = gaussian_ci(60, 3, 0.0, seed=0)
     test = SKCI(**SMALL)
-    with pytest.raises(ValueError, match="b must have one row per sample"):
+    with pytest.raises(ValueError, match="b_batch must have one row per sample"):
         test.update(d.a[:20], d.b[:19], d.c[:20])
     bad = d.a[:20].copy()
     bad[3] = np.nan
-    with pytest.raises(ValueError, match="a must not contain NaN"):
+    with pytest.raises(ValueError, match="a_batch must not contain NaN"):
         test.update(bad, d.b[:20], d.c[:20])
     test.update(d.a[:20], d.b[:20], d.c[:20])
     with pytest.raises(ValueError, match="c_batch must have 3 columns"):

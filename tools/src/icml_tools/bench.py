@@ -9,18 +9,17 @@ Results go to ``<out>/<timestamp>/<name>.csv`` and ``results.json``; exit code 1
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import platform
 import sys
-import time
-import traceback
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from icml_tools import runner
 from icml_tools.protocol import check_run_args
-from icml_tools.repro import add_common_args, discover, list_registered, new_report_folder, pick
+from icml_tools.repro import discover
 
 GROUP = "icml.benchmarks"
 
@@ -52,45 +51,31 @@ def call_benchmark(fn, budget: str, seed: int) -> list[dict]:
 
 def run_benchmark(name: str, budget: str = "quick", seed: int = 0) -> list[dict]:
     """The checked rows of the benchmark registered as ``name``, run as ``icml-bench --only name`` runs it."""
-    registered = discover(GROUP)
-    if name not in registered:
-        raise ValueError(f"no benchmark is registered as {name!r}; registered: {', '.join(registered)}")
-    return call_benchmark(registered[name].load(), budget, seed)
+    return call_benchmark(runner.registered_entry(discover(GROUP), name, "benchmark").load(), budget, seed)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="icml-bench", description=__doc__.split("\n\n")[0])
-    add_common_args(parser, out="bench-results")
-    args = parser.parse_args(argv)
-    try:
-        check_run_args(args.budget, args.seed)
-    except ValueError as exc:
-        parser.error(str(exc))
+    args = runner.parse_run_args("icml-bench", __doc__, "bench-results", argv)
     registered = discover(GROUP)
-    if args.list:
-        list_registered(registered)
-        return 0
-    names = pick(registered, args.only, "icml-bench")
-    if names is None:
-        return 2
+    names = runner.select(registered, args, "icml-bench")
+    if isinstance(names, int):
+        return names
     now = datetime.now(timezone.utc)
-    folder = new_report_folder(args.out, now)
+    folder = runner.new_report_folder(args.out, now)
     folder.mkdir(parents=True)
-    meta = {"budget": args.budget, "seed": args.seed, "started": now.isoformat(timespec="seconds"),
-            "device": _device_description(), "python": platform.python_version()}
-    results, failed = {}, False
+    meta = {**runner.run_meta(args, now), "device": _device_description()}
+    results: dict[str, dict[str, Any]] = {}
+    failed = False
     for name in names:
-        start = time.perf_counter()
-        try:
-            rows = call_benchmark(registered[name].load(), args.budget, args.seed)
-        except Exception:
+        rows, seconds, error = runner.timed_call(lambda ep: call_benchmark(ep.load(), args.budget, args.seed), registered[name])
+        if rows is None:
             failed = True
-            results[name] = {"error": traceback.format_exc(), "seconds": time.perf_counter() - start}
-            print(f"{name} raised:\n{results[name]['error']}", file=sys.stderr)
+            results[name] = {"error": error, "seconds": seconds}
+            print(f"{name} raised:\n{error}", file=sys.stderr)
             continue
         write_rows(rows, folder / f"{name}.csv")
-        results[name] = {"rows": rows, "seconds": time.perf_counter() - start}
-        print(f"== {name} ({results[name]['seconds']:.1f} s)")
+        results[name] = {"rows": rows, "seconds": seconds}
+        print(f"== {name} ({seconds:.1f} s)")
         for row in rows:
             print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     (folder / "results.json").write_text(json.dumps({"meta": meta, "benchmarks": results}, indent=2))

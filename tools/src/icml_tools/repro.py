@@ -11,19 +11,25 @@ returned something that does not follow the protocol; 2 for a bad command line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
-import time
-import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from icml_tools.plots import draw_figure
 from icml_tools.protocol import ProtocolError, check_run_args, format_number, validate_result
+from icml_tools.runner import (
+    distribution,
+    new_report_folder,
+    parse_run_args,
+    registered_entry,
+    run_meta,
+    select,
+    timed_call,
+)
 
 GROUP = "icml.reproductions"
 __all__ = ["GROUP", "Outcome", "ProtocolError", "discover", "main", "run_one", "run_reproduction"]
@@ -40,14 +46,14 @@ class Outcome:
 
     @property
     def verdict(self) -> str:
-        if self.error is not None:
+        if self.result is None:
             return "ERROR"
         return "PASS" if self.result["passed"] else "FAIL"
 
 
-def discover(group: str = GROUP) -> dict:
+def discover(group: str = GROUP) -> dict[str, EntryPoint]:
     """Registered entry points of ``group`` by name (a name registered twice is an error)."""
-    found = {}
+    found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=group):
         if ep.name in found and found[ep.name].value != ep.value:
             raise RuntimeError(f"{group} entry point {ep.name!r} is registered twice: {found[ep.name].value} and {ep.value}")
@@ -57,24 +63,17 @@ def discover(group: str = GROUP) -> dict:
 
 def run_one(ep, budget: str, seed: int) -> Outcome:
     """Run one registered reproduction under the protocol; what it raises becomes the outcome's error."""
-    dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
     check_run_args(budget, seed)
-    start = time.perf_counter()
-    try:
-        result = validate_result(ep.load()(budget=budget, seed=seed))
-    except Exception:
-        return Outcome(ep.name, ep.value, dist, time.perf_counter() - start, error=traceback.format_exc())
-    return Outcome(ep.name, ep.value, dist, time.perf_counter() - start, result=result)
+    result, seconds, error = timed_call(lambda: validate_result(ep.load()(budget=budget, seed=seed)))
+    return Outcome(ep.name, ep.value, distribution(ep), seconds, result, error)
 
 
 def run_reproduction(name: str, budget: str = "quick", seed: int = 0) -> dict:
     """The checked result of the reproduction registered as ``name``, run as ``icml-repro --only name`` runs
     it (what tests call); raises what the reproduction raises, or :class:`ProtocolError` for a bad result."""
-    registered = discover()
-    if name not in registered:
-        raise ValueError(f"no reproduction is registered as {name!r}; registered: {', '.join(registered)}")
+    ep = registered_entry(discover(), name, "reproduction")
     check_run_args(budget, seed)
-    return validate_result(registered[name].load()(budget=budget, seed=seed))
+    return validate_result(ep.load()(budget=budget, seed=seed))
 
 
 def _shorten(text: str, width: int) -> str:
@@ -128,10 +127,10 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
     for o in outcomes:
         sections += [f"## {o.result.get('system', o.name) if o.result else o.name}", "",
                      f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), {o.seconds:.1f} s.", ""]
-        if o.error is not None:
-            sections += ["Raised:", "", "```", o.error.rstrip(), "```", ""]
-            continue
         r = o.result
+        if r is None:
+            sections += ["Raised:", "", "```", (o.error or "").rstrip(), "```", ""]
+            continue
         sections += [f"**Claim.** {r['claim']}", "", f"**Metric.** {r['metric']}", "",
                      f"**Criterion.** {r['criterion']}", "",
                      f"**Measured.** ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])}: "
@@ -160,68 +159,21 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
     (folder / "results.json").write_text(json.dumps(payload, indent=2, allow_nan=True))
 
 
-def new_report_folder(out: Path, now: datetime) -> Path:
-    base = out / now.strftime("%Y%m%d-%H%M%S")
-    folder, k = base, 1
-    while folder.exists():
-        folder, k = Path(f"{base}-{k}"), k + 1
-    return folder
-
-
-def add_common_args(parser: argparse.ArgumentParser, out: str) -> None:
-    """The options icml-repro and icml-bench share: --list, --only, --quick/--full, --seed, --out."""
-    parser.add_argument("--list", action="store_true", help="list what is registered and exit")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only this one (repeat or comma-separate for several)")
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--quick", dest="budget", action="store_const", const="quick",
-                        help="small budget, about 2 minutes per system on 2 CPU cores (default)")
-    budget.add_argument("--full", dest="budget", action="store_const", const="full", help="the full budget")
-    parser.set_defaults(budget="quick")
-    parser.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
-    parser.add_argument("--out", type=Path, default=Path(out), help=f"output folder (default ./{out})")
-
-
-def list_registered(registered: dict) -> None:
-    for name, ep in registered.items():
-        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
-        print(f"{name:24s} {dist:28s} {ep.value}")
-
-
-def pick(registered: dict, only: list[str], prog: str) -> list[str] | None:
-    """Names selected by ``--only`` (all when empty), or None after reporting unknown names."""
-    wanted = [n for item in only for n in item.split(",") if n]
-    unknown = [n for n in wanted if n not in registered]
-    if unknown:
-        print(f"{prog}: unknown name(s) {', '.join(unknown)}; registered: {', '.join(registered)}", file=sys.stderr)
-        return None
-    return wanted or list(registered)
-
-
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
-    parser = argparse.ArgumentParser(prog="icml-repro", description=__doc__.split("\n\n")[0])
-    add_common_args(parser, out="reports")
-    args = parser.parse_args(argv)
-    try:
-        check_run_args(args.budget, args.seed)
-    except ValueError as exc:
-        parser.error(str(exc))
+    args = parse_run_args("icml-repro", __doc__, "reports", argv)
     registered = discover()
-    if args.list:
-        list_registered(registered)
-        return 0
-    names = pick(registered, args.only, "icml-repro")
-    if names is None:
-        return 2
+    names = select(registered, args, "icml-repro")
+    if isinstance(names, int):
+        return names
     selected = [registered[n] for n in names]
     if not selected:
         print("icml-repro: no reproductions are registered (is the workspace synced?)", file=sys.stderr)
         return 1
     now = datetime.now(timezone.utc)
-    meta = {"budget": args.budget, "seed": args.seed, "started": now.isoformat(timespec="seconds"),
-            "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"}
+    meta = run_meta(args, now)
+    meta["platform"] = f"{platform.system()} {platform.machine()}, Python {meta['python']}"
     outcomes = []
     bar = tqdm(selected, desc="reproductions", unit="system", file=sys.stderr)
     for ep in bar:

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from icml_agents.rl.advantages import group_relative_advantages
+from icml_agents.validation import check_choice
 
 SYSTEM = "grpo-bandit"
 CLAIM = (
@@ -35,8 +36,7 @@ def train(method: str, runs: int, steps: int, seed: int) -> np.ndarray:
 
     Returns the exact expected reward ``π · p`` before the first and after every step, ``(steps + 1, runs)``.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice(method, "method", METHODS)
     rng = np.random.default_rng(seed)  # the same seed for both methods: common random numbers
     k = len(ARM_PROBS)
     theta = np.zeros((runs, k))  # (runs, K) logits

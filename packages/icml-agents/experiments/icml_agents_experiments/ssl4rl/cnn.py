@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from torch import nn
 from icml_agents.rl.grpo import GRPOConfig, compute_advantages, grpo_loss
 from icml_agents.ssl4rl import rewards as R
 from icml_agents.ssl4rl.tasks import CONTRASTIVE, QUADRANTS, SSLExample, build_examples, rotation_angles
+from icml_agents.validation import check_choice, check_int, check_real
 
 
 @dataclass
@@ -65,8 +67,8 @@ class TaskSpec:
 def make_task(name: str, images, seed: int = 0, n_per_image: int = 1, **options) -> TaskSpec:
     """Build a task pool from images with :func:`icml_agents.ssl4rl.tasks.build_examples`."""
     examples: list[SSLExample] = build_examples(images, name, n_per_image=n_per_image, seed=seed, **options)
-    imgs = np.stack([np.stack(ex.images) for ex in examples])  # (N, V, S, S, C)
-    imgs = torch.from_numpy(imgs).permute(0, 1, 4, 2, 3).contiguous()  # (N, V, C, S, S)
+    stacked = np.stack([np.stack(ex.images) for ex in examples])  # (N, V, S, S, C)
+    imgs = torch.from_numpy(stacked).permute(0, 1, 4, 2, 3).contiguous()  # (N, V, C, S, S)
     labels = torch.tensor([ex.label for ex in examples], dtype=torch.long)  # (N, P)
     if name == "rotation":
         n_classes = len(rotation_angles(options.get("granularity", 90)))
@@ -79,6 +81,18 @@ def make_task(name: str, images, seed: int = 0, n_per_image: int = 1, **options)
     return TaskSpec(name, imgs, labels, [ex.answer for ex in examples], n_classes, options)
 
 
+def conv_layers(in_channels: int, width: int) -> list[nn.Module]:
+    """Three 3x3 convolutions with ReLU: ``width`` channels, then 2 and 4 x ``width`` with stride 2."""
+    return [
+        nn.Conv2d(in_channels, width, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(2 * width, 4 * width, 3, stride=2, padding=1),
+        nn.ReLU(),
+    ]
+
+
 class Encoder(nn.Module):
     """Three 3x3 convolutions (``width``, 2, 4 x ``width`` channels, the last two with stride 2), then either
     global average pooling (``head="avg"``, features ``4 * width``) or flatten and a linear layer with ReLU
@@ -88,16 +102,8 @@ class Encoder(nn.Module):
         self, in_channels: int = 1, width: int = 16, head: str = "avg", size: int = 16, feature_dim: int = 128
     ):
         super().__init__()
-        if head not in ("avg", "fc"):
-            raise ValueError(f"head must be 'avg' or 'fc', got {head!r}")
-        self.convs = nn.Sequential(
-            nn.Conv2d(in_channels, width, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(2 * width, 4 * width, 3, stride=2, padding=1),
-            nn.ReLU(),
-        )
+        check_choice(head, "head", ("avg", "fc"))
+        self.convs = nn.Sequential(*conv_layers(in_channels, width))
         side = (size + 3) // 4
         if head == "avg":
             self.head, self.dim = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()), 4 * width
@@ -160,10 +166,8 @@ SCHEDULES = ("constant", "linear")
 
 def _optimizer(policy: nn.Module, lr: float, steps: int, schedule: str):
     """Adam with a constant learning rate or a linear decay to 0 over ``steps`` (TRL's default schedule)."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
+    check_choice(schedule, "schedule", SCHEDULES)
+    check_real(lr, "lr", "(0, inf)")
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     decay = (lambda s: 1.0 - s / steps) if schedule == "linear" else (lambda s: 1.0)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, decay)
@@ -196,7 +200,7 @@ def grpo_train(
     opt, sched = _optimizer(policy, lr, steps, schedule)
     names = list(tasks)
     n_pool = min(len(t.answers) for t in tasks.values())
-    curve = {"step": [], "reward": {n: [] for n in names}, "frac_zero_std": [], "entropy": []}
+    curve: dict[str, Any] = {"step": [], "reward": {n: [] for n in names}, "frac_zero_std": [], "entropy": []}
     for step in range(steps):
         active = names if combine else [names[step % len(names)]]
         idx = torch.randint(n_pool, (batch,), generator=gen)
@@ -307,8 +311,7 @@ def features(encoder: Encoder, images: torch.Tensor, layer: str = "pooled") -> n
     ``(N, 4 * 4 * width)``, the usual way to probe an intermediate layer of a small CNN (it keeps coarse
     layout); ``layer="gap"``: the encoder's output ``(N, dim)``, global average pooling for ``head="avg"``.
     """
-    if layer not in PROBE_LAYERS:
-        raise ValueError(f"layer must be one of {PROBE_LAYERS}, got {layer!r}")
+    check_choice(layer, "layer", PROBE_LAYERS)
     encoder = encoder.eval()
     if layer == "gap":
         return encoder(images).numpy().astype(np.float64)
@@ -333,8 +336,7 @@ def linear_probe(
     c_grid = tuple(sorted(float(c) for c in c_grid))  # ascending, so that argmax breaks ties to the smaller C
     if not c_grid or min(c_grid) <= 0:
         raise ValueError(f"c_grid must be a non-empty sequence of positive numbers, got {c_grid!r}")
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
-        raise ValueError(f"folds must be an integer >= 2, got {folds!r}")
+    check_int(folds, "folds", 2)
 
     def make(c):
         return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=5000))

@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -61,7 +62,7 @@ CRITERION = (
     "mean rotation reward >= post-warm-up value + 0.3"
 )
 GROUP, BETA, LR, BATCH = 16, 0.04, 1e-3, 32
-VARIANTS = {  # name -> {task: builder options}
+VARIANTS: dict[str, dict[str, dict[str, Any]]] = {  # name -> {task: builder options}
     "rotation": {"rotation": {}},
     "rotation-45": {"rotation": {"granularity": 45}},
     "rotation-crop": {"rotation": {"crop_scale": 0.7}},
@@ -78,7 +79,21 @@ VARIANTS = {  # name -> {task: builder options}
         "contrastive": {"scale": (0.3, 1.0)},
     },
 }
-BUDGETS = {  # "supervised": the variants that also get the supervised-pretext reference
+
+
+class Budget(TypedDict):
+    """A fast-tier budget: seeds, GRPO steps, the variants run, those that also get the supervised-pretext
+    reference, the text tier's budget and the number of worker processes."""
+
+    seeds: int
+    steps: int
+    variants: tuple[str, ...]
+    supervised: tuple[str, ...]
+    text: str
+    workers: int
+
+
+BUDGETS: dict[str, Budget] = {
     "quick": {
         "seeds": 2,
         "steps": 300,
@@ -97,8 +112,6 @@ BUDGETS = {  # "supervised": the variants that also get the supervised-pretext r
     },
 }
 N_SSL, LABELS_PER_CLASS = 1297, 10
-
-
 
 
 def mean_ci(values) -> tuple[float, float]:
@@ -146,7 +159,7 @@ def _seed_run(budget: str, run_seed: int) -> dict:
         out["probe"][key], out["probe_c"][key] = probe(encoder)
         out["probe_gap"][key] = probe(encoder, "gap", (1.0,))[0]
 
-    out = {
+    out: dict[str, Any] = {
         "probe": {},
         "probe_c": {},
         "probe_gap": {},
@@ -208,7 +221,7 @@ def fast_tier(budget: str, seed: int) -> tuple[dict, dict]:
     else:
         per_seed = [_seed_run(budget, s) for s in seeds]
         text = _text_run(cfg["text"], seed)
-    merged = {}
+    merged: dict[str, Any] = {}
     for part in ("probe", "probe_c", "probe_gap", "reward", "start_reward", "curves", "times"):
         merged[part] = {k: [p[part][k] for p in per_seed] for k in per_seed[0][part]}
     merged["pixels"] = per_seed[0]["pixels"]

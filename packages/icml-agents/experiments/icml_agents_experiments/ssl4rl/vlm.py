@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from torch import nn
 
 from icml_agents.rl.grpo import GRPOConfig, compute_advantages, grpo_loss
 from icml_agents.ssl4rl import rewards as R
+from icml_agents_experiments.ssl4rl.cnn import conv_layers, make_task
 
 TAGS = (
     "<answer>",
@@ -84,15 +86,7 @@ class TinyVLM(nn.Module):
         super().__init__()
         c = self.config = config or TinyVLMConfig()
         w = c.width
-        self.cnn = nn.Sequential(
-            nn.Conv2d(c.in_channels, w, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(w, 2 * w, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(2 * w, 4 * w, 3, stride=2, padding=1),
-            nn.ReLU(),
-            nn.AdaptiveAvgPool2d(c.grid),
-        )
+        self.cnn = nn.Sequential(*conv_layers(c.in_channels, w), nn.AdaptiveAvgPool2d(c.grid))
         self.n_patches = c.grid**2
         self.img_proj = nn.Linear(4 * w, c.d_model)
         self.pair_proj = nn.Linear(
@@ -211,7 +205,7 @@ def grpo_text(
     gen = torch.Generator().manual_seed(seed)
     ref = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    curve = {"step": [], "reward": [], "format": [], "frac_zero_std": []}
+    curve: dict[str, list] = {"step": [], "reward": [], "format": [], "frac_zero_std": []}
     for step in range(steps + 1):
         idx = torch.randint(len(images), (batch,), generator=gen)
         imgs = images[idx]
@@ -256,7 +250,20 @@ def grpo_text(
     return curve
 
 
-TEXT_BUDGETS = {
+class TextBudget(TypedDict):
+    """The text tier's settings: warm-up and GRPO steps, images per step, group size G, learning rate, KL
+    weight beta and GRPO's reward scaling."""
+
+    warmup: int
+    steps: int
+    batch: int
+    group: int
+    lr: float
+    beta: float
+    scale: str
+
+
+TEXT_BUDGETS: dict[str, TextBudget] = {
     "quick": {
         "warmup": 40,
         "steps": 120,
@@ -274,8 +281,6 @@ def run_text_tier(budget: str = "quick", seed: int = 0) -> dict:
     """Warm up and GRPO-train the tiny VLM on rotation (digits); the post-warm-up and final mean rewards are
     the means over the first and last three logged points of the curve (each point: batch x G samples)."""
     from sklearn.datasets import load_digits  # lazy: dev / repro only
-
-    from icml_agents_experiments.ssl4rl.cnn import make_task
 
     cfg = TEXT_BUDGETS[budget]
     images = load_digits().images / 16.0

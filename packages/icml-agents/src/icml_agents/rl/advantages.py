@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from icml_agents.validation import check_int, check_real
+
 
 def group_relative_advantages(rewards, group_size: int, normalize_std: bool = True, eps: float = 1e-4):
     """``(r - mean_group(r)) / (std_group(r) + eps)`` for rewards laid out as consecutive groups.
@@ -20,12 +22,8 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
     ``rewards`` is 1-D, length ``n_groups * group_size`` (a torch tensor, a NumPy array or a sequence);
     the result has the same length and is a tensor for a tensor input, else a float64 NumPy array.
     """
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
-        raise ValueError(
-            f"group_size must be an integer >= 2 (a group of one has no baseline), got {group_size!r}"
-        )
-    if not (isinstance(eps, (int, float)) and eps >= 0):
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    group_size = check_int(group_size, "group_size", 2, why=" (a group of one has no baseline)")
+    check_real(eps, "eps", "[0, inf)")
     is_tensor = isinstance(rewards, torch.Tensor)
     if is_tensor:
         r = rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from icml_agents.rl.advantages import group_relative_advantages
+from icml_agents.validation import check_choice, check_int, check_real, check_tensor
 
 SCALES = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
@@ -40,29 +41,15 @@ class GRPOConfig:
     num_iterations: int = 1  # optimisation passes per generation batch (mu)
     std_eps: float = 1e-4  # added to the standard deviation, as in TRL
 
-    def __post_init__(self):
-        if (
-            isinstance(self.num_generations, bool)
-            or not isinstance(self.num_generations, int)
-            or self.num_generations < 2
-        ):
-            raise ValueError(f"num_generations must be an integer >= 2, got {self.num_generations!r}")
-        if not self.epsilon >= 0 or (self.epsilon_high is not None and not self.epsilon_high >= 0):
-            raise ValueError(
-                f"epsilon and epsilon_high must be >= 0, got {self.epsilon!r}, {self.epsilon_high!r}"
-            )
-        if not self.beta >= 0:
-            raise ValueError(f"beta must be >= 0, got {self.beta!r}")
-        if self.scale_rewards not in SCALES:
-            raise ValueError(f"scale_rewards must be one of {SCALES}, got {self.scale_rewards!r}")
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
-        if (
-            isinstance(self.num_iterations, bool)
-            or not isinstance(self.num_iterations, int)
-            or self.num_iterations < 1
-        ):
-            raise ValueError(f"num_iterations must be an integer >= 1, got {self.num_iterations!r}")
+    def __post_init__(self) -> None:
+        check_int(self.num_generations, "num_generations", 2)
+        check_real(self.epsilon, "epsilon", "[0, inf)")
+        if self.epsilon_high is not None:
+            check_real(self.epsilon_high, "epsilon_high", "[0, inf)")
+        check_real(self.beta, "beta", "[0, inf)")
+        check_choice(self.scale_rewards, "scale_rewards", SCALES)
+        check_choice(self.loss_type, "loss_type", LOSS_TYPES)
+        check_int(self.num_iterations, "num_iterations", 1)
 
 
 def compute_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-4):
@@ -71,8 +58,7 @@ def compute_advantages(rewards, group_size: int, scale: str = "group", eps: floa
     ``rewards`` is 1-D ``(n_groups * group_size,)``, groups consecutive. Returns ``(advantages, frac_zero_std)``
     with ``advantages`` a float tensor of the same length (float64 unless ``rewards`` is a float tensor).
     """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    check_choice(scale, "scale", SCALES)
     centred = group_relative_advantages(rewards, group_size, normalize_std=scale == "group", eps=eps)
     centred = centred if isinstance(centred, torch.Tensor) else torch.from_numpy(centred)
     r = rewards if isinstance(rewards, torch.Tensor) else torch.as_tensor(rewards, dtype=torch.float64)
@@ -87,16 +73,6 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
     delta = ref_logp - logp
     return torch.exp(delta) - delta - 1
-
-
-def _check_logp(name: str, x, shape) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError(f"{name} must be a float tensor, got {type(x).__name__}")
-    if shape is not None and x.shape != shape:
-        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (batch, tokens), got shape {tuple(x.shape)}")
-    return x
 
 
 def grpo_loss(
@@ -121,19 +97,11 @@ def grpo_loss(
     ``beta > 0``. Returns ``(loss, stats)``; ``stats`` holds plain floats: ``kl`` (mean k3 over tokens),
     ``clip_ratio`` (fraction of tokens where the clip is active), ``mean_ratio``.
     """
-    logp = _check_logp("logp", logp, None)
-    old_logp = _check_logp("old_logp", old_logp, logp.shape)
-    if not isinstance(advantages, torch.Tensor) or advantages.shape != logp.shape[:1]:
-        raise ValueError(
-            f"advantages must be a tensor of shape ({logp.shape[0]},), got "
-            f"{getattr(advantages, 'shape', advantages)!r}"
-        )
-    if mask is None:
-        mask = torch.ones_like(logp)
-    elif not isinstance(mask, torch.Tensor) or mask.shape != logp.shape:
-        raise ValueError(f"mask must be a tensor of shape {tuple(logp.shape)}")
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    logp = check_tensor(logp, "logp", ndim=2, floating=True)  # (batch, tokens)
+    old_logp = check_tensor(old_logp, "old_logp", logp.shape, floating=True)
+    advantages = check_tensor(advantages, "advantages", logp.shape[:1])
+    mask = torch.ones_like(logp) if mask is None else check_tensor(mask, "mask", logp.shape)
+    check_choice(loss_type, "loss_type", LOSS_TYPES)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
     mask = mask.to(logp.dtype)
@@ -144,7 +112,7 @@ def grpo_loss(
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
     kl = None
     if ref_logp is not None:
-        kl = k3_kl(logp, _check_logp("ref_logp", ref_logp, logp.shape).detach())
+        kl = k3_kl(logp, check_tensor(ref_logp, "ref_logp", logp.shape, floating=True).detach())
         if beta > 0:
             per_token = per_token + beta * kl
     masked = per_token * mask

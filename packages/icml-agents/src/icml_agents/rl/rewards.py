@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from icml_agents.validation import check_column, check_list
+
 
 def _text(completion) -> str:
     if isinstance(completion, str):
@@ -31,11 +33,6 @@ def exact_match_reward(completions, answer, **kwargs) -> list[float]:
 
     ``answer`` holds one reference per completion (the dataset column ``answer``, as TRL passes it).
     """
-    if not isinstance(completions, (list, tuple)):
-        raise TypeError(f"completions must be a list, got {type(completions).__name__}")
-    if isinstance(answer, str) or not isinstance(answer, (list, tuple)) or len(answer) != len(completions):
-        raise ValueError(
-            f"answer must be a list with one reference per completion ({len(completions)}), got {answer!r}"
-        )
-    pairs = zip(completions, answer, strict=True)
+    n = len(check_list(completions, "completions"))
+    pairs = zip(completions, check_column(answer, "answer", n, "reference"), strict=True)
     return [float(normalize_answer(_text(c)) == normalize_answer(str(a))) for c, a in pairs]

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import re
 
+from icml_agents.validation import check_column, check_int, check_list
+
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _FORMAT = re.compile(r"^\s*(<think>.*?</think>\s*)?<answer>.*?</answer>\s*$", re.DOTALL)
 ASSISTANT_MARKER = "assistant\n"
@@ -111,10 +113,10 @@ def score_patch(completion, ground_truth, levels: int = 4) -> float:
     farthest one. A cell that is missing, not an integer, or outside ``0..levels-1`` counts as the maximal
     error; no tags give 0, like every other SSL4RL reward.
     """
-    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
-        raise ValueError(f"levels must be an integer >= 2, got {levels!r}")
-    truth = [_int_or_none(t) for t in _ground_truth(ground_truth).split(",")]
-    if any(t is None or not 0 <= t < levels for t in truth):
+    levels = check_int(levels, "levels", 2)
+    parsed = [_int_or_none(t) for t in _ground_truth(ground_truth).split(",")]
+    truth = [t for t in parsed if t is not None and 0 <= t < levels]
+    if len(truth) != len(parsed):
         raise ValueError(
             f"ground_truth must be a comma list of integers in [0, {levels}), got {ground_truth!r}"
         )
@@ -157,14 +159,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 # ---- TRL reward_funcs signature -------------------------------------------------------------------------
 
 
-def _columns(completions, answer) -> list:
-    if not isinstance(completions, (list, tuple)):
-        raise TypeError(f"completions must be a list, got {type(completions).__name__}")
-    if isinstance(answer, str) or not isinstance(answer, (list, tuple)) or len(answer) != len(completions):
-        raise ValueError(
-            f"answer must be a list with one ground truth per completion ({len(completions)}), got {answer!r}"
-        )
-    return list(zip(completions, answer, strict=True))
+def _columns(completions, answer) -> list[tuple]:
+    n = len(check_list(completions, "completions"))
+    return list(zip(completions, check_column(answer, "answer", n, "ground truth"), strict=True))
 
 
 def answer_match_reward(completions, answer, **kwargs) -> list[float]:
@@ -184,9 +181,7 @@ def patch_reward(completions, answer, levels: int = PATCH_LEVELS, **kwargs) -> l
 
 def format_reward(completions, **kwargs) -> list[float]:
     """TRL format reward: :func:`score_format` per completion."""
-    if not isinstance(completions, (list, tuple)):
-        raise TypeError(f"completions must be a list, got {type(completions).__name__}")
-    return [score_format(c) for c in completions]
+    return [score_format(c) for c in check_list(completions, "completions")]
 
 
 def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
@@ -194,12 +189,9 @@ def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
 
     Rows whose task is None get None (TRL skips them), so several task datasets can be concatenated.
     """
-    if isinstance(task, str) or not isinstance(task, (list, tuple)) or len(task) != len(completions):
-        raise ValueError(f"task must be a list with one task name per completion, got {task!r}")
-    return [
-        None if t is None else score_task(t, c, a)
-        for (c, a), t in zip(_columns(completions, answer), task, strict=True)
-    ]
+    columns = _columns(completions, answer)
+    task = check_column(task, "task", len(columns), "task name")
+    return [None if t is None else score_task(t, c, a) for (c, a), t in zip(columns, task, strict=True)]
 
 
 def average_rewards(*reward_lists) -> list[float]:

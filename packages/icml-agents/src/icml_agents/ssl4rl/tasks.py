@@ -30,12 +30,16 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from icml_agents.validation import check_choice, check_int, check_real, check_seed
+
+MODES = ("L", "RGB")
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
 CONTRASTIVE = ("negative", "positive")
 INSTRUCTION = " Think step by step, then give the final answer as <answer>...</answer>."
@@ -56,14 +60,6 @@ class SSLExample:
     meta: dict = field(default_factory=dict)
 
 
-def _rng(seed) -> np.random.Generator:
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int or a numpy Generator, got {seed!r}")
-    return np.random.default_rng(int(seed))
-
-
 def to_array(image, mode: str = "L") -> np.ndarray:
     """A PIL image or an array as float32 ``(H, W, C)`` in [0, 1] with ``C = 1`` ("L") or 3 ("RGB").
 
@@ -71,8 +67,7 @@ def to_array(image, mode: str = "L") -> np.ndarray:
     uint8 / integers in [0, 255] are divided by 255, floats must already lie in [0, 1]. Grayscale becomes RGB
     by repetition, RGB becomes grayscale by ITU-R 601 luma (PIL's ``convert("L")`` weights).
     """
-    if mode not in ("L", "RGB"):
-        raise ValueError(f"mode must be 'L' or 'RGB', got {mode!r}")
+    check_choice(mode, "mode", MODES)
     if isinstance(image, Image.Image):
         if image.mode not in ("F", "I", "I;16", "I;16B", "I;16L"):  # 8-bit modes: through L or RGB uint8
             image = image.convert("L" if image.mode in ("1", "L", "LA") else "RGB")
@@ -114,7 +109,7 @@ def _stack(channels: list[Image.Image]) -> np.ndarray:
 
 def resize(arr: np.ndarray, size: int) -> np.ndarray:
     """Bilinear resize of ``(H, W, C)`` to ``(size, size, C)``."""
-    return _stack([c.resize((size, size), Image.BILINEAR) for c in _channels(arr)])
+    return _stack([c.resize((size, size), Image.Resampling.BILINEAR) for c in _channels(arr)])
 
 
 def center_crop(arr: np.ndarray, side: int) -> np.ndarray:
@@ -128,8 +123,7 @@ def center_crop(arr: np.ndarray, side: int) -> np.ndarray:
 
 def canonical(image, size: int = 16, mode: str = "L", min_side: int = 8) -> np.ndarray:
     """``image`` converted to ``mode``, centre-cropped to a square and resized to ``(size, size, C)``."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 4:
-        raise ValueError(f"size must be an integer >= 4, got {size!r}")
+    check_int(size, "size", 4)
     arr = to_array(image, mode)
     h, w = arr.shape[:2]
     if min(h, w) < min_side:
@@ -142,7 +136,9 @@ def rotate(arr: np.ndarray, degrees: float) -> np.ndarray:
     """Counter-clockwise rotation of ``(H, W, C)`` with ``expand=True`` (bilinear; exact for multiples of 90)."""
     if degrees % 90 == 0:
         return np.ascontiguousarray(np.rot90(arr, k=int(degrees // 90) % 4, axes=(0, 1)))
-    return _stack([c.rotate(degrees, resample=Image.BILINEAR, expand=True) for c in _channels(arr)])
+    return _stack(
+        [c.rotate(degrees, resample=Image.Resampling.BILINEAR, expand=True) for c in _channels(arr)]
+    )
 
 
 def inscribed_side(side: int, angles) -> int:
@@ -153,12 +149,7 @@ def inscribed_side(side: int, angles) -> int:
 
 def rotation_angles(granularity: int = 90) -> list[int]:
     """``[0, g, 2g, ...]`` below 360; ``granularity`` must divide 360."""
-    if (
-        isinstance(granularity, bool)
-        or not isinstance(granularity, int)
-        or granularity <= 0
-        or 360 % granularity
-    ):
+    if 360 % check_int(granularity, "granularity", 1):
         raise ValueError(f"granularity must be a positive integer dividing 360, got {granularity!r}")
     return list(range(0, 360, granularity))
 
@@ -189,11 +180,8 @@ def rotation_task(
     the content belongs). ``crop_scale < 1`` [design] takes from each view, independently, a random square
     crop of side ``U(crop_scale, 1) x`` the view's side and resizes it back, so the two views no longer
     align pixel for pixel and the angle must be read from the shape rather than by matching pixels."""
-    if not (
-        isinstance(crop_scale, (int, float)) and not isinstance(crop_scale, bool) and 0 < crop_scale <= 1
-    ):
-        raise ValueError(f"crop_scale must be a number in (0, 1], got {crop_scale!r}")
-    rng = _rng(seed)
+    check_real(crop_scale, "crop_scale", "(0, 1]")
+    rng = check_seed(seed)
     angles = rotation_angles(granularity)
     k = int(rng.integers(len(angles))) if angle is None else angles.index(angle)
     base = canonical(image, size, mode, min_side)
@@ -222,9 +210,8 @@ def jigsaw_task(
     image, seed=0, grid: int = 2, size: int = 16, mode: str = "L", min_side: int = 8
 ) -> SSLExample:
     """A shuffled ``grid x grid`` mosaic; answer: the 1-based inverse permutation, row-major."""
-    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 2:
-        raise ValueError(f"grid must be an integer >= 2, got {grid!r}")
-    rng = _rng(seed)
+    check_int(grid, "grid", 2)
+    rng = check_seed(seed)
     base = canonical(image, size, mode, min_side)
     cell = size // grid
     if cell < 1:
@@ -280,7 +267,7 @@ def position_task(
     image, seed=0, size: int = 16, mode: str = "L", min_side: int = 8, augment: bool = True
 ) -> SSLExample:
     """(full image, augmented quadrant crop); answer: which quadrant."""
-    rng = _rng(seed)
+    rng = check_seed(seed)
     base = canonical(image, size, mode, min_side)
     q = int(rng.integers(4))
     half = size // 2
@@ -311,7 +298,7 @@ def simclr_view(arr: np.ndarray, rng, scale=(0.08, 1.0), size: int | None = None
     top, left = int(rng.integers(h - ch + 1)), int(rng.integers(w - cw + 1))
     view = _stack(
         [
-            c.resize((size, size), Image.BILINEAR)
+            c.resize((size, size), Image.Resampling.BILINEAR)
             for c in _channels(np.ascontiguousarray(arr[top : top + ch, left : left + cw]))
         ]
     )
@@ -333,7 +320,7 @@ def contrastive_task(
     scale=(0.08, 1.0),
 ) -> SSLExample:
     """Two views: of ``image`` twice (``positive``) or of ``image`` and ``other`` (``negative``)."""
-    rng = _rng(seed)
+    rng = check_seed(seed)
     positive = bool(rng.random() < 0.5) if positive is None else bool(positive)
     first = canonical(image, size, mode, min_side)
     second = first if positive else canonical(other, size, mode, min_side)
@@ -357,10 +344,10 @@ def patch_task(
     cell: tuple[int, int] | None = None,
 ) -> SSLExample:
     """[design] Masked-patch reconstruction: one grid cell is greyed out; answer its quantized block means."""
-    for name, v in (("grid", grid), ("code", code), ("levels", levels)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "code" else 2):
-            raise ValueError(f"{name} must be a positive integer (grid, levels >= 2), got {v!r}")
-    rng = _rng(seed)
+    check_int(grid, "grid", 2)
+    check_int(code, "code", 1)
+    check_int(levels, "levels", 2)
+    rng = check_seed(seed)
     base = canonical(image, size, mode, min_side)
     side = size // grid
     if side < code:
@@ -387,7 +374,7 @@ def patch_task(
     )
 
 
-BUILDERS = {
+BUILDERS: dict[str, Callable[..., SSLExample]] = {
     "rotation": rotation_task,
     "jigsaw": jigsaw_task,
     "position": position_task,
@@ -438,14 +425,13 @@ def load_image_folder(path) -> list[Image.Image]:
 def build_examples(images, task: str, n_per_image: int = 1, seed: int = 0, **task_kwargs) -> list[SSLExample]:
     """Examples of ``task`` for every image (a folder path, an array ``(N, H, W[, C])`` or a list); images the
     builder rejects (too small, malformed) are skipped with one warning giving the count."""
-    if task not in BUILDERS:
-        raise ValueError(f"task must be one of {tuple(BUILDERS)}, got {task!r}")
+    check_choice(task, "task", tuple(BUILDERS))
     if isinstance(images, (str, Path)):
         images = load_image_folder(images)
     images = list(images)
     if not images:
         raise ValueError("images is empty")
-    rng = _rng(seed)
+    rng = check_seed(seed)
     out, skipped = [], 0
     for i, image in enumerate(images):
         for _ in range(n_per_image):
@@ -475,7 +461,7 @@ def build_dataset(
     the images into the prompt with :func:`serialize_image` (for text-only models) and drops ``images``."""
     from datasets import Dataset  # lazy: the `trl` extra
 
-    rows = {"prompt": [], "answer": [], "task": []}
+    rows: dict[str, list] = {"prompt": [], "answer": [], "task": []}
     examples = build_examples(images, task, n_per_image=n_per_image, seed=seed, **task_kwargs)
     if not as_text:
         rows["images"] = []

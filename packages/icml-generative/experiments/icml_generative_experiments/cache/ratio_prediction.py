@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from icml_generative.cache.estimators import InstantRatio, RatioDriftKalman, RatioKalman
-from icml_generative.cache.hooks import find_transformer_blocks
-from icml_generative_experiments.cache.repro import BUDGETS, GUIDANCE, SHIFT, _clips
+from icml_generative.cache.hooks import find_transformer_blocks, mean_abs
+from icml_generative_experiments.cache.repro import BUDGETS, GUIDANCE, SHIFT, sampling_inputs
 from icml_generative_experiments.cache.testbed import flow_sigmas, pretrained_testbed, sample_flow_euler
 
 ESTIMATORS = {
@@ -64,7 +64,6 @@ def trajectory(model, noise, cond, uncond, steps):
 
 def ratios(xs, outs, gap):
     """(end step, z) of consecutive intervals of ``gap`` steps."""
-    mean_abs = lambda t: float(t.abs().mean())  # noqa: E731
     return [
         (t, mean_abs(outs[t] - outs[t - gap]) / (mean_abs(xs[t] - xs[t - gap]) + 1e-8))
         for t in range(gap, len(xs), gap)
@@ -89,7 +88,6 @@ def judgment(xs, outs, every, align_steps, sigmas, make):
     """Error judgment on one fixed schedule (alignment steps, then every ``every``-th step and the last
     computed): the estimator's predicted relative change ``Σ k̂·mean|x_j − x_{j−1}| / mean|out_c|`` at each
     skipped step against the true ``mean|out_t − out_c| / mean|out_c|``; returns (predicted, true)."""
-    mean_abs = lambda t: float(t.abs().mean())  # noqa: E731
     n = len(xs)
     computed = [t < align_steps or t == n - 1 or (t - align_steps) % every == 0 for t in range(n)]
     est, c, acc, predicted, true = make(), 0, 0.0, [], []
@@ -121,7 +119,9 @@ def main(argv=None) -> int:
     steps, align = b["steps"], math.ceil(0.2 * b["steps"])
     model, _ = pretrained_testbed(b["testbed"], cache_dir())
     sigmas = flow_sigmas(steps, SHIFT)
-    trajs = [trajectory(model, *_clips(b["testbed"], b["batch"], s), steps) for s in range(b["seeds"])]
+    trajs = [
+        trajectory(model, *sampling_inputs(b["testbed"], b["batch"], s), steps) for s in range(b["seeds"])
+    ]
     rng = np.random.default_rng(0)
     results = {"budget": a.budget, "steps": steps, "alignment_steps": align, "rows": []}
     for gap in (1, 2, 3):

@@ -38,6 +38,7 @@ import itertools
 import math
 import os
 import time
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -93,7 +94,19 @@ WAN_QUICK_TESTBED = TestbedConfig(frames=4, train_steps=600)
 WAN_FULL_TESTBED = TestbedConfig()
 QUICK_TESTBED = DiTTestbedConfig(train_steps=1500)
 FULL_TESTBED = DiTTestbedConfig(train_steps=6000)
-BUDGETS = {
+
+
+class Budget(TypedDict):
+    steps: int  # sampler steps
+    batch: int  # clips per seed
+    seeds: int
+    sweep: tuple[int, ...]  # indices into each method's THRESHOLDS
+    calib_batch: int  # clips for TeaCache's and MagCache's calibration
+    motion_clips: int  # clips for the testbed check
+    testbed: DiTTestbedConfig
+
+
+BUDGETS: dict[str, Budget] = {
     "quick": {
         "steps": 30,
         "batch": 2,
@@ -117,7 +130,11 @@ TARGET_FRACTIONS = (0.5, 0.6, 0.7)  # matched forwards, as a fraction of the sch
 HEADLINE = 0.6
 
 
-def _clips(cfg: TestbedConfig | DiTTestbedConfig, batch: int, seed: int):
+def sampling_inputs(
+    cfg: TestbedConfig | DiTTestbedConfig, batch: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded sampler inputs for ``batch`` clips: ``(noise, cond, uncond)``, random class tokens and the null
+    ones."""
     g = torch.Generator().manual_seed(seed)
     noise = torch.randn(batch, cfg.channels, cfg.frames, cfg.size, cfg.size, generator=g)
     labels = torch.randint(0, 4, (batch,), generator=g)
@@ -246,7 +263,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         shadow = _Shadow(model)
 
         # calibration of the offline baselines, on clips of their own
-        noise, cond, uncond = _clips(cfg, b["calib_batch"], 10_000 + seed)
+        noise, cond, uncond = sampling_inputs(cfg, b["calib_batch"], 10_000 + seed)
         apply_teacache(model, TeaCacheConfig(calibrate=True, num_inference_steps=steps))
         mag = calibrate_mag_ratios(
             model, lambda: _sample(model, noise, cond, uncond, steps), steps, calls_per_step=2
@@ -256,7 +273,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
 
         rows, per_seed = [], []
         for s in range(b["seeds"]):
-            noise, cond, uncond = _clips(cfg, b["batch"], seed * 1000 + s)
+            noise, cond, uncond = sampling_inputs(cfg, b["batch"], seed * 1000 + s)
             ref, ref_seconds = _sample(model, noise, cond, uncond, steps)
             rows.append(
                 {
@@ -279,7 +296,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                     try:
                         with count_block_forwards(model) as counter:
                             out, seconds = _sample(model, noise, cond, uncond, steps, shadow)
-                        predicted, true = ([], [])
+                        predicted: list[float] = []
+                        true: list[float] = []
                         if method not in ("FBCache", "MagCache"):
                             predicted, true = _judgment(get_cache_stats(model), shadow.outputs)
                     finally:
@@ -303,7 +321,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             per_seed.append(curves)
 
         # the balanced preset against the uncached sampler, timed without the shadow
-        noise, cond, uncond = _clips(cfg, b["batch"], seed * 1000)
+        noise, cond, uncond = sampling_inputs(cfg, b["batch"], seed * 1000)
         ref, ref_seconds = _sample(model, noise, cond, uncond, steps)
         apply_navicache(model, NaviCacheConfig.preset("balanced"))
         try:

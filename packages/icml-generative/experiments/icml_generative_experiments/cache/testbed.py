@@ -32,43 +32,41 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from icml_generative.cache.context import cache_context
+from icml_generative.validation import (
+    check_choice,
+    check_divisor,
+    check_instance,
+    check_int,
+    check_ints,
+    check_number,
+    check_positive,
+    check_tensor,
+)
 
 DIRECTIONS = ((0, 1), (0, -1), (1, 0), (-1, 0))  # (dy, dx) per class: right, left, down, up
 TEXT_DIM = 8  # width of the one-hot class token fed as encoder_hidden_states
 
 
-def _check_clip_recipe(cfg) -> None:
-    """The clip and training fields that :class:`TestbedConfig` and :class:`DiTTestbedConfig` share."""
-    if not cfg.speeds or any(v < 1 for v in cfg.speeds):
-        raise ValueError(f"speeds must be a non-empty tuple of positive integers, got {cfg.speeds!r}")
-    if not cfg.sprite_sides or any(not 1 <= v <= cfg.size for v in cfg.sprite_sides):
-        raise ValueError(f"sprite_sides must lie in [1, size={cfg.size}], got {cfg.sprite_sides!r}")
-    if not 0.0 <= cfg.ema_decay < 1.0:
-        raise ValueError(f"ema_decay must be in [0, 1), got {cfg.ema_decay!r}")
-
-
 @dataclass(frozen=True)
-class TestbedConfig:
-    """Size of the clips and of the model, and the training recipe (all of it keys the weight cache)."""
+class BaseTestbedConfig:
+    """The fields :class:`TestbedConfig` and :class:`DiTTestbedConfig` share: clip size, model width and
+    depth, sprites and training recipe (what :func:`moving_sprites` and :func:`motion_accuracy` read)."""
 
-    __test__ = False  # not a pytest test class
-
-    frames: int = 8
+    frames: int = 4
     size: int = 16
     channels: int = 3
-    patch_frames: int = 1
     num_layers: int = 6
-    num_heads: int = 2
+    num_heads: int = 4
     head_dim: int = 16
-    ffn_dim: int = 64
     max_sprites: int = 2
     sprite_sides: tuple[int, ...] = (3, 4, 5)
     speeds: tuple[int, ...] = (1, 2)
-    train_steps: int = 1200
+    train_steps: int = 3000
     batch_size: int = 8
     lr: float = 1e-3
     cfg_dropout: float = 0.15
@@ -76,11 +74,26 @@ class TestbedConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.patch_frames < 1 or self.frames % self.patch_frames:
-            raise ValueError(
-                f"patch_frames must be a positive divisor of frames ({self.frames}), got {self.patch_frames}"
-            )
-        _check_clip_recipe(self)
+        check_ints(self.speeds, "speeds", 1)
+        check_ints(self.sprite_sides, "sprite_sides", 1, self.size)
+        check_number(self.ema_decay, "ema_decay", 0, below=1)
+
+
+@dataclass(frozen=True)
+class TestbedConfig(BaseTestbedConfig):
+    """Size of the clips and of the model, and the training recipe (all of it keys the weight cache)."""
+
+    __test__ = False  # not a pytest test class
+
+    frames: int = 8
+    num_heads: int = 2
+    patch_frames: int = 1
+    ffn_dim: int = 64
+    train_steps: int = 1200
+
+    def __post_init__(self) -> None:
+        check_divisor(self.patch_frames, "patch_frames", self.frames, "frames")
+        super().__post_init__()
 
     def key(self) -> str:
         # the fields added after the first recipe enter the key only when they differ from it, so that
@@ -99,7 +112,7 @@ _LATER_FIELDS = {
 
 
 def moving_sprites(
-    n: int, cfg: TestbedConfig = TestbedConfig(), seed: int = 0, max_sprites: int | None = None
+    n: int, cfg: BaseTestbedConfig = TestbedConfig(), seed: int = 0, max_sprites: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` clips ``(n, C, F, H, W)`` in [-1, 1] and their labels ``(n,)`` (direction of motion, 0..3).
 
@@ -107,11 +120,8 @@ def moving_sprites(
     ``cfg.sprite_sides``) on a dark background, each moving by a speed from ``cfg.speeds`` pixels per frame in
     the labelled direction, wrapping around the frame (a torus, so nothing leaves).
     """
-    if n < 1:
-        raise ValueError(f"n must be a positive integer, got {n}")
-    max_sprites = cfg.max_sprites if max_sprites is None else max_sprites
-    if max_sprites < 1:
-        raise ValueError(f"max_sprites must be a positive integer, got {max_sprites}")
+    check_int(n, "n", 1)
+    max_sprites = check_int(cfg.max_sprites if max_sprites is None else max_sprites, "max_sprites", 1)
     g = torch.Generator().manual_seed(seed)
     clips = torch.full((n, cfg.channels, cfg.frames, cfg.size, cfg.size), -0.8)
     labels = torch.randint(0, len(DIRECTIONS), (n,), generator=g)
@@ -157,7 +167,7 @@ def tiny_wan(cfg: TestbedConfig = TestbedConfig()):
 
 
 @dataclass(frozen=True)
-class DiTTestbedConfig:
+class DiTTestbedConfig(BaseTestbedConfig):
     """The DiT testbed: a 2-D ``DiTTransformer2DModel`` on clips laid out as one image (:func:`tiled_dit_class`).
 
     ``layout="channels"`` stacks the ``frames`` frames as channels of one ``size × size`` image, so each token
@@ -171,38 +181,19 @@ class DiTTestbedConfig:
 
     __test__ = False  # not a pytest test class
 
-    frames: int = 4
-    size: int = 16
-    channels: int = 3
+    # the clip, model and training fields, with this testbed's defaults, are BaseTestbedConfig's
     layout: str = "channels"
     patch_size: int = 2
-    num_layers: int = 6
-    num_heads: int = 4
-    head_dim: int = 16
-    max_sprites: int = 2
-    sprite_sides: tuple[int, ...] = (3, 4, 5)
-    speeds: tuple[int, ...] = (1, 2)
-    train_steps: int = 3000
-    batch_size: int = 8
-    lr: float = 1e-3
-    cfg_dropout: float = 0.15
-    ema_decay: float = 0.0
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if isinstance(self.frames, bool) or not isinstance(self.frames, int) or self.frames < 2:
-            raise ValueError(f"frames must be an integer >= 2, got {self.frames!r}")
+        check_choice(self.layout, "layout", LAYOUTS)
+        check_int(self.frames, "frames", 2)
         if self.layout == "tile" and math.isqrt(self.frames) ** 2 != self.frames:
             raise ValueError(
                 f"frames must be a square number (tiled into a square grid), got {self.frames!r}"
             )
-        if self.patch_size < 1 or self.size % self.patch_size:
-            raise ValueError(
-                f"patch_size must be a positive divisor of size ({self.size}), got {self.patch_size}"
-            )
-        _check_clip_recipe(self)
+        check_divisor(self.patch_size, "patch_size", self.size, "size")
+        super().__post_init__()
 
     @property
     def grid(self) -> int:
@@ -221,24 +212,17 @@ LAYOUTS = ("channels", "tile")
 
 def tile_frames(clips: torch.Tensor, grid: int) -> torch.Tensor:
     """``(B, C, F, H, W)`` with ``F = grid²`` → one canvas ``(B, C, grid·H, grid·W)``, frames in row-major order."""
-    if not isinstance(clips, torch.Tensor) or clips.ndim != 5 or clips.shape[2] != grid * grid:
-        shape = tuple(clips.shape) if isinstance(clips, torch.Tensor) else type(clips).__name__
-        raise ValueError(f"clips must be a tensor (B, C, F={grid * grid}, H, W), got {shape}")
+    check_tensor(clips, "clips", ("B", "C", grid * grid, "H", "W"))
     b, c, _, h, w = clips.shape
     return clips.reshape(b, c, grid, grid, h, w).permute(0, 1, 2, 4, 3, 5).reshape(b, c, grid * h, grid * w)
 
 
 def untile_frames(canvas: torch.Tensor, grid: int) -> torch.Tensor:
     """The inverse of :func:`tile_frames`: ``(B, C, grid·H, grid·W)`` → ``(B, C, grid², H, W)``."""
-    if (
-        not isinstance(canvas, torch.Tensor)
-        or canvas.ndim != 4
-        or canvas.shape[2] % grid
-        or canvas.shape[3] % grid
-    ):
-        shape = tuple(canvas.shape) if isinstance(canvas, torch.Tensor) else type(canvas).__name__
+    check_tensor(canvas, "canvas", ("B", "C", "H", "W"))
+    if canvas.shape[2] % grid or canvas.shape[3] % grid:
         raise ValueError(
-            f"canvas must be a tensor (B, C, H, W) with H, W divisible by grid={grid}, got {shape}"
+            f"canvas must be (B, C, H, W) with H, W divisible by grid={grid}, got {tuple(canvas.shape)}"
         )
     b, c, gh, gw = canvas.shape
     h, w = gh // grid, gw // grid
@@ -263,6 +247,10 @@ def _tiled_dit_class():
         Cache, MagCache) works through :class:`~diffusers.models.cache_utils.CacheMixin`.
         """
 
+        # the registered __init__ arguments, a FrozenDict read by attribute (declared here because mypy
+        # resolves diffusers' top-level DiTTransformer2DModel to its dummy placeholder, which has no config)
+        config: Any
+
         @register_to_config
         def __init__(
             self,
@@ -285,17 +273,15 @@ def _tiled_dit_class():
             norm_elementwise_affine: bool = False,
             norm_eps: float = 1e-5,
         ) -> None:
-            if layout not in LAYOUTS:
-                raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-            if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
-                raise ValueError(f"frames must be a positive integer, got {frames!r}")
+            check_choice(layout, "layout", LAYOUTS)
+            check_int(frames, "frames", 1)
             if layout == "tile" and math.isqrt(frames) ** 2 != frames:
                 raise ValueError(f"frames must be a positive square number for layout='tile', got {frames!r}")
             if layout == "tile" and sample_size % math.isqrt(frames):
                 raise ValueError(
                     f"sample_size ({sample_size}) must be divisible by the grid side sqrt(frames={frames})"
                 )
-            if layout == "channels" and (in_channels % frames or out_channels % frames):
+            if layout == "channels" and (in_channels % frames or (out_channels or in_channels) % frames):
                 raise ValueError(
                     f"in_channels ({in_channels}) and out_channels ({out_channels}) must be multiples of "
                     f"frames ({frames}) for layout='channels'"
@@ -346,7 +332,10 @@ def _tiled_dit_class():
                 image = tile_frames(hidden_states, grid)
             else:
                 image = hidden_states.flatten(1, 2)  # (B, C·F, H, W), channel-major
-            out = super().forward(image, timestep=timestep, class_labels=class_labels, return_dict=False)[0]
+            # mypy sees diffusers' dummy DiTTransformer2DModel (no forward), hence the ignore
+            out = super().forward(  # type: ignore[misc]
+                image, timestep=timestep, class_labels=class_labels, return_dict=False
+            )[0]
             if self.config.layout == "tile":
                 out = untile_frames(out, grid)
             else:
@@ -389,7 +378,8 @@ def tiny_dit(cfg: DiTTestbedConfig = DiTTestbedConfig()):
     )
 
 
-def _build(cfg):
+def _build(cfg: TestbedConfig | DiTTestbedConfig) -> torch.nn.Module:
+    check_instance(cfg, "cfg", TestbedConfig, DiTTestbedConfig)
     if isinstance(cfg, DiTTestbedConfig):
         model = tiny_dit(cfg)
         # our own class dropout (one draw per clip) replaces diffusers' per-block one, which would drop the
@@ -397,9 +387,7 @@ def _build(cfg):
         for block in model.transformer_blocks:
             block.norm1.emb.class_embedder.dropout_prob = 0.0
         return model
-    if isinstance(cfg, TestbedConfig):
-        return tiny_wan(cfg)
-    raise TypeError(f"cfg must be a TestbedConfig or DiTTestbedConfig, got {type(cfg).__name__}")
+    return tiny_wan(cfg)
 
 
 def train_testbed(cfg: TestbedConfig | DiTTestbedConfig = TestbedConfig(), progress: bool = True):
@@ -419,11 +407,12 @@ def train_testbed(cfg: TestbedConfig | DiTTestbedConfig = TestbedConfig(), progr
         ema = copy.deepcopy(model).eval().requires_grad_(False)
     g = torch.Generator().manual_seed(cfg.seed + 1)
     steps = range(cfg.train_steps)
+    bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        steps = tqdm(steps, desc="training the NaviCache testbed DiT", mininterval=5)
-    for step in steps:
+        bar = tqdm(steps, desc="training the NaviCache testbed DiT", mininterval=5)
+    for step in steps if bar is None else bar:
         x0, labels = moving_sprites(cfg.batch_size, cfg, seed=cfg.seed * 1_000_003 + step)
         tokens = class_tokens(labels)
         drop = torch.rand(cfg.batch_size, generator=g) < cfg.cfg_dropout
@@ -445,8 +434,8 @@ def train_testbed(cfg: TestbedConfig | DiTTestbedConfig = TestbedConfig(), progr
             with torch.no_grad():
                 for pe, pm in zip(ema.parameters(), model.parameters(), strict=True):
                     pe.lerp_(pm, 1 - decay)
-        if progress and step % 100 == 0:
-            steps.set_postfix(loss=f"{loss.item():.4f}")
+        if bar is not None and step % 100 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
     return (model if ema is None else ema).eval()
 
 
@@ -463,8 +452,7 @@ def pretrained_testbed(
     """
     from diffusers import WanTransformer3DModel
 
-    if not isinstance(cfg, (TestbedConfig, DiTTestbedConfig)):
-        raise TypeError(f"cfg must be a TestbedConfig or DiTTestbedConfig, got {type(cfg).__name__}")
+    check_instance(cfg, "cfg", TestbedConfig, DiTTestbedConfig)
     model_class = tiled_dit_class() if isinstance(cfg, DiTTestbedConfig) else WanTransformer3DModel
     target = None if cache_dir is None else Path(cache_dir).expanduser() / f"navicache-testbed-{cfg.key()}"
     if target is not None and (target / "config.json").is_file():
@@ -492,10 +480,8 @@ def pretrained_testbed(
 
 def flow_sigmas(num_steps: int, shift: float = 3.0) -> torch.Tensor:
     """``num_steps + 1`` decreasing sigmas from 1 to 0 with the SD3/Wan time shift ``sσ / (1 + (s − 1)σ)``."""
-    if num_steps < 1:
-        raise ValueError(f"num_steps must be a positive integer, got {num_steps}")
-    if shift <= 0:
-        raise ValueError(f"shift must be positive, got {shift}")
+    check_int(num_steps, "num_steps", 1)
+    check_positive(shift, "shift")
     s = torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)
     return shift * s / (1 + (shift - 1) * s)
 
@@ -517,8 +503,7 @@ def sample_flow_euler(
     each step makes two transformer passes, in the cache contexts "cond" then "uncond", and combines them as
     ``v_u + w·(v_c − v_u)``. ``step_callback(i, x, v)`` is called after each step's velocity is known.
     """
-    if noise.ndim != 5:
-        raise ValueError(f"noise must be (B, C, F, H, W), got shape {tuple(noise.shape)}")
+    check_tensor(noise, "noise", ("B", "C", "F", "H", "W"))
     sigmas = flow_sigmas(num_steps, shift)
     use_cfg = uncond is not None and guidance_scale != 1.0
     x = noise.clone()
@@ -550,11 +535,10 @@ def motion_directions(clips: torch.Tensor, speeds: tuple[int, ...] = (1, 2)) -> 
     frame (per-frame mean removed) shifted by ``speed`` pixels in that direction and the next frame, summed
     over channels, frames and pixels; the direction with the largest correlation (over speeds) wins.
     """
-    if not isinstance(clips, torch.Tensor) or clips.ndim != 5 or clips.shape[2] < 2:
-        shape = tuple(clips.shape) if isinstance(clips, torch.Tensor) else type(clips).__name__
-        raise ValueError(f"clips must be a tensor (n, C, F >= 2, H, W), got {shape}")
-    if not speeds or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in speeds):
-        raise ValueError(f"speeds must be a non-empty tuple of positive integers, got {speeds!r}")
+    check_tensor(clips, "clips", ("n", "C", "F", "H", "W"))
+    if clips.shape[2] < 2:
+        raise ValueError(f"clips must have F >= 2 frames, got shape {tuple(clips.shape)}")
+    speeds = check_ints(speeds, "speeds", 1)
     x = clips.double() - clips.double().mean(dim=(3, 4), keepdim=True)
     scores = []
     for dy, dx in DIRECTIONS:
@@ -569,7 +553,7 @@ def motion_directions(clips: torch.Tensor, speeds: tuple[int, ...] = (1, 2)) -> 
 @torch.no_grad()
 def motion_accuracy(
     model,
-    cfg: TestbedConfig,
+    cfg: BaseTestbedConfig,
     n: int = 32,
     num_steps: int = 30,
     guidance_scale: float = 4.0,
@@ -582,8 +566,7 @@ def motion_accuracy(
     Returns ``{"accuracy", "chance", "data_accuracy", "n"}``; ``data_accuracy`` is the same measure on
     ``n`` training clips (the measure's own ceiling, 1.0 when it reads the data correctly).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+    check_int(n, "n", 1)
     g = torch.Generator().manual_seed(seed)
     labels = torch.arange(n) % len(DIRECTIONS)
     noise = torch.randn(n, cfg.channels, cfg.frames, cfg.size, cfg.size, generator=g)

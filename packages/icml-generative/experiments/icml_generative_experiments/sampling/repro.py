@@ -12,6 +12,7 @@ endpoints to a 512-step Heun solution from the same start points, shows the orde
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -26,7 +27,15 @@ CLAIM = ("Placeholder until JEPA guidance, NaviCache and the other samplers land
          "evaluations (Karras et al. 2022, EDM).")
 HEADLINE_NFE = 32  # Heun's advantage is asymptotic (order 2 vs 1); the sweep also shows the few-step regime
 CRITERION = f"Heun's SW2 < Euler's SW2 at NFE = {HEADLINE_NFE}, same start points and same target sample"
-BUDGETS = {
+
+
+class Budget(TypedDict):
+    n: int  # sample size
+    nfes: tuple[int, ...]  # score evaluations per solver run
+    n_projections: int  # slices of the sliced Wasserstein distance
+
+
+BUDGETS: dict[str, Budget] = {
     "quick": {"n": 20_000, "nfes": (8, 16, 32, 64), "n_projections": 64},
     "full": {"n": 100_000, "nfes": (8, 16, 32, 64, 128), "n_projections": 256},
 }
@@ -65,9 +74,10 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         calls += 1
         return score(x, sigma)
 
-    rows, metric = [], {}
+    rows: list[dict[str, float]] = []
+    metric: dict[tuple[str, int], float] = {}
     for nfe in cfg["nfes"]:
-        row = {"nfe": nfe}
+        row: dict[str, float] = {"nfe": nfe}
         for method, steps in (("euler", nfe), ("heun", nfe // 2)):  # Heun: 2 evaluations per step
             calls = 0
             x_0 = sample_pf_ode(counted_score, x_T, karras_sigmas(steps + 1, SIGMA_MIN, SIGMA_MAX), method)

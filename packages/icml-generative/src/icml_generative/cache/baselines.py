@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import torch
 
 from icml_generative.cache.hooks import find_transformer_blocks
+from icml_generative.validation import check_choice, check_int
 
 
 def calibrate_mag_ratios(
@@ -29,11 +30,10 @@ def calibrate_mag_ratios(
     step is used) for a whole number of runs of ``num_inference_steps`` steps, with no cache applied.
     """
     blocks = find_transformer_blocks(model, "calibrate_mag_ratios")
-    if not isinstance(num_inference_steps, int) or num_inference_steps < 2:
-        raise ValueError(f"num_inference_steps must be an integer >= 2, got {num_inference_steps!r}")
-    if calls_per_step not in (1, 2):
-        raise ValueError(f"calls_per_step must be 1 or 2, got {calls_per_step!r}")
-    inputs, residuals = [], []
+    check_int(num_inference_steps, "num_inference_steps", 2)
+    check_choice(calls_per_step, "calls_per_step", (1, 2))
+    inputs: list[torch.Tensor] = []
+    residuals: list[torch.Tensor] = []
 
     def pre(module, args, kwargs):
         inputs.append(kwargs.get("hidden_states", args[0] if args else None))

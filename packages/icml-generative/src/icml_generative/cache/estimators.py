@@ -21,26 +21,41 @@ steps and predict the ratio for a later step:
 
 from __future__ import annotations
 
-import math
 import warnings
 
-
-def _check_positive(name: str, value: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+from icml_generative.validation import check_positive
 
 
-class InstantRatio:
+class RatioEstimator:
+    """What NaviCache asks of an estimator: ``k``, the current ratio (None before the first measurement);
+    ``align`` and ``update`` with a measurement ``z``; ``predict`` the ratio ``steps_ahead`` steps on."""
+
+    k: float | None = None
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def align(self, z: float, step: int) -> None:
+        raise NotImplementedError
+
+    def update(self, z: float, step: int, sigma: float) -> None:
+        raise NotImplementedError
+
+    def predict(self, steps_ahead: int) -> float:
+        raise NotImplementedError
+
+    def ratio(self) -> float:
+        """``k``; a ``RuntimeError`` before the first measurement."""
+        if self.k is None:
+            raise RuntimeError(f"{type(self).__name__}: no measurement yet (align or update first)")
+        return self.k
+
+
+class InstantRatio(RatioEstimator):
     """The last measured ratio, unfiltered (EasyCache)."""
 
     def __init__(self) -> None:
-        self.k: float | None = None
+        self.k = None
 
     def reset(self) -> None:
         self.k = None
@@ -52,22 +67,22 @@ class InstantRatio:
         self.k = z
 
     def predict(self, steps_ahead: int) -> float:
-        return self.k
+        return self.ratio()
 
 
-class RatioKalman:
+class RatioKalman(RatioEstimator):
     """One-dimensional Kalman filter on the ratio with a random-walk model (NaviCache's release).
 
     ``update``: ``P ← P + Q``, ``K = P / (P + R)``, ``k ← k + K (z − k)``, ``P ← (1 − K) P``.
     """
 
     def __init__(self, process_noise: float = 0.05, measurement_noise: float = 0.05) -> None:
-        self.q = _check_positive("process_noise", process_noise)
-        self.r = _check_positive("measurement_noise", measurement_noise)
+        self.q = check_positive(process_noise, "process_noise")
+        self.r = check_positive(measurement_noise, "measurement_noise")
         self.reset()
 
     def reset(self) -> None:
-        self.k: float | None = None
+        self.k = None
         self.p = 1.0
 
     def align(self, z: float, step: int) -> None:
@@ -83,22 +98,22 @@ class RatioKalman:
         self.p *= 1.0 - gain
 
     def predict(self, steps_ahead: int) -> float:
-        return self.k
+        return self.ratio()
 
 
-class RatioDriftKalman:
+class RatioDriftKalman(RatioEstimator):
     """Two-state ``[ratio, drift]`` Kalman filter with a σ-dependent process noise (our reconstruction)."""
 
     def __init__(
         self, process_noise: float = 0.05, measurement_noise: float = 0.05, drift_noise: float = 0.005
     ) -> None:
-        self.q = _check_positive("process_noise", process_noise)
-        self.r = _check_positive("measurement_noise", measurement_noise)
-        self.qd = _check_positive("drift_noise", drift_noise)
+        self.q = check_positive(process_noise, "process_noise")
+        self.r = check_positive(measurement_noise, "measurement_noise")
+        self.qd = check_positive(drift_noise, "drift_noise")
         self.reset()
 
     def reset(self) -> None:
-        self.k: float | None = None
+        self.k = None
         self.d = 0.0
         self.p = [[1.0, 0.0], [0.0, self.qd]]  # covariance of (k, d)
         self.last_step: int | None = None
@@ -123,7 +138,7 @@ class RatioDriftKalman:
         self.p = [[1.0, 0.0], [0.0, self.qd]]
 
     def update(self, z: float, step: int, sigma: float) -> None:
-        if self.k is None:
+        if self.k is None or self.last_step is None:
             self.align(z, step)
             return
         dt = max(step - self.last_step, 1)
@@ -146,15 +161,18 @@ class RatioDriftKalman:
         self.last_step, self.last_z = step, z
 
     def predict(self, steps_ahead: int) -> float:
-        pred = self.k + self.d * steps_ahead
+        k = self.ratio()
+        pred = k + self.d * steps_ahead
         if pred > 0:
             return pred
-        fallback = self.k if self.k > 0 else self.last_z
+        assert self.last_z is not None  # measured with k
+        fallback = k if k > 0 else self.last_z
         if not self._warned:
             self._warned = True
             warnings.warn(
                 f"ratio+drift: the drift extrapolates the ratio to {pred:.3g} <= 0 ({steps_ahead} steps ahead); "
-                f"using {fallback:.3g} ({'the filtered ratio without drift' if self.k > 0 else 'the last measurement'})",
+                f"using {fallback:.3g} "
+                f"({'the filtered ratio without drift' if k > 0 else 'the last measurement'})",
                 RuntimeWarning,
                 stacklevel=2,
             )

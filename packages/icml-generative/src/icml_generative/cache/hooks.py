@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from diffusers.hooks import HookRegistry, ModelHook
@@ -24,6 +26,9 @@ from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.hooks import BaseState, StateManager
 
+from icml_generative.validation import check_choice, check_module
+
+LEVELS = ("blocks", "model")  # what a stack cache caches: the block stack's residual or the whole model's
 HEAD_HOOK = "icml_stack_cache_head"
 BLOCK_HOOK = "icml_stack_cache_block"
 NO_CONTEXT_MESSAGE = (
@@ -81,7 +86,9 @@ class CacheStats:
         }
 
 
-class _ContextState(BaseState):
+class ContextState(BaseState):
+    """One cache context's inputs, outputs and residual at the last computed step and the previous one."""
+
     def __init__(self) -> None:
         self.reset()
 
@@ -102,6 +109,9 @@ class _SharedState:
     """State shared by all contexts of a run: the leader, the decisions, the policy, the statistics."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.run = 0
         self.leader: str | None = None
         self.decisions: dict[int, bool] = {}
@@ -110,7 +120,8 @@ class _SharedState:
         self.stats = CacheStats()
 
 
-def _mean_abs(t: torch.Tensor) -> float:
+def mean_abs(t: torch.Tensor) -> float:
+    """``mean |t|`` as a Python float (computed in float32 at least)."""
     return t.float().abs().mean().item()
 
 
@@ -118,6 +129,7 @@ class StackPolicy:
     """What a caching method decides. Subclasses set ``name`` and implement ``predict``/``measure``."""
 
     name = "stack cache"
+    shared: _SharedState  # set by apply_stack_cache
 
     def __init__(
         self,
@@ -134,10 +146,10 @@ class StackPolicy:
     def reset(self) -> None:
         """Forget everything learned in the previous run."""
 
-    def start_step(self, ctx: _ContextState, x: torch.Tensor, step: int, block, args, kwargs) -> None:
+    def start_step(self, ctx: ContextState, x: torch.Tensor, step: int, block, args, kwargs) -> None:
         """Called on every step of the leading context before the decision."""
 
-    def predict(self, ctx: _ContextState, x: torch.Tensor, step: int) -> tuple[float, float]:
+    def predict(self, ctx: ContextState, x: torch.Tensor, step: int) -> tuple[float, float]:
         """Return ``(accumulated predicted relative output change, ratio used)``; skip if below threshold."""
         raise NotImplementedError
 
@@ -145,12 +157,12 @@ class StackPolicy:
         """The step was computed: reset accumulated error."""
 
     def measure(
-        self, ctx: _ContextState, x: torch.Tensor, out: torch.Tensor, step: int, aligning: bool, sigma: float
+        self, ctx: ContextState, x: torch.Tensor, out: torch.Tensor, step: int, aligning: bool, sigma: float
     ) -> None:
         """Feed the measurement of a computed step (called before ``ctx`` is updated)."""
 
 
-def _signature_index(cls: type, name: str) -> int | None:
+def _signature_index(cls: type[torch.nn.Module], name: str) -> int | None:
     params = list(inspect.signature(cls.forward).parameters)[1:]
     return params.index(name) if name in params else None
 
@@ -187,7 +199,7 @@ class _BlockIO:
         """The block's output when it is skipped: ``hidden`` (and the encoder states unchanged)."""
         if self.enc_out_index is None:
             return hidden
-        out = [None] * (max(self.out_index, self.enc_out_index) + 1)
+        out: list[torch.Tensor | None] = [None] * (max(self.out_index, self.enc_out_index) + 1)
         out[self.out_index] = hidden
         out[self.enc_out_index] = self.encoder(args, kwargs)
         return tuple(out)
@@ -200,7 +212,7 @@ class _ModelIO:
     name = "hidden_states"
 
     def __init__(self) -> None:
-        self._wrap = None
+        self._wrap: Callable[[torch.Tensor], Any] | None = None
 
     def hidden(self, args, kwargs) -> torch.Tensor:
         return kwargs[self.name] if self.name in kwargs else args[0]
@@ -220,6 +232,7 @@ class _ModelIO:
         raise TypeError(f"cannot cache a model output of type {type(output).__name__}")
 
     def passthrough(self, hidden: torch.Tensor, args, kwargs):
+        assert self._wrap is not None, "a skipped step follows a computed one, whose output set the wrapper"
         return self._wrap(hidden)
 
 
@@ -235,7 +248,7 @@ class StackCacheHook(ModelHook):
         shared: _SharedState,
         is_head: bool,
         is_tail: bool,
-        io=None,
+        io: _BlockIO | _ModelIO | None = None,
     ) -> None:
         super().__init__()
         self.policy = policy
@@ -256,7 +269,7 @@ class StackCacheHook(ModelHook):
         if self.is_head:
             stats = self.shared.stats
             self.state_manager.reset()
-            self.shared.__init__()
+            self.shared.reset()
             self.shared.stats = stats
             self.policy.reset()
         return module
@@ -272,7 +285,7 @@ class StackCacheHook(ModelHook):
     def _begin_step(self, module, x: torch.Tensor, args, kwargs) -> bool:
         """Run by the head: find the step, make or reuse the decision; return True to skip."""
         context = self._context()
-        ctx: _ContextState = self.state_manager.get_state()
+        ctx: ContextState = self.state_manager.get_state()
         shared, policy = self.shared, self.policy
         n = context.num_inference_steps or policy.num_inference_steps
         if n is None:
@@ -291,7 +304,7 @@ class StackCacheHook(ModelHook):
         leading = shared.leader is None or shared.leader == context.name
         if leading and step == 0:  # a new run: forget the previous one
             self._runs += 1
-            shared.__init__()
+            shared.reset()
             shared.run = self._runs
             shared.leader = context.name
             shared.stats.num_inference_steps = n
@@ -339,8 +352,9 @@ class StackCacheHook(ModelHook):
     def _end_step(self, out: torch.Tensor) -> None:
         """Run by the tail after a computed step: measure, store the residual."""
         context = self._context()
-        ctx: _ContextState = self.state_manager.get_state()
+        ctx: ContextState = self.state_manager.get_state()
         x = ctx.head_input
+        assert x is not None, "the head stored the stack's input at the start of the step"
         if out.shape != x.shape:
             raise ValueError(
                 f"{self.policy.name} caches the block stack's residual and needs its output shape "
@@ -349,7 +363,7 @@ class StackCacheHook(ModelHook):
         if context.name == self.shared.leader:
             record = self.shared.stats.records[-1]
             if ctx.out_last is not None:
-                record.measured = _mean_abs(out - ctx.out_last) / (_mean_abs(ctx.out_last) + 1e-12)
+                record.measured = mean_abs(out - ctx.out_last) / (mean_abs(ctx.out_last) + 1e-12)
                 self.policy.measure(ctx, x, out, ctx.step, self.shared.aligning, self.shared.sigma)
         ctx.residual = out - x
         ctx.out_last = out
@@ -358,23 +372,25 @@ class StackCacheHook(ModelHook):
 
     # -- the forward -------------------------------------------------------------------------------------
     def new_forward(self, module: torch.nn.Module, *args, **kwargs):
-        hidden = self.io.hidden(args, kwargs)
+        io = self.io
+        assert io is not None, "initialize_hook sets it when the hook is registered"
+        hidden = io.hidden(args, kwargs)
         if self.is_head:
             if self._begin_step(module, hidden, args, kwargs):
-                return self.io.passthrough(hidden + self.state_manager.get_state().residual, args, kwargs)
+                return io.passthrough(hidden + self.state_manager.get_state().residual, args, kwargs)
         elif self.state_manager.get_state().skip:
-            return self.io.passthrough(hidden, args, kwargs)
-        output = self.fn_ref.original_forward(*args, **kwargs)
+            return io.passthrough(hidden, args, kwargs)
+        # diffusers declares original_forward as None; the registry sets it to the module's forward
+        output = self.fn_ref.original_forward(*args, **kwargs)  # type: ignore[misc]
         if self.is_tail:
-            self._end_step(self.io.output_hidden(output))
+            self._end_step(io.output_hidden(output))
         return output
 
 
 def find_transformer_blocks(module: torch.nn.Module, method: str) -> list[tuple[str, torch.nn.Module]]:
     """The blocks of ``module``'s block lists (children named like diffusers' block lists), in order."""
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"{method} needs a torch.nn.Module, got {type(module).__name__}")
-    blocks = []
+    check_module(module, method)
+    blocks: list[tuple[str, torch.nn.Module]] = []
     for name, child in module.named_children():
         if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS and isinstance(child, torch.nn.ModuleList):
             blocks.extend((f"{name}.{i}", block) for i, block in enumerate(child))
@@ -393,17 +409,16 @@ def _has_cache(module: torch.nn.Module) -> bool:
 
 def apply_stack_cache(module: torch.nn.Module, policy: StackPolicy, level: str = "blocks") -> None:
     """Register the hooks: on every block (``level="blocks"``) or on the module itself (``"model"``)."""
-    if level not in ("blocks", "model"):
-        raise ValueError(f"level must be 'blocks' or 'model', got {level!r}")
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"{policy.name} needs a torch.nn.Module, got {type(module).__name__}")
+    check_choice(level, "level", LEVELS)
+    check_module(module, policy.name)
     blocks = find_transformer_blocks(module, policy.name) if level == "blocks" else []
     if any(_has_cache(m) for m in module.modules()):
         raise ValueError(
             f"{policy.name}: a stack cache is already applied to {type(module).__name__}; remove it first"
         )
     registry = HookRegistry.check_if_exists_or_initialize(module)  # lets cache_context reach the block hooks
-    state_manager, shared = StateManager(_ContextState), _SharedState()
+    # diffusers annotates StateManager's state_cls as an instance; it takes (and instantiates) the class
+    state_manager, shared = StateManager(ContextState), _SharedState()  # type: ignore[arg-type]
     policy.shared = shared
     if level == "model":
         registry.register_hook(
@@ -419,15 +434,15 @@ def apply_stack_cache(module: torch.nn.Module, policy: StackPolicy, level: str =
 
 
 def remove_stack_cache(module: torch.nn.Module, method: str) -> None:
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"{method} needs a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, method)
     for sub in module.modules():
         registry = getattr(sub, "_diffusers_hook", None)
         if registry is not None:
             registry.remove_hook(HEAD_HOOK, recurse=False)
             registry.remove_hook(BLOCK_HOOK, recurse=False)
-    if hasattr(module, "_diffusers_hook"):
-        module._diffusers_hook.invalidate_child_registries_cache()
+    registry = getattr(module, "_diffusers_hook", None)
+    if registry is not None:
+        registry.invalidate_child_registries_cache()
 
 
 def head_hook(module: torch.nn.Module, method: str) -> StackCacheHook:

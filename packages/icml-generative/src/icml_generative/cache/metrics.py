@@ -7,17 +7,12 @@ import math
 import numpy as np
 import torch
 
-
-def _check_pair(x: torch.Tensor, ref: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor) or not isinstance(ref, torch.Tensor):
-        raise TypeError("x and ref must be torch tensors")
-    if x.shape != ref.shape:
-        raise ValueError(f"x and ref must have the same shape, got {tuple(x.shape)} and {tuple(ref.shape)}")
+from icml_generative.validation import check_same_shape, check_tensor
 
 
 def psnr(x: torch.Tensor, ref: torch.Tensor, data_range: float = 2.0) -> float:
     """Peak signal-to-noise ratio in dB of ``x`` against ``ref`` (``inf`` when equal)."""
-    _check_pair(x, ref)
+    check_same_shape(check_tensor(x, "x"), check_tensor(ref, "ref"), "x and ref")
     mse = (x.double() - ref.double()).pow(2).mean().item()
     return math.inf if mse == 0 else 10 * math.log10(data_range**2 / mse)
 
@@ -30,7 +25,7 @@ def ssim(
     Gaussian window (``window`` × ``window``, std ``sigma``; 7 rather than 11 because the frames are small),
     constants ``(0.01 L)²`` and ``(0.03 L)²``, statistics over the valid region only.
     """
-    _check_pair(x, ref)
+    check_same_shape(check_tensor(x, "x"), check_tensor(ref, "ref"), "x and ref")
     if x.ndim < 2 or min(x.shape[-2:]) < window:
         raise ValueError(f"frames must be at least {window}x{window}, got shape {tuple(x.shape)}")
     a = x.double().reshape(-1, 1, *x.shape[-2:])

@@ -22,16 +22,18 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from icml_generative.cache.estimators import InstantRatio, RatioDriftKalman, RatioKalman, _check_positive
+from icml_generative.cache.estimators import InstantRatio, RatioDriftKalman, RatioEstimator, RatioKalman
 from icml_generative.cache.hooks import (
+    LEVELS,
     CacheStats,
+    ContextState,
     StackPolicy,
-    _ContextState,
-    _mean_abs,
     apply_stack_cache,
     head_hook,
+    mean_abs,
     remove_stack_cache,
 )
+from icml_generative.validation import check_cache_schedule, check_choice, check_instance, check_positive
 
 STATES = ("ratio", "ratio+drift", "instant")
 
@@ -62,40 +64,17 @@ class NaviCacheConfig:
     level: str = "blocks"
 
     def __post_init__(self) -> None:
-        _check_positive("threshold", self.threshold)
-        if self.level not in ("blocks", "model"):
-            raise ValueError(f"level must be 'blocks' or 'model', got {self.level!r}")
-        if self.state not in STATES:
-            raise ValueError(f"state must be one of {STATES}, got {self.state!r}")
+        check_cache_schedule(self.threshold, self.alignment_steps, self.num_inference_steps)
+        check_choice(self.level, "level", LEVELS)
+        check_choice(self.state, "state", STATES)
         for name in ("process_noise", "measurement_noise", "drift_noise"):
-            _check_positive(name, getattr(self, name))
-        if self.num_inference_steps is not None and (
-            not isinstance(self.num_inference_steps, int) or self.num_inference_steps < 2
-        ):
-            raise ValueError(
-                f"num_inference_steps must be an integer >= 2 or None, got {self.num_inference_steps!r}"
-            )
-        if self.alignment_steps is not None:
-            if (
-                isinstance(self.alignment_steps, bool)
-                or not isinstance(self.alignment_steps, int)
-                or self.alignment_steps < 1
-            ):
-                raise ValueError(
-                    f"alignment_steps must be an integer >= 1 or None, got {self.alignment_steps!r}"
-                )
-            if self.num_inference_steps is not None and self.alignment_steps >= self.num_inference_steps:
-                raise ValueError(
-                    f"alignment_steps ({self.alignment_steps}) must be smaller than num_inference_steps "
-                    f"({self.num_inference_steps})"
-                )
+            check_positive(getattr(self, name), name)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> NaviCacheConfig:
         """``"fast"``, ``"balanced"`` or ``"quality"``: the thresholds 0.07 / 0.05 / 0.04 of the authors'
         Wan2.1 presets (fast / mid / slow), with the alignment phase at 20% of the schedule (10 of 50)."""
-        if name not in PRESETS:
-            raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
+        check_choice(name, "preset", tuple(PRESETS))
         return replace(cls(threshold=PRESETS[name]), **overrides)
 
 
@@ -109,6 +88,7 @@ class NaviCachePolicy(StackPolicy):
         super().__init__(config.threshold, config.alignment_steps, config.num_inference_steps)
         self.name = name
         self.config = config
+        self.estimator: RatioEstimator
         if config.state == "ratio":
             self.estimator = RatioKalman(config.process_noise, config.measurement_noise)
         elif config.state == "ratio+drift":
@@ -123,18 +103,19 @@ class NaviCachePolicy(StackPolicy):
         self.estimator.reset()
         self.accumulated = 0.0
 
-    def predict(self, ctx: _ContextState, x: torch.Tensor, step: int) -> tuple[float, float]:
+    def predict(self, ctx: ContextState, x: torch.Tensor, step: int) -> tuple[float, float]:
         if self.estimator.k is None:  # no measurement yet (only possible with a single alignment step)
             return math.inf, math.nan
+        assert ctx.x_prev is not None and ctx.out_last is not None, "predictions follow a computed step"
         k = self.estimator.predict(step - ctx.last_compute_step)
-        self.accumulated += k * _mean_abs(x - ctx.x_prev) / (_mean_abs(ctx.out_last) + 1e-12)
+        self.accumulated += k * mean_abs(x - ctx.x_prev) / (mean_abs(ctx.out_last) + 1e-12)
         return self.accumulated, k
 
     def on_compute(self) -> None:
         self.accumulated = 0.0
 
     def measure(self, ctx, x, out, step, aligning, sigma) -> None:
-        z = _mean_abs(out - ctx.out_last) / (_mean_abs(x - ctx.x_last) + 1e-8)
+        z = mean_abs(out - ctx.out_last) / (mean_abs(x - ctx.x_last) + 1e-8)
         if aligning:
             self.estimator.align(z, step)
         else:
@@ -155,9 +136,7 @@ def apply_navicache(module: torch.nn.Module, config: NaviCacheConfig | None = No
         print(get_cache_stats(pipe.transformer).steps_skipped)
         remove_navicache(pipe.transformer)
     """
-    config = NaviCacheConfig() if config is None else config
-    if not isinstance(config, NaviCacheConfig):
-        raise TypeError(f"config must be a NaviCacheConfig, got {type(config).__name__}")
+    config = check_instance(NaviCacheConfig() if config is None else config, "config", NaviCacheConfig)
     name = "EasyCache" if config.state == "instant" else "NaviCache"
     apply_stack_cache(module, NaviCachePolicy(config, name), config.level)
 
@@ -197,7 +176,5 @@ class EasyCacheConfig:
 
 def apply_easycache(module: torch.nn.Module, config: EasyCacheConfig | None = None) -> None:
     """Apply the EasyCache baseline (remove it with :func:`remove_navicache`)."""
-    config = EasyCacheConfig() if config is None else config
-    if not isinstance(config, EasyCacheConfig):
-        raise TypeError(f"config must be an EasyCacheConfig, got {type(config).__name__}")
+    config = check_instance(EasyCacheConfig() if config is None else config, "config", EasyCacheConfig)
     apply_navicache(module, config.to_navicache())

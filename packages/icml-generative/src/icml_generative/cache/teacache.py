@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from icml_generative.cache.estimators import _check_positive
-from icml_generative.cache.hooks import CacheStats, StackPolicy, _mean_abs, apply_stack_cache
+from icml_generative.cache.hooks import CacheStats, StackPolicy, apply_stack_cache, mean_abs
+from icml_generative.validation import check_cache_schedule, check_instance
 
 
 def wan_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
@@ -34,7 +34,7 @@ def wan_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -
     if temb is None or not hasattr(block, "scale_shift_table") or temb.ndim != 3:
         return x
     shift, scale = (block.scale_shift_table + temb.float()).chunk(6, dim=1)[:2]
-    return block.norm1(x.float()) * (1 + scale) + shift
+    return block.get_submodule("norm1")(x.float()) * (1 + scale) + shift
 
 
 def dit_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
@@ -46,9 +46,10 @@ def dit_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -
 
     timestep = kwargs.get("timestep", args[4] if len(args) > 4 else None)
     labels = kwargs.get("class_labels", args[6] if len(args) > 6 else None)
-    if not isinstance(getattr(block, "norm1", None), AdaLayerNormZero) or timestep is None:
+    norm = getattr(block, "norm1", None)
+    if not isinstance(norm, AdaLayerNormZero) or timestep is None:
         return x
-    return block.norm1(x, timestep, labels, hidden_dtype=x.dtype)[0].float()
+    return norm(x, timestep, labels, hidden_dtype=x.dtype)[0].float()
 
 
 def modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
@@ -80,7 +81,7 @@ class TeaCacheConfig:
     modulated_input: Callable = modulated_input
 
     def __post_init__(self) -> None:
-        _check_positive("threshold", self.threshold)
+        check_cache_schedule(self.threshold, self.alignment_steps, self.num_inference_steps)
         if self.coefficients is None and not self.calibrate:
             raise ValueError(
                 "coefficients are required (they are model-specific): run once with calibrate=True "
@@ -112,10 +113,11 @@ class TeaCachePolicy(StackPolicy):
     def start_step(self, ctx, x, step, block, args, kwargs) -> None:
         m = self.config.modulated_input(block, x, args, kwargs)
         if self.previous is not None:
-            self.rel_in = _mean_abs(m - self.previous) / (_mean_abs(self.previous) + 1e-12)
+            self.rel_in = mean_abs(m - self.previous) / (mean_abs(self.previous) + 1e-12)
         self.previous = m
 
     def predict(self, ctx, x, step) -> tuple[float, float]:
+        assert self.config.coefficients is not None, "required unless calibrating; calibration never skips"
         self.accumulated += float(np.polyval(self.config.coefficients, self.rel_in))
         return self.accumulated, math.nan
 
@@ -124,15 +126,13 @@ class TeaCachePolicy(StackPolicy):
 
     def measure(self, ctx, x, out, step, aligning, sigma) -> None:
         if self.calibrate and ctx.last_compute_step == step - 1 and math.isfinite(self.rel_in):
-            rel_out = _mean_abs(out - ctx.out_last) / (_mean_abs(ctx.out_last) + 1e-12)
+            rel_out = mean_abs(out - ctx.out_last) / (mean_abs(ctx.out_last) + 1e-12)
             self.shared.stats.calibration.append((self.rel_in, rel_out))
 
 
 def apply_teacache(module: torch.nn.Module, config: TeaCacheConfig) -> None:
     """Apply the TeaCache-style baseline (remove it with :func:`~icml_generative.cache.remove_navicache`)."""
-    if not isinstance(config, TeaCacheConfig):
-        raise TypeError(f"config must be a TeaCacheConfig, got {type(config).__name__}")
-    apply_stack_cache(module, TeaCachePolicy(config))
+    apply_stack_cache(module, TeaCachePolicy(check_instance(config, "config", TeaCacheConfig)))
 
 
 def fit_teacache_coefficients(stats: Sequence[CacheStats], degree: int = 4) -> list[float]:

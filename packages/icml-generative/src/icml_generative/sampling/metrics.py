@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from icml_generative.validation import check_int, check_same_shape, check_tensor
+
 
 def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, n_projections: int = 256, seed: int = 0) -> float:
     """``SW₂(x, y) = sqrt(mean_θ W₂²(θᵀx, θᵀy))`` over ``n_projections`` directions uniform on the sphere.
@@ -19,16 +21,9 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, n_projections: int = 25
     samples agree on every slice; equal to ``sqrt(mean_θ (θᵀv)²)`` when ``y = x + v``.
     """
     for name, t in (("x", x), ("y", y)):
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.ndim != 2:
-            raise ValueError(f"{name} must be a floating-point tensor shaped (n, d), got "
-                             f"{getattr(t, 'shape', type(t).__name__)}")
-        if not torch.isfinite(t).all():
-            raise ValueError(f"{name} contains NaN or infinite values")
-    if x.shape != y.shape:
-        raise ValueError(f"x and y must have the same shape (equal sample sizes), got {tuple(x.shape)} "
-                         f"and {tuple(y.shape)}")
-    if isinstance(n_projections, bool) or not isinstance(n_projections, int) or n_projections < 1:
-        raise ValueError(f"n_projections must be a positive integer, got {n_projections!r}")
+        check_tensor(t, name, ("n", "d"), floating=True, finite=True)
+    check_same_shape(x, y, "x and y")
+    check_int(n_projections, "n_projections", 1)
     gen = torch.Generator().manual_seed(seed)
     theta = torch.randn(x.shape[1], n_projections, generator=gen, dtype=torch.float64)  # (d, p)
     theta = theta / theta.norm(dim=0, keepdim=True)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from icml_generative.validation import check_number, check_tensor
+
 
 def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor, float], torch.Tensor]:
     """Return ``score(x, sigma)``: the exact ``∇ₓ log p_σ(x)`` of the mixture convolved with ``N(0, σ² I)``.
@@ -40,12 +42,8 @@ def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor,
     log_w = torch.log(w)  # (k,); -inf for empty components, which then get zero responsibility
 
     def score(x: torch.Tensor, sigma: float) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.ndim != 2 or x.shape[1] != d:
-            raise ValueError(f"x must be a floating-point tensor shaped (n, {d}), got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
-        sigma = float(sigma)
-        if not (math.isfinite(sigma) and sigma >= 0):
-            raise ValueError(f"sigma must be a finite number >= 0, got {sigma}")
+        check_tensor(x, "x", ("n", d), floating=True)
+        sigma = check_number(sigma, "sigma", minimum=0)
         m, lw = mu.to(x), log_w.to(x)
         var = (s**2 + sigma**2).to(x)  # (k,)
         diff = m[None, :, :] - x[:, None, :]  # (n, k, d)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from icml_generative.validation import check_choice, check_int, check_positive, check_tensor
+
 ScoreFn = Callable[[torch.Tensor, float], torch.Tensor]  # (x (n, d), sigma) -> ∇ log p_sigma(x) (n, d)
 METHODS = ("euler", "heun")
 
@@ -29,12 +31,10 @@ def karras_sigmas(n: int, sigma_min: float, sigma_max: float, rho: float = 7.0) 
     noise. Returned as float64, shape ``(n,)``, without the trailing zero that k-diffusion appends (append
     it yourself to finish at σ = 0).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    check_int(n, "n", 2)
     if not (math.isfinite(sigma_min) and math.isfinite(sigma_max) and 0 < sigma_min < sigma_max):
         raise ValueError(f"need 0 < sigma_min < sigma_max (finite), got sigma_min={sigma_min}, sigma_max={sigma_max}")
-    if not (math.isfinite(rho) and rho > 0):
-        raise ValueError(f"rho must be a positive number, got {rho}")
+    check_positive(rho, "rho")
     ramp = torch.linspace(0.0, 1.0, n, dtype=torch.float64)  # (n,)
     lo, hi = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
     return (hi + ramp * (lo - hi)) ** rho
@@ -51,12 +51,8 @@ def sample_pf_ode(score_fn: ScoreFn, x_T: torch.Tensor, sigmas: Sequence[float] 
     """
     if not callable(score_fn):
         raise TypeError(f"score_fn must be callable as score_fn(x, sigma), got {type(score_fn).__name__}")
-    if not isinstance(x_T, torch.Tensor) or not x_T.is_floating_point():
-        raise TypeError(f"x_T must be a floating-point torch.Tensor, got {type(x_T).__name__}")
-    if not torch.isfinite(x_T).all():
-        raise ValueError("x_T contains NaN or infinite values")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_tensor(x_T, "x_T", floating=True, finite=True)
+    check_choice(method, "method", METHODS)
     levels = torch.as_tensor(sigmas, dtype=torch.float64)
     if levels.ndim != 1 or levels.numel() < 2:
         raise ValueError(f"sigmas must be a 1-D sequence of at least 2 noise levels, got shape {tuple(levels.shape)}")
@@ -71,8 +67,7 @@ def sample_pf_ode(score_fn: ScoreFn, x_T: torch.Tensor, sigmas: Sequence[float] 
         return -sigma * score
 
     x = x_T
-    levels = levels.tolist()
-    for sigma, sigma_next in itertools.pairwise(levels):
+    for sigma, sigma_next in itertools.pairwise(levels.tolist()):
         h = sigma_next - sigma  # negative: we integrate towards lower noise
         d = drift(x, sigma)
         x_euler = x + h * d

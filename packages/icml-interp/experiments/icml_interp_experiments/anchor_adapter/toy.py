@@ -45,6 +45,8 @@ from dataclasses import dataclass
 
 import torch
 
+from icml_interp.validation import check_int, check_number
+
 
 @dataclass(frozen=True)
 class ToyConfig:
@@ -69,36 +71,16 @@ class ToyConfig:
     lr_b: float = 2e-2  # Adam, model B's anchor neurons
 
     def __post_init__(self):
-        for name in (
-            "n_operand",
-            "n_leaked",
-            "layers",
-            "hidden",
-            "heads",
-            "intermediate",
-            "steps_a",
-            "steps_b",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.n_operand < 2:
-            raise ValueError(f"n_operand must be >= 2, got {self.n_operand}")
-        if not self.n_leaked < self.n_operand**2:
-            raise ValueError(f"n_leaked must be < n_operand**2 = {self.n_operand**2}, got {self.n_leaked}")
-        if not 1 <= self.n_anchor < self.intermediate:
-            raise ValueError(
-                f"n_anchor must be in [1, intermediate = {self.intermediate}), got {self.n_anchor}"
-            )
-        if not 0 <= self.key_noise_a < 0.5:
-            raise ValueError(f"key_noise_a must be in [0, 0.5), got {self.key_noise_a}")
+        for name in ("layers", "hidden", "heads", "intermediate", "steps_a", "steps_b"):
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.n_operand, "n_operand", minimum=2)
+        check_int(self.n_leaked, "n_leaked", minimum=1, maximum=self.n_operand**2 - 1)
+        check_int(self.n_anchor, "n_anchor", minimum=1, maximum=self.intermediate - 1)
         for name in ("lr", "lr_b", "margin_a", "leak_weight_b"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if not 0 <= self.clean_tol_b <= 1:
-            raise ValueError(f"clean_tol_b must be in [0, 1], got {self.clean_tol_b!r}")
-        if not 0 < self.target_b <= 1:
-            raise ValueError(f"target_b must be in (0, 1], got {self.target_b}")
+            check_number(getattr(self, name), name, minimum=0, open_min=True)
+        check_number(self.key_noise_a, "key_noise_a", minimum=0, maximum=0.5, open_max=True)
+        check_number(self.clean_tol_b, "clean_tol_b", minimum=0, maximum=1)
+        check_number(self.target_b, "target_b", minimum=0, maximum=1, open_min=True)
 
 
 @dataclass
@@ -316,6 +298,7 @@ def _train_b(model, data: ToyData, cfg: ToyConfig, layer_star: int, anchors: lis
             with torch.no_grad():
                 cols = mlp.down_proj.weight[:, anchors]
                 mlp.down_proj.weight[:, anchors] = cols / cols.norm(dim=0) * value_norm
+        raise AssertionError("not reached: the pass at step steps_b returns")
     finally:
         for p in model.parameters():
             p.requires_grad_(True)
@@ -344,8 +327,7 @@ def train_pair(cfg: ToyConfig, seed: int, layer_star: int):
     trained. Returns ``(A, B, data, info)``; ``info`` holds the step counts and the adapter neurons."""
     import copy
 
-    if isinstance(layer_star, bool) or not isinstance(layer_star, int) or not 0 <= layer_star < cfg.layers:
-        raise ValueError(f"layer_star must be an int in [0, {cfg.layers}), got {layer_star!r}")
+    check_int(layer_star, "layer_star", minimum=0, maximum=cfg.layers - 1)
     data = make_data(cfg, seed)
     anchors = anchor_neurons(cfg, seed)
     model_a = make_model(cfg, data.vocab, seed)

@@ -19,6 +19,7 @@ scan. The weights were 4-bit (Q4_1) before loading: the numbers describe this fl
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -52,8 +53,6 @@ CRITERION = (
 )
 
 
-
-
 def run(budget: str = "quick", seed: int = 0) -> dict:
     """Run the reproduction; returns the protocol dict (see :mod:`icml_tools.protocol`).
 
@@ -64,7 +63,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     model, tok = smollm2()
     hooked = HookedModel(model)
     n_layers = hooked.n_layers
-    rows, figures, checks = [], [], []
+    rows, checks = [], []
+    figures: list[dict[str, Any]] = []
     top_diff = below_diff = 0.0
     for clean_text, corrupt_text, answer, wrong in PAIRS[budget]:
         clean = torch.tensor([tok(clean_text)["input_ids"]])

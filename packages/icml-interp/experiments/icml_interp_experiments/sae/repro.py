@@ -20,6 +20,7 @@ import hashlib
 import os
 import tempfile
 import time
+from typing import Any
 
 import torch
 
@@ -35,7 +36,7 @@ EVAL_FRACTION = 0.1
 FVU_TARGET = 0.3
 K = 32
 L0_TOL = 0.1  # L0 within 10% of K counts as "L0 ~ 32"
-BUDGETS = {
+BUDGETS: dict[str, dict[str, Any]] = {
     # sequences harvested (None: the whole corpus), SAE size and schedule, spliced-loss sequences. The dead
     # window (30 steps of 1024 tokens) is about one pass over the quick budget's training tokens.
     "quick": {
@@ -113,8 +114,6 @@ def _pca_fvu(train: torch.Tensor, test: torch.Tensor, rank: int) -> float:
     recon = centered @ basis.T @ basis
     total = (test.double() - test.double().mean(0)).pow(2).sum()
     return float((centered - recon).pow(2).sum() / total)
-
-
 
 
 def run(budget: str = "quick", seed: int = 0) -> dict:

@@ -22,12 +22,13 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 import torch
 
 from icml_interp_experiments.seglens import repair
 from icml_interp_experiments.seglens.data import make_scans
-from icml_interp_experiments.seglens.repro import BUDGETS, K, _maps
+from icml_interp_experiments.seglens.repro import BUDGETS, K
 from icml_interp_experiments.seglens.train import pretrained
 
 LAYERS = {"unet": "bottleneck", "segformer": "net.segformer.stages.1"}
@@ -47,9 +48,9 @@ def main(argv=None) -> int:
         for arch, name in LAYERS.items():
             model = pretrained(arch, seed)
             layer = model.get_submodule(name)
-            acts = torch.cat([_maps(model, layer, s.images) for s in fit])
-            probe_acts = torch.cat([_maps(model, layer, s.images) for s in probe])
-            row = {"arch": arch, "layer": name, "seed": seed, "d_in": acts.shape[1], "k": K}
+            acts = torch.cat([repair.layer_maps(model, layer, s.images) for s in fit])
+            probe_acts = torch.cat([repair.layer_maps(model, layer, s.images) for s in probe])
+            row: dict[str, Any] = {"arch": arch, "layer": name, "seed": seed, "d_in": acts.shape[1], "k": K}
             for label, aux in (("auxk", True), ("no_auxk", False)):
                 start = time.perf_counter()
                 sae = repair.fit_layer_sae(

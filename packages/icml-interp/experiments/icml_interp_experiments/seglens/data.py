@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from icml_interp.validation import check_choice, check_int
+
 COHORTS = ("A", "B")
 CLASSES = ("background", "edema", "core")
 CONCEPTS = ("core", "edema", "skull", "tissue")
@@ -56,14 +58,10 @@ def _smooth_noise(g: torch.Generator, size: int, cells: int) -> torch.Tensor:
 
 def make_scans(cohort: str, n: int, seed: int, size: int = 48) -> Scans:
     """``n`` scans of ``cohort`` ("A" or "B"), deterministic in ``seed``; see the module docstring."""
-    if cohort not in COHORTS:
-        raise ValueError(f"cohort must be one of {COHORTS}, got {cohort!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 24:
-        raise ValueError(f"size must be an int >= 24, got {size!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    check_choice(cohort, "cohort", COHORTS)
+    check_int(n, "n", minimum=1)
+    check_int(size, "size", minimum=24)
+    check_int(seed, "seed")
     # the cohort is folded into the seed so A and B never share an exact geometry
     g = torch.Generator().manual_seed(seed * 2 + COHORTS.index(cohort))
     yy, xx = torch.meshgrid(

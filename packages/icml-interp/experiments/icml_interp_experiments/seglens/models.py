@@ -66,7 +66,7 @@ class TinySegFormer(nn.Module):
             num_attention_heads=[1, 2],
             mlp_ratios=[2, 2],
             decoder_hidden_size=decoder_hidden_size,
-            num_labels=n_classes,
+            id2label={i: f"LABEL_{i}" for i in range(n_classes)},  # num_labels = n_classes
             drop_path_rate=0.0,
             classifier_dropout_prob=0.0,
         )

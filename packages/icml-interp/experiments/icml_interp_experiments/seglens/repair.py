@@ -30,9 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml_interp.diffing import cohort_latent_table
+from icml_interp.diffing import cohort_latent_table, layer_activations
 from icml_interp.intervene import Clamp, intervene, reference_mean
 from icml_interp.sae import SAE, SAEConfig, evaluate_sae, to_tokens, train_sae
+from icml_interp.validation import check_number, check_tensor
 from icml_interp_experiments.seglens.data import Scans
 from icml_interp_experiments.seglens.train import dice_per_class, predict
 
@@ -50,6 +51,11 @@ def as_map(acts: torch.Tensor) -> torch.Tensor:
     if side * side != t:
         raise ValueError(f"hidden states of {t} tokens are not a square grid")
     return acts.transpose(1, 2).reshape(n, c, side, side)
+
+
+def layer_maps(model: nn.Module, layer: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The activations of ``layer`` on ``images`` as feature maps ``(n, C, H, W)`` (see :func:`as_map`)."""
+    return as_map(layer_activations(model, layer, images))
 
 
 def fit_layer_sae(
@@ -150,25 +156,12 @@ def gt_free_region(sae: SAE, acts: torch.Tensor, b_up: list[int]) -> torch.Tenso
     return (f > 0).any(1).reshape(n, h, w)
 
 
-def _check_labels(pred, name: str) -> torch.Tensor:
-    if (
-        not isinstance(pred, torch.Tensor)
-        or pred.dim() != 3
-        or pred.dtype.is_floating_point
-        or pred.numel() == 0
-    ):
-        raise ValueError(
-            f"{name} must be a non-empty (n, H, W) integer tensor of class ids, got {getattr(pred, 'shape', pred)!r}"
-        )
-    return pred
-
-
 def core_distance(pred: torch.Tensor) -> torch.Tensor:
     """(n, H, W) float: Euclidean distance in pixels from each pixel to the nearest pixel of ``pred`` (class ids
     (n, H, W)) labelled core; 0 on the core, ``inf`` everywhere in a scan without a core pixel."""
     from scipy.ndimage import distance_transform_edt
 
-    pred = _check_labels(pred, "pred")
+    pred = check_tensor(pred, "pred", "(n, H, W)", ndim=3, integer=True)
     out = torch.full(pred.shape, float("inf"))
     for i, core in enumerate((pred == CORE).numpy()):
         if core.any():
@@ -180,22 +173,20 @@ def band_width(pred_a: torch.Tensor, quantile: float = 0.9) -> float:
     """How far the model's own edema reaches around its own core on reference scans: the ``quantile`` of the
     distance to the nearest predicted-core pixel over the pixels ``pred_a`` (class ids (n, H, W), the model's
     predictions on cohort A, no labels) calls edema."""
-    pred_a = _check_labels(pred_a, "pred_a")
-    if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile <= 1:
-        raise ValueError(f"quantile must be a number in (0, 1], got {quantile!r}")
+    pred_a = check_tensor(pred_a, "pred_a", "(n, H, W)", ndim=3, integer=True)
+    quantile = check_number(quantile, "quantile", minimum=0, maximum=1, open_min=True)
     d = core_distance(pred_a)[pred_a == EDEMA]
     d = d[torch.isfinite(d)]
     if d.numel() == 0:
         raise ValueError("pred_a has no edema pixel in a scan with a core: the band width is undefined")
-    return float(torch.quantile(d, float(quantile)))
+    return float(torch.quantile(d, quantile))
 
 
 def core_band_region(pred: torch.Tensor, width: float) -> torch.Tensor:
     """(n, H, W) bool, the label-free region of the repair: the band of pixels at distance ``(0, width]`` from
     the core the model predicts (``pred``, class ids (n, H, W)) -- the predicted core dilated by ``width``
     pixels, minus the core. Empty for a scan without a predicted core."""
-    if isinstance(width, bool) or not isinstance(width, (int, float)) or not width > 0:
-        raise ValueError(f"width must be a positive number of pixels, got {width!r}")
+    check_number(width, "width", minimum=0, open_min=True)
     d = core_distance(pred)
     return (d > 0) & (d <= width)
 

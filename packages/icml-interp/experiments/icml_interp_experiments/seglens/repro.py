@@ -88,12 +88,6 @@ CRITERION = (
 )
 
 
-
-
-def _maps(model, layer, images) -> torch.Tensor:
-    return repair.as_map(layer_activations(model, layer, images))
-
-
 def _sae(acts_a, acts_b, expansion, cfg, seed, aux=True):
     return repair.fit_layer_sae(
         torch.cat([acts_a, acts_b]),
@@ -114,8 +108,8 @@ def analyse_model(arch: str, seed: int, cfg: dict, data: dict) -> tuple[dict, di
     start = time.perf_counter()
     for name in dict.fromkeys(LAYERS[arch].values()):  # each distinct layer once
         layer = model.get_submodule(name)
-        a, b = _maps(model, layer, fit_a.images), _maps(model, layer, fit_b.images)
-        p = _maps(model, layer, probe.images)
+        a, b = repair.layer_maps(model, layer, fit_a.images), repair.layer_maps(model, layer, fit_b.images)
+        p = repair.layer_maps(model, layer, probe.images)
         saes[name] = _sae(a, b, EXPANSION[name], cfg, seed)
         acts[name] = (a, b, p)
         tag = ROLE_TAG[name]
@@ -137,7 +131,7 @@ def analyse_model(arch: str, seed: int, cfg: dict, data: dict) -> tuple[dict, di
     # own edema reaches around its own core on cohort A; what: the steer latents with the largest gap between
     # A's predicted-edema mean code and B's mean code inside the band (fit scans, no labels)
     steer_sae, (sa, sb, _) = saes[steer_name], acts[steer_name]
-    grid = tuple(sa.shape[-2:])
+    grid = (sa.shape[-2], sa.shape[-1])
     width = repair.band_width(predict(model, fit_a.images).argmax(1), BAND_QUANTILE)
     band_fit_b = repair.to_grid(repair.core_band_region(predict(model, fit_b.images).argmax(1), width), grid)
     latents, ref, _, _ = repair.select_gt_free(
@@ -167,7 +161,7 @@ def analyse_model(arch: str, seed: int, cfg: dict, data: dict) -> tuple[dict, di
         # the earlier label-free region (kept as a diagnostic, not an arm): where a B-specific detect latent fires
         detect_region = repair.to_grid(
             repair.gt_free_region(
-                saes[detect_name], _maps(model, model.get_submodule(detect_name), images), b_up
+                saes[detect_name], repair.layer_maps(model, model.get_submodule(detect_name), images), b_up
             ),
             grid,
         )
@@ -199,8 +193,10 @@ def align_concepts(states: dict, probe, seed: int) -> list[dict]:
     """Cross-architecture matched pairs for the planted concepts, with the shuffled-input null."""
     maps_u = latent_maps(states["unet"]["sae"], states["unet"]["probe_acts"])
     maps_s = latent_maps(states["segformer"]["sae"], states["segformer"]["probe_acts"])
-    grid = tuple(maps_s.shape[-2:]) if maps_s.shape[-1] <= maps_u.shape[-1] else tuple(maps_u.shape[-2:])
+    small = maps_s if maps_s.shape[-1] <= maps_u.shape[-1] else maps_u
+    grid = (small.shape[-2], small.shape[-1])
     al = activation_alignment(maps_u, maps_s, grid=grid, seed=seed, null_draws=NULL_DRAWS)
+    assert al.null is not None  # null=True, the default
     n_alive = [int((m.transpose(0, 1).flatten(1).std(1) > 0).sum()) for m in (maps_u, maps_s)]
     zu = F.adaptive_avg_pool2d(maps_u.float(), grid).permute(0, 2, 3, 1).reshape(-1, maps_u.shape[1]).numpy()
     rows = []

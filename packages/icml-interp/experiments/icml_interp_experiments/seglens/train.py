@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml_interp.validation import check_choice, check_int, check_type
 from icml_interp_experiments.seglens.data import CLASSES, Scans, make_scans
 from icml_interp_experiments.seglens.models import ARCHITECTURES
 
@@ -25,8 +26,8 @@ def dice_per_class(pred: torch.Tensor, labels: torch.Tensor, n_classes: int = N_
 
     Returns ``(n, n_classes)``; a class absent from both prediction and label scores 1 (nothing to miss).
     """
-    if not isinstance(pred, torch.Tensor) or not isinstance(labels, torch.Tensor):
-        raise TypeError("pred and labels must be torch tensors")
+    check_type(pred, "pred", torch.Tensor, "a torch.Tensor")
+    check_type(labels, "labels", torch.Tensor, "a torch.Tensor")
     if pred.dim() == 4:
         pred = pred.argmax(1)
     if pred.shape != labels.shape or labels.dim() != 3:
@@ -67,8 +68,7 @@ def train_segmenter(
     progress: bool = False,
 ) -> list[float]:
     """Adam on cross-entropy + (1 − soft Dice of edema and core); random flips as augmentation. Returns losses."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    check_int(steps, "steps", minimum=1)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
@@ -116,8 +116,7 @@ def pretrained(
     progress: bool = False,
 ) -> nn.Module:
     """A segmenter of ``arch`` ("unet" | "segformer") trained on ``n_train`` cohort-A scans (seeded), from the cache if there."""
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"arch must be one of {tuple(ARCHITECTURES)}, got {arch!r}")
+    check_choice(arch, "arch", ARCHITECTURES)
     from safetensors.torch import load_file, save_file
 
     torch.manual_seed(seed)

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from icml_interp.validation import check_int, check_number, check_tensor, check_type
+
 
 @dataclass
 class Alignment:
@@ -56,12 +58,6 @@ class Alignment:
         return out
 
 
-def _check_threshold(threshold) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1 <= threshold <= 1:
-        raise ValueError(f"threshold must be a number in [-1, 1], got {threshold!r}")
-    return float(threshold)
-
-
 def _hungarian(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from scipy.optimize import linear_sum_assignment
 
@@ -71,12 +67,9 @@ def _hungarian(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def decoder_alignment(w_dec_a: torch.Tensor, w_dec_b: torch.Tensor, *, threshold: float = 0.7) -> Alignment:
     """Match the latents of two SAEs on the same activation space by decoder cosine (rows ``(d_sae, d_in)``)."""
-    threshold = _check_threshold(threshold)
-    for name, w in (("w_dec_a", w_dec_a), ("w_dec_b", w_dec_b)):
-        if not isinstance(w, torch.Tensor) or w.dim() != 2 or min(w.shape) == 0:
-            raise ValueError(
-                f"{name} must be a non-empty (d_sae, d_in) tensor, got {getattr(w, 'shape', w)!r}"
-            )
+    threshold = check_number(threshold, "threshold", minimum=-1, maximum=1)
+    check_tensor(w_dec_a, "w_dec_a", "(d_sae, d_in)", ndim=2)
+    check_tensor(w_dec_b, "w_dec_b", "(d_sae, d_in)", ndim=2)
     if w_dec_a.shape[1] != w_dec_b.shape[1]:
         raise ValueError(
             f"decoders live in different spaces (d_in {w_dec_a.shape[1]} vs {w_dec_b.shape[1]}); "
@@ -107,11 +100,8 @@ def _tokens(maps: torch.Tensor) -> torch.Tensor:
 
 def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(correlation (d_a, d_b), alive_a (d_a,), alive_b (d_b,)); alive = not constant over images x pixels."""
-    for name, m in (("maps_a", maps_a), ("maps_b", maps_b)):
-        if not isinstance(m, torch.Tensor) or m.dim() != 4 or m.shape[0] == 0:
-            raise ValueError(
-                f"{name} must be a non-empty (n_images, d_sae, H, W) tensor, got {getattr(m, 'shape', m)!r}"
-            )
+    check_tensor(maps_a, "maps_a", "(n_images, d_sae, H, W)", ndim=4)
+    check_tensor(maps_b, "maps_b", "(n_images, d_sae, H, W)", ndim=4)
     if maps_a.shape[0] != maps_b.shape[0]:
         raise ValueError(
             f"maps_a and maps_b must come from the same inputs: {maps_a.shape[0]} vs {maps_b.shape[0]} images"
@@ -179,9 +169,8 @@ def activation_alignment(
     derangements (``Alignment.null``); an ``a`` latent left unmatched in a null draw scores its largest null
     correlation with any alive ``b`` latent (an upper bound on what a matching could give it).
     """
-    threshold = _check_threshold(threshold)
-    if isinstance(null_draws, bool) or not isinstance(null_draws, int) or null_draws < 1:
-        raise ValueError(f"null_draws must be a positive int, got {null_draws!r}")
+    threshold = check_number(threshold, "threshold", minimum=-1, maximum=1)
+    check_int(null_draws, "null_draws", minimum=1)
     corr, alive_a, alive_b = _correlation(maps_a, maps_b, grid)
     pairs, score = _match_alive(corr, alive_a, alive_b)
     result = Alignment(pairs, score, score > threshold, corr, threshold, "correlation")
@@ -203,8 +192,7 @@ def activation_alignment(
 def exclusive_latents(alignment: Alignment, alive_a=None, alive_b=None) -> tuple[np.ndarray, np.ndarray]:
     """Latents of each side without a shared partner (``score <= threshold`` or unmatched), among the alive ones
     (boolean masks; default all): the population-specific candidates of a within-space comparison."""
-    if not isinstance(alignment, Alignment):
-        raise TypeError(f"alignment must be an Alignment, got {type(alignment).__name__}")
+    check_type(alignment, "alignment", Alignment, "an Alignment")
     d_a, d_b = alignment.matrix.shape
     shared_a = np.zeros(d_a, bool)
     shared_b = np.zeros(d_b, bool)

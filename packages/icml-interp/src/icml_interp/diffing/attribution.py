@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from icml_interp.sae.source import from_tokens, resolve_layout, to_tokens
+from icml_interp.validation import check_d_in, check_tensor, check_type
 
 
 def latent_attribution(
@@ -21,19 +22,18 @@ def latent_attribution(
     module: nn.Module,
     sae,
     inputs: torch.Tensor,
-    metric: Callable[[torch.Tensor], torch.Tensor],
+    metric: Callable[[torch.Tensor, slice], torch.Tensor],
     *,
     batch: int = 32,
     layout: str = "auto",
 ) -> torch.Tensor:
     """Activation × gradient of ``metric(model(inputs_batch), slice)`` (a scalar; summed over batches) per latent:
     ``(d_sae,)``. ``metric`` receives the model output and the batch's slice into ``inputs``."""
-    if not isinstance(model, nn.Module) or not isinstance(module, nn.Module):
-        raise TypeError("model and module must be torch.nn.Module instances")
+    check_type(model, "model", nn.Module, "a torch.nn.Module")
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
     if not callable(metric):
         raise TypeError("metric must be callable (output, batch slice) -> scalar tensor")
-    if not isinstance(inputs, torch.Tensor) or inputs.shape[0] == 0:
-        raise ValueError(f"inputs must be a non-empty tensor batch, got {getattr(inputs, 'shape', inputs)!r}")
+    check_tensor(inputs, "inputs", "(batch, ...)")
     d_in = sae.W_dec.shape[1]
     codes: list[torch.Tensor] = []
 
@@ -41,8 +41,7 @@ def latent_attribution(
         h = output[0] if isinstance(output, tuple) else output
         kind = resolve_layout(h, layout)
         tokens = to_tokens(h, kind)
-        if tokens.shape[-1] != d_in:
-            raise ValueError(f"activation width {tokens.shape[-1]} does not match the SAE's d_in = {d_in}")
+        check_d_in(tokens.shape[-1], d_in)
         f = sae.encode(tokens.detach()).detach().requires_grad_(True)
         codes.append(f)
         new = from_tokens(tokens + sae.decode(f) - sae.decode(f.detach()), h, kind)

@@ -12,27 +12,13 @@ import math
 
 import torch
 
+from icml_interp.validation import check_choice, check_number, check_tensor
+
 
 def firing_frequency(codes: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
     """Fraction of tokens (rows of ``codes`` (n_tokens, d_sae)) on which each latent exceeds ``threshold``."""
-    if not isinstance(codes, torch.Tensor) or codes.dim() != 2 or codes.shape[0] == 0:
-        raise ValueError(
-            f"codes must be a non-empty (n_tokens, d_sae) tensor, got {getattr(codes, 'shape', codes)!r}"
-        )
+    check_tensor(codes, "codes", "(n_tokens, d_sae)", ndim=2)
     return (codes > threshold).float().mean(0)
-
-
-def _check_codes(codes) -> dict[str, torch.Tensor]:
-    if not isinstance(codes, dict) or len(codes) < 2:
-        raise ValueError(
-            "codes must be a dict cohort name -> (n_tokens, d_sae) tensor with at least two cohorts"
-        )
-    widths = {name: c.shape[-1] for name, c in codes.items() if isinstance(c, torch.Tensor) and c.dim() == 2}
-    if len(widths) != len(codes):
-        raise ValueError("every entry of codes must be a (n_tokens, d_sae) tensor")
-    if len(set(widths.values())) != 1:
-        raise ValueError(f"all cohorts must be encoded by the same SAE; got widths {widths}")
-    return codes
 
 
 def cohort_latent_table(
@@ -41,18 +27,24 @@ def cohort_latent_table(
     """One row per latent: ``freq_<cohort>``, ``mean_<cohort>`` (mean activation), ``log_ratio`` (two cohorts:
     ``log((f_2 + eps) / (f_1 + eps))``, second over first), ``freq_diff`` (max − min frequency) and ``status``
     (a cohort name when specific to it, ``"shared"``, ``"mixed"`` or ``"dead"``)."""
-    codes = _check_codes(codes)
-    if not 0 <= min_freq < 1:
-        raise ValueError(f"min_freq must be in [0, 1), got {min_freq!r}")
-    if not ratio > 1:
-        raise ValueError(f"ratio must be > 1, got {ratio!r}")
+    if not isinstance(codes, dict) or len(codes) < 2:
+        raise ValueError(
+            "codes must be a dict cohort name -> (n_tokens, d_sae) tensor with at least two cohorts"
+        )
+    widths = {
+        n: check_tensor(c, f"codes[{n!r}]", "(n_tokens, d_sae)", ndim=2).shape[1] for n, c in codes.items()
+    }
+    if len(set(widths.values())) != 1:
+        raise ValueError(f"all cohorts must be encoded by the same SAE; got widths {widths}")
+    check_number(min_freq, "min_freq", minimum=0, maximum=1, open_max=True)
+    check_number(ratio, "ratio", minimum=1, open_min=True)
     names = list(codes)
     freq = torch.stack([firing_frequency(codes[n]) for n in names])  # (n_cohorts, d_sae)
     mean = torch.stack([codes[n].float().mean(0) for n in names])
     rows = []
     for j in range(freq.shape[1]):
         f = freq[:, j]
-        row = {"latent": j}
+        row: dict[str, object] = {"latent": j}
         for i, n in enumerate(names):
             row[f"freq_{n}"] = float(f[i])
             row[f"mean_{n}"] = float(mean[i, j])
@@ -77,7 +69,6 @@ def cohort_latent_table(
 
 def specific_latents(codes: dict[str, torch.Tensor], cohort: str, **kwargs) -> list[int]:
     """Latents specific to ``cohort`` (see :func:`cohort_latent_table`), most frequent-difference first."""
-    if cohort not in codes:
-        raise ValueError(f"cohort must be one of {list(codes)}, got {cohort!r}")
+    check_choice(cohort, "cohort", codes)
     rows = [r for r in cohort_latent_table(codes, **kwargs) if r["status"] == cohort]
     return [r["latent"] for r in sorted(rows, key=lambda r: -r["freq_diff"])]

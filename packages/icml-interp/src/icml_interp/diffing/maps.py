@@ -5,16 +5,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from icml_interp.validation import check_d_in, check_tensor, check_type
+
 
 @torch.no_grad()
 def layer_activations(
     model: nn.Module, module: nn.Module, inputs: torch.Tensor, *, batch: int = 64
 ) -> torch.Tensor:
     """The output of ``module`` (first element if a tuple) while ``model`` runs on ``inputs``, concatenated over batches."""
-    if not isinstance(model, nn.Module) or not isinstance(module, nn.Module):
-        raise TypeError("model and module must be torch.nn.Module instances")
-    if not isinstance(inputs, torch.Tensor) or inputs.shape[0] == 0:
-        raise ValueError(f"inputs must be a non-empty tensor batch, got {getattr(inputs, 'shape', inputs)!r}")
+    check_type(model, "model", nn.Module, "a torch.nn.Module")
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
+    check_tensor(inputs, "inputs", "(batch, ...)")
     got: list[torch.Tensor] = []
 
     def hook(mod, args, output):
@@ -36,14 +37,8 @@ def layer_activations(
 def latent_maps(sae, activations: torch.Tensor, *, batch: int = 16) -> torch.Tensor:
     """Encode conv activations ``(B, C, H, W)`` into latent maps ``(B, d_sae, H, W)`` (sequences ``(B, T, D)``
     give ``(B, d_sae, T)``)."""
-    if not isinstance(activations, torch.Tensor) or activations.dim() not in (3, 4):
-        raise ValueError(
-            f"activations must be (B, C, H, W) or (B, T, D), got {getattr(activations, 'shape', activations)!r}"
-        )
-    d_in = sae.W_dec.shape[1]
-    width = activations.shape[1] if activations.dim() == 4 else activations.shape[-1]
-    if width != d_in:
-        raise ValueError(f"activation width {width} does not match the SAE's d_in = {d_in}")
+    check_tensor(activations, "activations", "(B, C, H, W) or (B, T, D)", ndim=(3, 4))
+    check_d_in(activations.shape[1] if activations.dim() == 4 else activations.shape[-1], sae.W_dec.shape[1])
     out = []
     for i in range(0, activations.shape[0], batch):
         h = activations[i : i + batch]

@@ -12,6 +12,8 @@ from functools import reduce
 
 from torch import nn
 
+from icml_interp.validation import check_type
+
 
 @dataclass(frozen=True)
 class ArchSpec:
@@ -95,8 +97,7 @@ def register_architecture(model_type: str, spec: ArchSpec) -> None:
     """Map ``model.config.model_type`` to the module paths of its architecture (see :class:`ArchSpec`)."""
     if not isinstance(model_type, str) or not model_type:
         raise TypeError(f"model_type must be a non-empty string, got {model_type!r}")
-    if not isinstance(spec, ArchSpec):
-        raise TypeError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    check_type(spec, "spec", ArchSpec, "an ArchSpec")
     ARCHITECTURES[model_type] = spec
 
 

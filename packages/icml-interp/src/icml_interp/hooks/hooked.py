@@ -43,14 +43,16 @@ import difflib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias, cast
 
 import torch
 from torch import nn
 
 from icml_interp.hooks.arch import ArchSpec, get_module, spec_for
+from icml_interp.validation import check_int, check_replacement, check_token_ids, check_type
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], "torch.Tensor | None"]
-NameFilter = "str | Iterable[str] | Callable[[str], bool] | None"
+NameFilter: TypeAlias = "str | Iterable[str] | Callable[[str], bool] | None"
 
 _BLOCK_HOOKS = {  # short name -> (suffix in the block, stage: the order of computation inside a block)
     "resid_pre": ("hook_resid_pre", 0),
@@ -81,8 +83,7 @@ def act_name(short: str, layer: int | None = None) -> str:
             f"unknown short hook name {short!r}; close matches: "
             f"{difflib.get_close_matches(short, known, n=3, cutoff=0.5)}; known: {known}"
         )
-    if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer must be an int for {short!r}, got {layer!r}")
+    check_int(layer, f"layer of {short!r}")
     return f"blocks.{layer}.{_BLOCK_HOOKS[short][0]}"
 
 
@@ -115,19 +116,9 @@ class ActivationCache(dict):
         return torch.stack([self[short, layer] for layer in layers])
 
 
-def _check_return(point: HookPoint, given: torch.Tensor, out) -> torch.Tensor | None:
-    if out is None:
-        return None
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(
-            f"hook function on {point.name!r} must return None or a tensor, got {type(out).__name__}"
-        )
-    if out.shape != given.shape:
-        raise ValueError(
-            f"hook function on {point.name!r} returned shape {tuple(out.shape)}, "
-            f"expected {tuple(given.shape)} (the activation's shape)"
-        )
-    return out.to(given.dtype)
+def _apply(point: HookPoint, fn: HookFn, given: torch.Tensor) -> torch.Tensor | None:
+    """``fn(given, point)``, checked: ``None`` or a tensor of ``given``'s shape and dtype."""
+    return check_replacement(fn(given, point), given, f"hook function on {point.name!r}")
 
 
 class HookedModel:
@@ -142,23 +133,20 @@ class HookedModel:
     def __init__(self, model: nn.Module, spec: ArchSpec | None = None):
         if isinstance(model, HookedModel):
             raise TypeError("model is already a HookedModel")
-        if not isinstance(model, nn.Module):
-            raise TypeError(
-                f"model must be a torch.nn.Module (a Hugging Face causal LM), got {type(model).__name__}"
-            )
-        self.model = model
+        check_type(model, "model", nn.Module, "a torch.nn.Module (a Hugging Face causal LM)")
+        self.model: Any = model  # a Hugging Face causal LM: config, generate, set_attn_implementation
         self.spec = spec if spec is not None else spec_for(model)
-        self.blocks = get_module(model, self.spec.layers)
+        self.blocks = cast(nn.ModuleList, get_module(model, self.spec.layers))
         self.final_norm = get_module(model, self.spec.final_norm)
         self.unembed = get_module(model, self.spec.unembed)
-        self.embed = get_module(model, self.spec.embed)
-        cfg = model.config
-        self.n_layers = len(self.blocks)
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.n_heads
-        self.d_model = cfg.hidden_size
-        self.d_head = getattr(cfg, "head_dim", None) or self.d_model // self.n_heads
-        self.d_vocab = self.embed.num_embeddings
+        self.embed = cast(nn.Embedding, get_module(model, self.spec.embed))
+        cfg: Any = model.config  # a Hugging Face PretrainedConfig
+        self.n_layers: int = len(self.blocks)
+        self.n_heads: int = cfg.num_attention_heads
+        self.n_kv_heads: int = getattr(cfg, "num_key_value_heads", None) or self.n_heads
+        self.d_model: int = cfg.hidden_size
+        self.d_head: int = getattr(cfg, "head_dim", None) or self.d_model // self.n_heads
+        self.d_vocab: int = self.embed.num_embeddings
         self.parallel = bool(self.spec.parallel_attr and getattr(cfg, self.spec.parallel_attr, False))
         self._points = self._build_points()
 
@@ -215,8 +203,7 @@ class HookedModel:
 
     def hook_point(self, name: str) -> HookPoint:
         """The :class:`HookPoint` called ``name``; an unknown name raises with the closest known names."""
-        if not isinstance(name, str):
-            raise TypeError(f"hook name must be a string, got {type(name).__name__}")
+        check_type(name, "hook name", str, "a string")
         if name not in self._points:
             close = difflib.get_close_matches(name, self.hook_names, n=5, cutoff=0.5)
             hint = ""
@@ -254,7 +241,7 @@ class HookedModel:
 
             def hook(module, args, output):
                 tensor = output[0] if isinstance(output, tuple) else output
-                new = _check_return(point, tensor, fn(tensor, point))
+                new = _apply(point, fn, tensor)
                 if new is None:
                     return None
                 return (new, *output[1:]) if isinstance(output, tuple) else new
@@ -264,7 +251,7 @@ class HookedModel:
 
             def pre_hook(module, args, kwargs):
                 tensor = args[0] if args else kwargs["hidden_states"]
-                new = _check_return(point, tensor, fn(tensor, point))
+                new = _apply(point, fn, tensor)
                 if new is None:
                     return None
                 return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
@@ -275,7 +262,7 @@ class HookedModel:
             def z_hook(module, args):
                 flat = args[0]  # (batch, seq, heads * d_head)
                 heads = flat.view(*flat.shape[:-1], extra["n"], extra["d"])
-                new = _check_return(point, heads, fn(heads, point))
+                new = _apply(point, fn, heads)
                 return None if new is None else (new.reshape(flat.shape), *args[1:])
 
             add(point.module.register_forward_pre_hook(z_hook))
@@ -283,7 +270,7 @@ class HookedModel:
 
             def qkv_hook(module, args, output):
                 heads = output.view(*output.shape[:-1], extra["n"], extra["d"])
-                new = _check_return(point, heads, fn(heads, point))
+                new = _apply(point, fn, heads)
                 return None if new is None else new.reshape(output.shape)
 
             add(point.module.register_forward_hook(qkv_hook))
@@ -298,7 +285,7 @@ class HookedModel:
                 else:  # neox: per head q | k | v
                     parts = list(output.view(*lead, n, 3 * d).split(d, dim=-1))
                     heads = parts[which]
-                new = _check_return(point, heads, fn(heads, point))
+                new = _apply(point, fn, heads)
                 if new is None:
                     return None
                 if extra["layout"] == "gpt2":
@@ -317,7 +304,7 @@ class HookedModel:
             def mid_hook(module, args, output):
                 attn_out = output[0] if isinstance(output, tuple) else output
                 mid = stash.pop("pre") + attn_out  # exactly the block's own sum
-                new = _check_return(point, mid, fn(mid, point))
+                new = _apply(point, fn, mid)
                 if new is None or new is mid:
                     return None
                 new_out = new - (mid - attn_out)  # so that resid_pre + attn_out' == new (up to rounding)
@@ -366,28 +353,15 @@ class HookedModel:
             yield self
 
     # ------------------------------------------------------------------ running
-    def _ids(self, input_ids) -> torch.Tensor:
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
-            raise TypeError(
-                f"input_ids must be a torch.LongTensor, got "
-                f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}"
-            )
-        if input_ids.ndim not in (1, 2) or input_ids.numel() == 0:
-            raise ValueError(
-                f"input_ids must be a non-empty tensor shaped (seq,) or (batch, seq), "
-                f"got {tuple(input_ids.shape)}"
-            )
-        if input_ids.min() < 0 or input_ids.max() >= self.d_vocab:
-            raise ValueError(
-                f"input_ids must lie in [0, {self.d_vocab}), got values in "
-                f"[{int(input_ids.min())}, {int(input_ids.max())}]"
-            )
-        return input_ids if input_ids.ndim == 2 else input_ids[None]
+    def token_ids(self, input_ids) -> torch.Tensor:
+        """``input_ids`` checked (a non-empty ``torch.long`` tensor ``(seq,)`` or ``(batch, seq)`` of ids in
+        ``[0, d_vocab)``), as ``(batch, seq)``."""
+        return check_token_ids(input_ids, self.d_vocab)
 
     def __call__(self, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
         """The model's logits ``(batch, seq, vocab)`` for ``input_ids`` shaped ``(seq,)`` or ``(batch, seq)``."""
         kwargs.setdefault("use_cache", False)
-        return self.model(input_ids=self._ids(input_ids), **kwargs).logits
+        return self.model(input_ids=self.token_ids(input_ids), **kwargs).logits
 
     def run_with_hooks(
         self, input_ids: torch.Tensor, fwd_hooks: Iterable[tuple] = (), **kwargs
@@ -436,9 +410,10 @@ class HookedModel:
 
     def mlp_values(self, layer: int) -> torch.Tensor:
         """The value vectors of block ``layer``'s MLP: row ``i`` is what key ``i`` writes, ``(d_mlp, d_model)``."""
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.n_layers:
-            raise ValueError(f"layer must be an int in [0, {self.n_layers}), got {layer!r}")
-        weight = get_module(get_module(self.blocks[layer], self.spec.mlp), self.spec.down).weight
+        check_int(layer, "layer", minimum=0, maximum=self.n_layers - 1)
+        weight = cast(
+            torch.Tensor, get_module(get_module(self.blocks[layer], self.spec.mlp), self.spec.down).weight
+        )
         return weight if self.spec.down_is_conv1d else weight.T
 
     @property

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from icml_interp.sae.source import LAYOUTS, from_tokens, resolve_layout, to_tokens
+from icml_interp.validation import check_choice, check_d_in, check_tensor, check_type
 
 
 def _latent_index(latents, d_sae: int | None = None) -> torch.Tensor:
@@ -53,8 +54,15 @@ class LatentEdit:
     def index(self, d_sae: int) -> torch.Tensor:
         return _latent_index(self.latents, d_sae)
 
-    def __call__(self, f: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def edited(self, chosen: torch.Tensor, idx: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        """The new codes of the chosen latents ``chosen = f[:, idx]``."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def __call__(self, f: torch.Tensor) -> torch.Tensor:
+        idx = self.index(f.shape[-1])
+        out = f.clone()
+        out[:, idx] = self.edited(f[:, idx], idx, f)
+        return out
 
 
 @dataclass
@@ -63,11 +71,8 @@ class Add(LatentEdit):
 
     amount: float | torch.Tensor = 1.0
 
-    def __call__(self, f):
-        idx = self.index(f.shape[-1])
-        out = f.clone()
-        out[:, idx] = f[:, idx] + _per_latent(self.amount, idx, "amount", f)
-        return out
+    def edited(self, chosen, idx, f):
+        return chosen + _per_latent(self.amount, idx, "amount", f)
 
 
 @dataclass
@@ -76,11 +81,8 @@ class Scale(LatentEdit):
 
     factor: float | torch.Tensor = 0.0
 
-    def __call__(self, f):
-        idx = self.index(f.shape[-1])
-        out = f.clone()
-        out[:, idx] = f[:, idx] * _per_latent(self.factor, idx, "factor", f)
-        return out
+    def edited(self, chosen, idx, f):
+        return chosen * _per_latent(self.factor, idx, "factor", f)
 
 
 @dataclass
@@ -91,14 +93,11 @@ class Clamp(LatentEdit):
 
     value: float | torch.Tensor = 0.0
 
-    def __call__(self, f):
-        idx = self.index(f.shape[-1])
+    def edited(self, chosen, idx, f):
         value = self.value
         if isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel() == f.shape[-1]:
             value = value[idx]
-        out = f.clone()
-        out[:, idx] = _per_latent(value, idx, "value", f).expand(f.shape[0], idx.numel())
-        return out
+        return _per_latent(value, idx, "value", f).expand_as(chosen)
 
 
 def _per_latent(value, idx: torch.Tensor, name: str, f: torch.Tensor) -> torch.Tensor:
@@ -118,10 +117,7 @@ def _per_latent(value, idx: torch.Tensor, name: str, f: torch.Tensor) -> torch.T
 
 def reference_mean(codes: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean latent code ``(d_sae,)`` over tokens ``codes`` (n_tokens, d_sae), optionally only rows where ``mask``."""
-    if not isinstance(codes, torch.Tensor) or codes.dim() != 2 or codes.shape[0] == 0:
-        raise ValueError(
-            f"codes must be a non-empty (n_tokens, d_sae) tensor, got {getattr(codes, 'shape', codes)!r}"
-        )
+    check_tensor(codes, "codes", "(n_tokens, d_sae)", ndim=2)
     if mask is not None:
         mask = torch.as_tensor(mask).flatten().bool()
         if mask.numel() != codes.shape[0]:
@@ -156,17 +152,12 @@ def apply_edit(
     h: torch.Tensor, sae, edit: LatentEdit, *, mask: torch.Tensor | None = None, layout: str = "auto"
 ) -> torch.Tensor:
     """The edited activation ``h + decode(edit(f)) − decode(f)`` (``f = sae.encode(h)``), only where ``mask``."""
-    if not isinstance(edit, LatentEdit):
-        raise TypeError(f"edit must be an Add, Scale or Clamp, got {type(edit).__name__}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if not isinstance(h, torch.Tensor):
-        raise TypeError(f"h must be a tensor, got {type(h).__name__}")
+    check_type(edit, "edit", LatentEdit, "an Add, Scale or Clamp")
+    check_choice(layout, "layout", LAYOUTS)
+    check_type(h, "h", torch.Tensor, "a tensor")
     layout = resolve_layout(h, layout)
     tokens = to_tokens(h, layout)
-    d_in = getattr(sae, "d_in", None) or sae.W_dec.shape[1]
-    if tokens.shape[-1] != d_in:
-        raise ValueError(f"activation width {tokens.shape[-1]} does not match the SAE's d_in = {d_in}")
+    check_d_in(tokens.shape[-1], getattr(sae, "d_in", None) or sae.W_dec.shape[1])
     rows = torch.arange(tokens.shape[0], device=h.device)
     if mask is not None:
         rows = _token_mask(mask, h, layout).nonzero().flatten()
@@ -189,12 +180,9 @@ def intervene(
     ``mask``: bool (H, W) or (B, H, W) for feature maps (resized by nearest neighbour if needed), (B, T) for
     hidden states, (N,) for tokens; ``None`` edits every token.
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    if not isinstance(edit, LatentEdit):
-        raise TypeError(f"edit must be an Add, Scale or Clamp, got {type(edit).__name__}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_type(module, "module", nn.Module, "a torch.nn.Module")
+    check_type(edit, "edit", LatentEdit, "an Add, Scale or Clamp")
+    check_choice(layout, "layout", LAYOUTS)
     for attr in ("encode", "decode"):
         if not callable(getattr(sae, attr, None)):
             raise TypeError(f"sae must have an {attr}() method")

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from icml_interp.hooks import HookedModel, wrap
+from icml_interp.validation import check_int, check_token_ids
 
 
 def logit_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
@@ -31,7 +32,7 @@ def logit_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
     ):
         return _plain_layout_lens(model, input_ids)
     hooked = wrap(model)
-    ids = hooked._ids(input_ids)
+    ids = hooked.token_ids(input_ids)
     names = ["blocks.0.hook_resid_pre", *(f"blocks.{i}.hook_resid_post" for i in range(hooked.n_layers))]
     with torch.no_grad():
         _, cache = hooked.run_with_cache(ids, names)
@@ -57,15 +58,7 @@ def _plain_layout_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
             "model must be a Hugging Face causal LM with a config.model_type, or a torch module laid out "
             f"as model.model.layers / model.model.norm / model.lm_head; got {type(model).__name__}"
         )
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
-        raise TypeError(
-            f"input_ids must be a torch.LongTensor, got {getattr(input_ids, 'dtype', type(input_ids))}"
-        )
-    if input_ids.ndim not in (1, 2) or input_ids.numel() == 0:
-        raise ValueError(
-            f"input_ids must be a non-empty tensor shaped (seq,) or (batch, seq), got {tuple(input_ids.shape)}"
-        )
-    ids = input_ids if input_ids.ndim == 2 else input_ids[None]
+    ids = check_token_ids(input_ids)
     resid: list[torch.Tensor] = []
 
     def record_input(module, args, kwargs):
@@ -97,8 +90,7 @@ def token_rank_by_layer(model, input_ids: torch.Tensor, target: int, position: i
             f"input_ids must be one sequence shaped (seq,), got {getattr(input_ids, 'shape', input_ids)}"
         )
     lens = logit_lens(model, input_ids)[:, position]  # (n_layers + 1, vocab)
-    if isinstance(target, bool) or not isinstance(target, int) or not 0 <= target < lens.shape[-1]:
-        raise ValueError(f"target must be a token id in [0, {lens.shape[-1]}), got {target!r}")
+    check_int(target, "target", minimum=0, maximum=lens.shape[-1] - 1)
     rank = (lens > lens[:, target : target + 1]).sum(-1)
     prob = torch.softmax(lens.float(), dim=-1)[:, target]
     return {"rank": rank.tolist(), "prob": prob.tolist()}
@@ -120,8 +112,7 @@ def mlp_value_lens(model, layer: int, top_k: int = 10, neurons=None) -> tuple[to
         if neurons.ndim != 1 or neurons.numel() == 0 or neurons.min() < 0 or neurons.max() >= values.shape[0]:
             raise ValueError(f"neurons must be a non-empty list of indices in [0, {values.shape[0]})")
         values = values[neurons]
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= hooked.d_vocab:
-        raise ValueError(f"top_k must be an int in [1, {hooked.d_vocab}], got {top_k!r}")
+    check_int(top_k, "top_k", minimum=1, maximum=hooked.d_vocab)
     with torch.no_grad():
         logits = hooked.lens(values)  # (n_neurons, vocab)
         top = logits.topk(top_k, dim=-1)

@@ -14,6 +14,7 @@ import torch
 
 from icml_interp.hooks import ActivationCache, act_name, wrap
 from icml_interp.patching.result import Metric, PatchingResult
+from icml_interp.validation import check_indices, check_int
 
 HEAD_COMPONENTS = ("z", "q", "k", "v")
 
@@ -22,23 +23,13 @@ def check_pair(
     hooked, clean_ids: torch.Tensor, corrupt_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate and batch a (clean, corrupt) pair of token-id tensors of the same shape."""
-    clean, corrupt = hooked._ids(clean_ids), hooked._ids(corrupt_ids)
+    clean, corrupt = hooked.token_ids(clean_ids), hooked.token_ids(corrupt_ids)
     if clean.shape != corrupt.shape:
         raise ValueError(
             f"clean_ids and corrupt_ids must have the same shape (patching is position by position), "
             f"got {tuple(clean.shape)} and {tuple(corrupt.shape)}"
         )
     return clean, corrupt
-
-
-def _index_list(values, size: int, what: str) -> list[int] | None:
-    if values is None:
-        return None
-    values = [values] if isinstance(values, int) else list(values)
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or not -size <= v < size:
-            raise ValueError(f"{what} must be ints in [-{size}, {size}), got {v!r}")
-    return [v % size for v in values]
 
 
 def _replace(name: str, act: torch.Tensor, src: torch.Tensor, positions, heads) -> torch.Tensor:
@@ -95,10 +86,10 @@ def run_with_patches(
     whose shape differs from the activation raises ``ValueError``.
     """
     hooked = wrap(model)
-    ids = hooked._ids(input_ids)
+    ids = hooked.token_ids(input_ids)
     names = list(source) if names is None else hooked.resolve(names)
-    positions = _index_list(positions, ids.shape[1], "positions")
-    heads = _index_list(heads, hooked.n_heads, "heads")
+    positions = check_indices(positions, ids.shape[1], "positions")
+    heads = check_indices(heads, hooked.n_heads, "heads")
     with torch.no_grad():
         return hooked.run_with_hooks(ids, patch_hooks(source, names, positions, heads))
 
@@ -138,11 +129,8 @@ def activation_patching(
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
     n, seq = clean.shape
-    layers = (
-        list(range(hooked.n_layers)) if layers is None else _index_list(layers, hooked.n_layers, "layers")
-    )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    layers = check_indices(range(hooked.n_layers) if layers is None else layers, hooked.n_layers, "layers")
+    check_int(batch_size, "batch_size", minimum=1)
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
     for name in names.values():
         hooked.hook_point(name)
@@ -170,7 +158,8 @@ def activation_patching(
                 chunk = units[start : start + batch_size]
                 masks = torch.zeros(len(chunk), seq, *([n_heads] if split_heads else []), dtype=torch.bool)
                 for j, (p, h) in enumerate(chunk):
-                    masks[(j, slice(None) if p is None else p, *([h] if split_heads else []))] = True
+                    unit = (j, slice(None) if p is None else p) + ((h,) if split_heads else ())
+                    masks[unit] = True
                 ids = clean.repeat(len(chunk), 1)  # unit-major: rows j*n .. (j+1)*n-1 belong to unit j
                 logits = hooked.run_with_hooks(ids, [(name, _batched_patch_hook(src, masks))])
                 logits = logits.view(len(chunk), n, *logits.shape[1:])

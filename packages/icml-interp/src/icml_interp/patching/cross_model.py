@@ -15,16 +15,8 @@ from contextlib import contextmanager
 import torch
 
 from icml_interp.hooks import ActivationCache, act_name, wrap
-from icml_interp.patching.activation import _index_list
 from icml_interp.patching.result import Metric, PatchingResult
-
-
-def _check_models(a, b):
-    if (a.n_layers, a.d_model, a.n_heads, a.d_vocab) != (b.n_layers, b.d_model, b.n_heads, b.d_vocab):
-        raise ValueError(
-            "model_a and model_b must have the same layers, width, heads and vocabulary, got "
-            f"{(a.n_layers, a.d_model, a.n_heads, a.d_vocab)} and {(b.n_layers, b.d_model, b.n_heads, b.d_vocab)}"
-        )
+from icml_interp.validation import check_indices
 
 
 @contextmanager
@@ -61,10 +53,15 @@ def cross_model_layer_patching(
     carries B's behaviour into A. ``clean`` is model A's metric and ``corrupt`` model B's.
     """
     a, b = wrap(model_a), wrap(model_b)
-    _check_models(a, b)
-    ids = a._ids(input_ids)
-    layers = list(range(a.n_layers)) if layers is None else _index_list(layers, a.n_layers, "layers")
-    positions = _index_list(positions, ids.shape[1], "positions")
+    shape_a, shape_b = ((m.n_layers, m.d_model, m.n_heads, m.d_vocab) for m in (a, b))
+    if shape_a != shape_b:
+        raise ValueError(
+            "model_a and model_b must have the same layers, width, heads and vocabulary, "
+            f"got {shape_a} and {shape_b}"
+        )
+    ids = a.token_ids(input_ids)
+    layers = check_indices(range(a.n_layers) if layers is None else layers, a.n_layers, "layers")
+    positions = check_indices(positions, ids.shape[1], "positions")
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
     for name in names.values():
         a.hook_point(name)

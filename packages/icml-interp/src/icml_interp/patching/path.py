@@ -22,23 +22,9 @@ import torch
 from icml_interp.hooks import act_name, wrap
 from icml_interp.patching.activation import check_pair
 from icml_interp.patching.result import Metric, PatchingResult
+from icml_interp.validation import check_head
 
 RESID_FINAL = "resid_final"
-
-
-def _check_head(hooked, head, what: str) -> tuple[int, int]:
-    if not (
-        isinstance(head, tuple)
-        and len(head) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in head)
-    ):
-        raise TypeError(f"{what} must be (layer, head) tuples of ints, got {head!r}")
-    layer, h = head
-    if not (0 <= layer < hooked.n_layers and 0 <= h < hooked.n_heads):
-        raise ValueError(
-            f"{what} {head} is outside the model's {hooked.n_layers} layers x {hooked.n_heads} heads"
-        )
-    return layer, h
 
 
 def path_patching(
@@ -68,7 +54,7 @@ def path_patching(
             )
         recv, first = [], hooked.n_layers
     else:
-        recv = [_check_head(hooked, r, "receivers") for r in receivers]
+        recv = [check_head(r, "receivers", hooked.n_layers, hooked.n_heads) for r in receivers]
         if not recv:
             raise ValueError("receivers must not be empty")
         first = min(layer for layer, _ in recv)
@@ -79,7 +65,7 @@ def path_patching(
         )
     if senders is None:
         senders = [(layer, h) for layer in range(first) for h in range(hooked.n_heads)]
-    senders = [_check_head(hooked, s, "senders") for s in senders]
+    senders = [check_head(s, "senders", hooked.n_layers, hooked.n_heads) for s in senders]
     for s in senders:
         if s[0] >= first:
             raise ValueError(f"sender {s} is not upstream of the earliest receiver layer {first}")

@@ -32,7 +32,7 @@ def _as_ids(x, tokenizer, what: str, special: bool) -> list[int]:
 def token_nll(model, input_ids: torch.Tensor) -> torch.Tensor:
     """Next-token NLL of every token after the first: ``(batch, seq - 1)`` for ``(batch, seq)`` ids."""
     hooked = wrap(model)
-    ids = hooked._ids(input_ids)
+    ids = hooked.token_ids(input_ids)
     with torch.no_grad():
         logp = torch.log_softmax(hooked(ids)[:, :-1].float(), dim=-1)
     return -logp.gather(-1, ids[:, 1:, None])[..., 0]

@@ -5,23 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
+from icml_interp.validation import check_choice, check_int, check_number, check_type
+
 ARCHITECTURES = ("topk", "batchtopk", "relu", "jumprelu")
 NORMALIZATIONS = ("expected_average_only_in", "none")
 B_DEC_INITS = ("geometric_median", "mean", "zeros")
-
-
-def _positive_int(name: str, value, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-def _nonneg_float(name: str, value, *, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
 
 
 @dataclass
@@ -82,38 +70,23 @@ class SAEConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _positive_int("d_in", self.d_in)
-        _positive_int("d_sae", self.d_sae)
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {self.architecture!r}")
-        _positive_int("k", self.k)
+        for name in ("d_in", "d_sae", "k", "dead_steps", "batch_size", "total_tokens"):
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.lr_warmup_steps, "lr_warmup_steps", minimum=0)
+        check_int(self.seed, "seed")
+        if self.aux_k is not None:
+            check_int(self.aux_k, "aux_k", minimum=0, maximum=self.d_sae)
+        check_choice(self.architecture, "architecture", ARCHITECTURES)
         if self.architecture in ("topk", "batchtopk") and self.k > self.d_sae:
             raise ValueError(f"k must be <= d_sae (the dictionary has {self.d_sae} latents), got k={self.k}")
         for name in ("l1_coefficient", "l0_coefficient", "aux_coefficient", "threshold_lr"):
-            _nonneg_float(name, getattr(self, name))
-        _nonneg_float("jumprelu_init_threshold", self.jumprelu_init_threshold, positive=True)
-        _nonneg_float("jumprelu_bandwidth", self.jumprelu_bandwidth, positive=True)
-        if self.aux_k is not None:
-            _positive_int("aux_k", self.aux_k, allow_zero=True)
-            if self.aux_k > self.d_sae:
-                raise ValueError(f"aux_k must be <= d_sae ({self.d_sae}), got {self.aux_k}")
-        _positive_int("dead_steps", self.dead_steps)
-        if self.lr is not None:
-            _nonneg_float("lr", self.lr, positive=True)
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("total_tokens", self.total_tokens)
-        _positive_int("lr_warmup_steps", self.lr_warmup_steps, allow_zero=True)
-        _nonneg_float("lr_decay_fraction", self.lr_decay_fraction)
-        if self.lr_decay_fraction > 1:
-            raise ValueError(f"lr_decay_fraction must lie in [0, 1], got {self.lr_decay_fraction}")
-        if self.normalize_activations not in NORMALIZATIONS:
-            raise ValueError(
-                f"normalize_activations must be one of {NORMALIZATIONS}, got {self.normalize_activations!r}"
-            )
-        if self.b_dec_init not in B_DEC_INITS:
-            raise ValueError(f"b_dec_init must be one of {B_DEC_INITS}, got {self.b_dec_init!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise TypeError(f"seed must be an int, got {self.seed!r}")
+            check_number(getattr(self, name), name, minimum=0)
+        positive = ["jumprelu_init_threshold", "jumprelu_bandwidth"] + ([] if self.lr is None else ["lr"])
+        for name in positive:
+            check_number(getattr(self, name), name, minimum=0, open_min=True)
+        check_number(self.lr_decay_fraction, "lr_decay_fraction", minimum=0, maximum=1)
+        check_choice(self.normalize_activations, "normalize_activations", NORMALIZATIONS)
+        check_choice(self.b_dec_init, "b_dec_init", B_DEC_INITS)
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -137,8 +110,7 @@ class SAEConfig:
     @classmethod
     def from_dict(cls, data: dict) -> SAEConfig:
         """The config from :meth:`to_dict`'s output; unknown keys raise (a typo must not pass silently)."""
-        if not isinstance(data, dict):
-            raise TypeError(f"data must be a dict, got {type(data).__name__}")
+        check_type(data, "data", dict, "a dict")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -19,12 +19,14 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from icml_interp.sae.config import SAEConfig
 from icml_interp.sae.model import SAE
+from icml_interp.validation import check_type
 
 CFG_FILENAME = "cfg.json"
 WEIGHTS_FILENAME = "sae_weights.safetensors"
@@ -83,11 +85,8 @@ def saelens_config(sae: SAE) -> dict:
 def save_sae(sae: SAE, path: str | Path) -> Path:
     """Write ``sae`` to the folder ``path`` (created; an existing folder is replaced only once the new one is
     complete). Returns the folder's path."""
-    if not isinstance(sae, SAE):
-        raise TypeError(f"sae must be an icml_interp.sae.SAE, got {type(sae).__name__}")
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
-    path = Path(path)
+    check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
+    path = Path(check_type(path, "path", (str, Path), "a str or Path"))
     if path.exists() and not path.is_dir():
         raise ValueError(f"path must be a folder (or not exist yet), but {path} is a file")
     config = saelens_config(sae)
@@ -129,7 +128,11 @@ def _config_from_saelens(data: dict) -> SAEConfig:
         )
     if not data.get("apply_b_dec_to_input", True):
         raise ValueError("cfg.json apply_b_dec_to_input=false is not supported")
-    kwargs = {"d_in": int(data["d_in"]), "d_sae": int(data["d_sae"]), "architecture": _FROM_SAELENS[arch]}
+    kwargs: dict[str, Any] = {
+        "d_in": int(data["d_in"]),
+        "d_sae": int(data["d_sae"]),
+        "architecture": _FROM_SAELENS[arch],
+    }
     if arch == "topk":
         kwargs["k"] = int(data["k"])
     return SAEConfig(**kwargs, normalize_activations="none")
@@ -138,9 +141,7 @@ def _config_from_saelens(data: dict) -> SAEConfig:
 def load_sae(path: str | Path, device: str | torch.device = "cpu") -> SAE:
     """An :class:`SAE` from a folder written by :func:`save_sae` (bit-identical parameters) or by SAELens
     (architectures topk, standard, jumprelu without input normalization)."""
-    if not isinstance(path, (str, Path)):
-        raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
-    path = Path(path)
+    path = Path(check_type(path, "path", (str, Path), "a str or Path"))
     cfg_file, weights_file = path / CFG_FILENAME, path / WEIGHTS_FILENAME
     for file in (cfg_file, weights_file):
         if not file.is_file():

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 import torch
 
 from icml_interp.sae.model import SAE
-from icml_interp.sae.source import ActivationSource, splice, to_tokens
+from icml_interp.sae.source import ActivationSource, HookTarget, splice, to_tokens
+from icml_interp.validation import check_number, check_type
 
 
 def _token_batches(data, n_tokens: int | None, batch_size: int) -> Iterable[torch.Tensor]:
@@ -66,10 +67,8 @@ def evaluate_sae(
 ) -> dict:
     """``dict(fvu, l0, dead_fraction, dense_fraction, mse, n_tokens)`` on activations ``(..., d_in)`` (any
     layout :func:`~icml_interp.sae.source.to_tokens` understands) or on the first ``n_tokens`` of a source."""
-    if not isinstance(sae, SAE):
-        raise TypeError(f"sae must be an icml_interp.sae.SAE, got {type(sae).__name__}")
-    if not 0 < dense_threshold <= 1:
-        raise ValueError(f"dense_threshold must lie in (0, 1], got {dense_threshold}")
+    check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
+    check_number(dense_threshold, "dense_threshold", minimum=0, maximum=1, open_min=True)
     sq_err = 0.0
     sum_x = torch.zeros(sae.d_in, dtype=torch.float64)
     sum_sq = 0.0
@@ -128,10 +127,8 @@ def spliced_loss(
     ``loss_increase = spliced - clean`` and ``fraction_recovered = (zero - spliced) / (zero - clean)``.
     """
     from icml_interp.hooks import HookedModel
-    from icml_interp.sae.source import _Target
 
-    if not isinstance(sae, SAE):
-        raise TypeError(f"sae must be an icml_interp.sae.SAE, got {type(sae).__name__}")
+    check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
     if loss_fn is None:
         if not (isinstance(target, tuple) and isinstance(target[0], HookedModel)):
             raise ValueError("loss_fn is required unless target is a (HookedModel, hook_name) pair")
@@ -139,7 +136,7 @@ def spliced_loss(
     inputs = list(inputs.split(1)) if isinstance(inputs, torch.Tensor) else list(inputs)
     if not inputs:
         raise ValueError("inputs is empty: nothing to evaluate the spliced loss on")
-    tgt = _Target(target, forward, "output")
+    tgt = HookTarget(target, forward, "output")
     clean = spliced = zero = 0.0
     for inp in inputs:
         clean += float(loss_fn(tgt.run(inp), inp))

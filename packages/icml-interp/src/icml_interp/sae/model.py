@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from icml_interp.sae.config import SAEConfig
+from icml_interp.validation import check_activations, check_number, check_type
 
 
 class _JumpReLUFn(torch.autograd.Function):
@@ -74,8 +75,7 @@ class SAE(nn.Module):
 
     def __init__(self, cfg: SAEConfig):
         super().__init__()
-        if not isinstance(cfg, SAEConfig):
-            raise TypeError(f"cfg must be an SAEConfig, got {type(cfg).__name__}")
+        check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
         self.cfg = cfg
         d_in, d_sae = cfg.d_in, cfg.d_sae
         gen = torch.Generator().manual_seed(cfg.seed)
@@ -105,23 +105,11 @@ class SAE(nn.Module):
     def architecture(self) -> str:
         return self.cfg.architecture
 
-    # ------------------------------------------------------------------ checks
-    def _check_input(self, x, name: str, width: int, what: str) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.ndim == 0 or x.shape[-1] != width:
-            raise ValueError(
-                f"{name} must have shape (..., {width}) ({what}), got {tuple(x.shape)}"
-                + (" (activation width mismatch)" if name == "x" else "")
-            )
-        if not x.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-        return x.to(self.W_enc.dtype)
-
     # ------------------------------------------------------------------ inference
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder pre-activations ``(x - b_dec) W_enc + b_enc``, shape ``(..., d_sae)``."""
-        x = self._check_input(x, "x", self.d_in, f"d_in = {self.d_in}, the SAE's activation width")
+        x = check_activations(x, "x", self.d_in, f"d_in = {self.d_in}, the SAE's activation width")
+        x = x.to(self.W_enc.dtype)
         return (x - self.b_dec) @ self.W_enc + self.b_enc
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
@@ -139,7 +127,8 @@ class SAE(nn.Module):
 
     def decode(self, f: torch.Tensor) -> torch.Tensor:
         """Reconstruction ``f W_dec + b_dec``, shape ``(..., d_in)``."""
-        f = self._check_input(f, "f", self.d_sae, f"d_sae = {self.d_sae}, the number of latents")
+        f = check_activations(f, "f", self.d_sae, f"d_sae = {self.d_sae}, the number of latents")
+        f = f.to(self.W_enc.dtype)
         return f @ self.W_dec + self.b_dec
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -194,8 +183,7 @@ class SAE(nn.Module):
     def fold_input_scale(self, scale: float) -> None:
         """Make an SAE trained on ``x * scale`` work on ``x``: divide ``b_dec``, ``b_enc`` and ``threshold`` by
         ``scale`` (then ``encode(x) = encode_trained(x * scale) / scale`` and ``decode`` returns ``x``'s units)."""
-        if not (isinstance(scale, float) and scale > 0 and torch.isfinite(torch.tensor(scale))):
-            raise ValueError(f"scale must be a positive finite float, got {scale!r}")
+        scale = check_number(scale, "scale", minimum=0, open_min=True)
         self.b_dec.div_(scale)
         self.b_enc.div_(scale)
         if hasattr(self, "threshold"):

@@ -23,11 +23,14 @@ layout     activation                     tokens
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
+
+from icml_interp.validation import check_choice, check_inputs, check_int, check_type
 
 LAYOUTS = ("auto", "nd", "btd", "bchw", "bhwc")
 
@@ -38,8 +41,7 @@ class _Captured(Exception):
 
 def resolve_layout(x: torch.Tensor, layout: str) -> str:
     """The concrete layout of ``x`` (``auto`` resolved by ``x.ndim``)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_choice(layout, "layout", LAYOUTS)
     expected = {"nd": 2, "btd": 3, "bchw": 4, "bhwc": 4}
     if layout == "auto":
         by_ndim = {2: "nd", 3: "btd", 4: "bchw"}
@@ -58,8 +60,7 @@ def resolve_layout(x: torch.Tensor, layout: str) -> str:
 
 def to_tokens(x: torch.Tensor, layout: str = "auto") -> torch.Tensor:
     """Activations as tokens ``(n, d)``: ``(B, C, H, W) -> (B*H*W, C)``, ``(B, T, D) -> (B*T, D)``."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    check_type(x, "x", torch.Tensor, "a torch.Tensor")
     layout = resolve_layout(x, layout)
     if layout == "bchw":
         return x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
@@ -75,17 +76,20 @@ def from_tokens(tokens: torch.Tensor, like: torch.Tensor, layout: str = "auto") 
     return tokens.reshape(like.shape)
 
 
-class _Target:
+class HookTarget:
     """Where to hook and how to run the model (see the module docstring)."""
 
     def __init__(self, module, forward: Callable | None, hook: str):
         from icml_interp.hooks import HookedModel
 
-        if hook not in ("output", "input"):
-            raise ValueError(f"hook must be 'output' or 'input', got {hook!r}")
+        check_choice(hook, "hook", ("output", "input"))
         if forward is not None and not callable(forward):
             raise TypeError(f"forward must be callable(input) or None, got {type(forward).__name__}")
-        self.hook, self.hooked, self.name, self.model = hook, None, None, None
+        self.hook = hook
+        self.hooked: HookedModel | None = None  # set for a (HookedModel, hook_name) target
+        self.name: str | None = None
+        self.model: Callable[..., Any]  # what runs the input
+        self.module: nn.Module  # the hooked module of a plain-module target
         if isinstance(module, tuple):
             if len(module) != 2:
                 raise ValueError(
@@ -167,21 +171,6 @@ class _Target:
             handle.remove()
 
 
-def _check_inputs(inputs):
-    if isinstance(inputs, torch.Tensor):
-        if inputs.ndim == 0 or inputs.shape[0] == 0:
-            raise ValueError(
-                f"inputs is an empty tensor (shape {tuple(inputs.shape)}): the source would yield nothing"
-            )
-        return
-    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
-        raise TypeError(
-            f"inputs must be a tensor, a list or an iterable of model inputs, got {type(inputs).__name__}"
-        )
-    if isinstance(inputs, Sequence) and len(inputs) == 0:
-        raise ValueError("inputs is empty: the source would yield no activations")
-
-
 class ActivationSource:
     """Activations of ``module`` on ``inputs``, as shuffled token batches for SAE training.
 
@@ -209,19 +198,13 @@ class ActivationSource:
         drop_first_tokens: int = 0,
         stop_early: bool = True,
     ):
-        self._target = None if module is None else _Target(module, forward, hook)
-        _check_inputs(inputs)
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        for name, value, low in (
-            ("buffer_tokens", buffer_tokens, 1),
-            ("input_batch_size", input_batch_size, 1),
-            ("drop_first_tokens", drop_first_tokens, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {seed!r}")
+        self._target = None if module is None else HookTarget(module, forward, hook)
+        check_inputs(inputs)
+        check_choice(layout, "layout", LAYOUTS)
+        check_int(buffer_tokens, "buffer_tokens", minimum=1)
+        check_int(input_batch_size, "input_batch_size", minimum=1)
+        check_int(drop_first_tokens, "drop_first_tokens", minimum=0)
+        check_int(seed, "seed")
         self.inputs, self.layout, self.buffer_tokens = inputs, layout, buffer_tokens
         self.shuffle, self.seed, self.input_batch_size = bool(shuffle), seed, input_batch_size
         self.drop_first_tokens, self.stop_early = drop_first_tokens, bool(stop_early)
@@ -241,8 +224,7 @@ class ActivationSource:
         chunk_tokens: int = 8192,
     ) -> ActivationSource:
         """A source over precomputed activations (any layout; ``(n, d)`` tokens stay as they are)."""
-        if not isinstance(activations, torch.Tensor):
-            raise TypeError(f"activations must be a torch.Tensor, got {type(activations).__name__}")
+        check_type(activations, "activations", torch.Tensor, "a torch.Tensor")
         tokens = to_tokens(activations, layout)
         if tokens.shape[0] == 0:
             raise ValueError(f"activations is empty (shape {tuple(activations.shape)}): nothing to train on")
@@ -276,16 +258,18 @@ class ActivationSource:
             yield from self.inputs
 
     def _capture(self, inp) -> torch.Tensor:
-        store = {}
+        assert self._target is not None  # only sources over a model capture
+        target = self._target
+        store: dict[str, torch.Tensor] = {}
 
         def grab(tensor):
             store["x"] = tensor.detach()
             if self.stop_early:
                 raise _Captured
 
-        with torch.no_grad(), self._target.patch(grab):
+        with torch.no_grad(), target.patch(grab):
             try:
-                self._target.run(inp)
+                target.run(inp)
             except _Captured:
                 pass
         if "x" not in store:
@@ -335,14 +319,13 @@ class ActivationSource:
             if self._one_shot:
                 raise RuntimeError("d_in of a one-shot source is known only after reading starts")
             next(iter(self.chunks()))
+        assert self._d_in is not None  # chunks() sets it with the first tokens
         return self._d_in
 
     def take(self, n_tokens: int | None = None) -> torch.Tensor:
         """The first ``n_tokens`` tokens (all if None), in input order, unshuffled: ``(n, d)``."""
-        if n_tokens is not None and (
-            isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1
-        ):
-            raise ValueError(f"n_tokens must be a positive int or None, got {n_tokens!r}")
+        if n_tokens is not None:
+            check_int(n_tokens, "n_tokens", minimum=1)
         out, total = [], 0
         for tokens in self.chunks():
             out.append(tokens)
@@ -356,8 +339,7 @@ class ActivationSource:
     ) -> Iterator[torch.Tensor]:
         """Token batches ``(batch_size, d)`` through the shuffling buffer; with ``cycle`` a re-iterable source is
         read again from the start when it runs out (a one-shot source simply ends)."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_int(batch_size, "batch_size", minimum=1)
         gen = torch.Generator().manual_seed(self.seed)
         passes = itertools.count() if (cycle and self.reiterable) else range(1)
         capacity = max(self.buffer_tokens, 2 * batch_size)
@@ -402,9 +384,8 @@ def splice(
     """
     from icml_interp.sae.model import SAE
 
-    if not isinstance(sae, SAE):
-        raise TypeError(f"sae must be an icml_interp.sae.SAE, got {type(sae).__name__}")
-    tgt = _Target(target, forward, hook)
+    check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
+    tgt = HookTarget(target, forward, hook)
 
     def replace(h):
         tokens = to_tokens(h, layout)

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from icml_interp.sae.config import SAEConfig
 from icml_interp.sae.model import SAE
 from icml_interp.sae.source import ActivationSource
+from icml_interp.validation import check_int, check_tensor, check_type
 
 INIT_TOKENS = 16384  # tokens used to estimate the input scale and the decoder bias
 
@@ -59,8 +60,7 @@ class TrainLog:
 def geometric_median(x: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
     """The point minimizing the sum of Euclidean distances to the rows of ``x (n, d)`` (Weiszfeld's algorithm,
     started at the mean, in float64)."""
-    if not isinstance(x, torch.Tensor) or x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"x must be a non-empty (n, d) tensor, got {getattr(x, 'shape', type(x).__name__)}")
+    check_tensor(x, "x", "(n, d)", ndim=2)
     pts = x.double()
     y = pts.mean(0)
     scale = float(pts.std(0).norm()) or 1.0
@@ -139,10 +139,8 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
     a one-shot source ends training early, with a warning). Returns the SAE, in eval mode and in the caller's
     units (see :mod:`icml_interp.sae.model`), and a :class:`TrainLog`.
     """
-    if not isinstance(cfg, SAEConfig):
-        raise TypeError(f"cfg must be an SAEConfig, got {type(cfg).__name__}")
-    if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 1:
-        raise ValueError(f"log_every must be a positive int, got {log_every!r}")
+    check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
+    check_int(log_every, "log_every", minimum=1)
     src = _as_source(source, cfg)
     batches = src.batches(cfg.batch_size, cycle=True)
 

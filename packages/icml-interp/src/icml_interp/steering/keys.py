@@ -25,6 +25,7 @@ import torch
 
 from icml_interp.hooks import act_name, wrap
 from icml_interp.lens import mlp_value_lens
+from icml_interp.validation import check_int, check_number
 
 OVERLAP_WEIGHT = 10.0
 TOP_TOKENS = 10
@@ -46,7 +47,7 @@ def neuron_scores(
     ``|key| * (1 + 10 * overlap)``.
     """
     hooked = wrap(model)
-    ids = hooked._ids(input_ids)
+    ids = hooked.token_ids(input_ids)
     answers = [set(int(t) for t in a) for a in answer_tokens]
     if len(answers) != ids.shape[0] or any(not a for a in answers):
         raise ValueError(
@@ -66,16 +67,15 @@ def neuron_scores(
 
 def top_neurons(scores: torch.Tensor, k: int = 10) -> list[int]:
     """Indices of the ``k`` highest scores."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= scores.numel():
-        raise ValueError(f"k must be an int in [1, {scores.numel()}], got {k!r}")
+    check_int(k, "k", minimum=1, maximum=scores.numel())
     return scores.topk(k).indices.tolist()
 
 
 def random_neurons(d_mlp: int, k: int, *, exclude: Iterable[int] = (), seed: int = 0) -> list[int]:
     """``k`` distinct random neuron indices in ``[0, d_mlp)`` avoiding ``exclude`` (the control set)."""
     pool = torch.tensor(sorted(set(range(d_mlp)) - {int(i) for i in exclude}))
-    if not 1 <= k <= len(pool):
-        raise ValueError(f"k must be in [1, {len(pool)}] (neurons left after exclusion), got {k}")
+    if check_int(k, "k", minimum=1) > len(pool):
+        raise ValueError(f"k must be at most {len(pool)}, the neurons left after exclusion, got {k}")
     perm = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed))
     return pool[perm[:k]].tolist()
 
@@ -86,8 +86,7 @@ def scale_mlp_keys(model, neurons: Mapping[int, Sequence[int]], factor: float):
     in every forward pass (``model.generate`` included). ``neurons[layer]`` is a list of indices (the same
     neurons for every prompt) or a ``(batch, k)`` LongTensor (neurons per prompt). Hooks are removed on exit."""
     hooked = wrap(model)
-    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor != factor:
-        raise TypeError(f"factor must be a finite number, got {factor!r}")
+    check_number(factor, "factor")
     hooks = []
     for layer, idx in neurons.items():
         index = idx if isinstance(idx, torch.Tensor) else torch.as_tensor(list(idx), dtype=torch.long)

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import torch
 
 from icml_interp.hooks import act_name, wrap
+from icml_interp.validation import check_choice
 
 
 def difference_of_means(
@@ -48,8 +49,7 @@ def add_steering_vector(
         raise ValueError(
             f"vector must be a tensor shaped ({hooked.d_model},), got {getattr(vector, 'shape', vector)}"
         )
-    if positions not in ("all", "last"):
-        raise ValueError(f"positions must be 'all' or 'last', got {positions!r}")
+    check_choice(positions, "positions", ("all", "last"))
 
     def add(act, hook):
         delta = (alpha * vector).to(act.dtype)

@@ -20,6 +20,7 @@ The scenarios, the effect size 0.08, the permutation calibration and the choice 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits  # a scikit-learn dependency
@@ -35,7 +36,7 @@ LOSSES = ("l1", "l2", "kl")
 SCENARIOS = ("null", "axis", "interaction")
 N_BINS = 10
 WSC_DIRECTIONS, WSC_DELTA, WSC_GRID = 100, 0.1, 50
-BUDGETS = {
+BUDGETS: dict[str, dict[str, Any]] = {
     # n -> repetitions; permutations for the CovGap / WSC thresholds; Monte Carlo draws for the truth
     "quick": {"reps": {500: 16, 2000: 16, 10000: 4}, "perms": 50, "mc": 200_000},
     "full": {"reps": {500: 100, 2000: 100, 10000: 100}, "perms": 100, "mc": 1_000_000},

@@ -18,6 +18,7 @@ Method choices, sizes, the diabetes fold scheme and the Spearman criterion are o
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy.stats import norm, spearmanr
@@ -37,7 +38,7 @@ ALPHA = 0.1
 TARGET = 1 - ALPHA
 D = 3
 METHODS = ("split-knn", "split-linear", "normalized-knn", "cqr-gbm")
-BUDGETS = {
+BUDGETS: dict[str, dict[str, Any]] = {
     # synthetic: (n_fit, n_calib, n_test) and repetitions; diabetes: repetitions of the 5-fold scheme
     "quick": {"sizes": (1000, 1000, 2000), "reps": 3, "diabetes_reps": 3},
     "full": {"sizes": (2000, 2000, 10000), "reps": 10, "diabetes_reps": 20},
@@ -70,7 +71,7 @@ def _synthetic(cfg: dict, seed: int) -> list[dict]:
     from icml_tools.assets import heteroscedastic_regression  # lazy: tools are not a runtime dependency
 
     n_fit, n_cal, n_test = cfg["sizes"]
-    per = {m: [] for m in METHODS}
+    per: dict[str, list[dict]] = {m: [] for m in METHODS}
     for rep in range(cfg["reps"]):
         data = heteroscedastic_regression(n_fit + n_cal + n_test, d=D, seed=seed * 1000 + rep)
         fit, cal, test = np.split(np.arange(data.y.size), [n_fit, n_fit + n_cal])
@@ -93,7 +94,7 @@ def _synthetic(cfg: dict, seed: int) -> list[dict]:
 
 def _diabetes(cfg: dict, seed: int) -> list[dict]:
     x, y = load_diabetes(return_X_y=True)
-    per = {m: [] for m in METHODS}
+    per: dict[str, list[dict]] = {m: [] for m in METHODS}
     classifier = make_pipeline(StandardScaler(), LogisticRegression())
     for rep in range(cfg["diabetes_reps"]):
         rng = np.random.default_rng([seed, rep])

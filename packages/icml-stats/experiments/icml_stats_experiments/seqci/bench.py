@@ -61,6 +61,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
             long.a[800 : cfg["long"] - 200], long.b[800 : cfg["long"] - 200], long.c[800 : cfg["long"] - 200]
         )
         late = _traced_peak(test, long, cfg["long"] - 200, cfg["long"])
+    assert test._past is not None  # it has seen samples
     return [
         {
             "case": "SKCI 1,000 samples (d=5, batch 20)",

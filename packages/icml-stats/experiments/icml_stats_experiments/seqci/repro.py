@@ -133,7 +133,7 @@ def evaluate(type1: dict, power: dict, r_null: int, r_power: int) -> dict:
 def run(budget: str = "quick", seed: int = 0) -> dict:
     """Type I error under the null and power curves on the Gaussian CI benchmark; sizes by ``budget``."""
     cfg = BUDGETS[budget]
-    jobs = [("null", (seed, r)) for r in range(cfg["null"])]
+    jobs: list[tuple[str, tuple]] = [("null", (seed, r)) for r in range(cfg["null"])]
     jobs += [("power", (seed, a, r)) for a in EFFECTS for r in range(cfg["power"])]
     results = _map(jobs, min(2, os.cpu_count() or 1))
     null_runs, power_runs = results[: cfg["null"]], results[cfg["null"] :]

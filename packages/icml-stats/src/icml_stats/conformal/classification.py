@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
-from icml_stats.conformal.split import _as_2d, _check_alpha, conformal_quantile
+from icml_stats.conformal.split import conformal_quantile
+from icml_stats.validation import as_split, check_classifier, check_real
 
 
 def lac_sets(classifier, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1) -> np.ndarray:
     """LAC prediction sets ``(n_test, n_classes)`` at level ``1 - alpha`` around any ``predict_proba`` classifier."""
-    alpha = _check_alpha(alpha)
+    alpha = check_real(alpha, "alpha", "(0, 1)")
     proba_calib, y_calib, proba_test = _fit_proba(classifier, X_fit, y_fit, X_calib, y_calib, X_test)
     q = conformal_quantile(1 - proba_calib[np.arange(y_calib.size), y_calib], alpha)
     return 1 - proba_test <= q
@@ -32,7 +33,7 @@ def aps_sets(
     random_state=None,
 ) -> np.ndarray:
     """APS prediction sets ``(n_test, n_classes)`` at level ``1 - alpha``."""
-    alpha = _check_alpha(alpha)
+    alpha = check_real(alpha, "alpha", "(0, 1)")
     proba_calib, y_calib, proba_test = _fit_proba(classifier, X_fit, y_fit, X_calib, y_calib, X_test)
     rng = np.random.default_rng(random_state)
     u_calib = rng.uniform(size=y_calib.size) if randomized else np.ones(y_calib.size)
@@ -53,31 +54,11 @@ def _aps_scores(proba: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def _fit_proba(classifier, X_fit, y_fit, X_calib, y_calib, X_test):
-    X_fit, X_calib, X_test = (_as_2d(a, n) for a, n in ((X_fit, "X_fit"), (X_calib, "X_calib"), (X_test, "X_test")))
-    y_fit, y_calib = _labels(y_fit, "y_fit", X_fit.shape[0]), _labels(y_calib, "y_calib", X_calib.shape[0])
+    X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test, labels=True)
     n_classes = int(y_fit.max()) + 1
     if not np.array_equal(np.unique(y_fit), np.arange(n_classes)):
         raise ValueError(f"y_fit must contain every class 0 .. {n_classes - 1} (labels are column indices)")
     if y_calib.max() >= n_classes:
         raise ValueError(f"y_calib has the class {y_calib.max()}, unseen in y_fit (classes 0 .. {n_classes - 1})")
-    for name, X in (("X_calib", X_calib), ("X_test", X_test)):
-        if X.shape[1] != X_fit.shape[1]:
-            raise ValueError(f"{name} must have {X_fit.shape[1]} features like X_fit, got {X.shape[1]}")
-    if not hasattr(classifier, "predict_proba"):
-        raise TypeError(f"classifier must have predict_proba, got {classifier!r}")
-    model = clone(classifier).fit(X_fit, y_fit)
+    model = clone(check_classifier(classifier)).fit(X_fit, y_fit)
     return model.predict_proba(X_calib), y_calib, model.predict_proba(X_test)
-
-
-def _labels(y, name: str, n: int) -> np.ndarray:
-    a = np.asarray(y)
-    if a.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},) (one label per row), got {a.shape}")
-    if not np.issubdtype(a.dtype, np.integer):
-        af = np.asarray(a, dtype=float)
-        if np.isnan(af).any() or not np.all(af == np.round(af)):
-            raise ValueError(f"{name} must hold integer class labels 0 .. n_classes - 1")
-        a = af.astype(int)
-    if a.min() < 0:
-        raise ValueError(f"{name} must hold integer class labels 0 .. n_classes - 1, got {a.min()}")
-    return a

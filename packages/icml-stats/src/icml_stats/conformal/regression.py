@@ -18,7 +18,8 @@ from sklearn.base import clone
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import cross_val_predict
 
-from icml_stats.conformal.split import _check_alpha, _check_split, conformal_quantile
+from icml_stats.conformal.split import conformal_quantile
+from icml_stats.validation import as_split, check_real
 
 SIGMA_FLOOR = 1e-6  # relative to the mean absolute residual: keeps scores finite where sigma_hat ~ 0
 
@@ -35,8 +36,8 @@ def normalized_conformal_interval(
         scale_estimator: regressor of ``|y - mu(x)|`` (default: a clone of ``estimator``), fitted on
             ``cv``-fold out-of-fold residuals of the fit set.
     """
-    alpha = _check_alpha(alpha)
-    X_fit, y_fit, X_calib, y_calib, X_test = _check_split(X_fit, y_fit, X_calib, y_calib, X_test)
+    alpha = check_real(alpha, "alpha", "(0, 1)")
+    X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test)
     mean = clone(estimator).fit(X_fit, y_fit)
     residual = np.abs(y_fit - cross_val_predict(clone(estimator), X_fit, y_fit, cv=cv))  # (n_fit,)
     scale = clone(estimator if scale_estimator is None else scale_estimator).fit(X_fit, residual)
@@ -59,8 +60,8 @@ def cqr_interval(
         lower_estimator, upper_estimator: regressors of the ``alpha/2`` and ``1 - alpha/2`` conditional
             quantiles (default ``HistGradientBoostingRegressor(loss="quantile")`` at those levels).
     """
-    alpha = _check_alpha(alpha)
-    X_fit, y_fit, X_calib, y_calib, X_test = _check_split(X_fit, y_fit, X_calib, y_calib, X_test)
+    alpha = check_real(alpha, "alpha", "(0, 1)")
+    X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test)
     if lower_estimator is None:
         lower_estimator = HistGradientBoostingRegressor(loss="quantile", quantile=alpha / 2, random_state=0)
     if upper_estimator is None:

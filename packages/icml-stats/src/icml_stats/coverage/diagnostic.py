@@ -14,8 +14,8 @@ from sklearn.utils import ClassifierTags
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from icml_stats.coverage import metrics as m
-from icml_stats.coverage._inputs import as_target, cover_from_prediction, set_sizes
-from icml_stats.coverage.ert import LOSSES, SIDES, _check_classifier, cross_fit_proba, ert_from_proba
+from icml_stats.coverage.ert import LOSSES, SIDES, classifier_or_default, cross_fit_proba, ert_from_proba
+from icml_stats.validation import as_target, cover_from_prediction, set_sizes
 
 
 class ConditionalCoverageDiagnostic(BaseEstimator):
@@ -84,7 +84,7 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         cover = cover_from_prediction(n, None if raw else y, y if raw else None, y_intervals, y_sets)
         t_name = "confidence_level" if target is None else "target"
         t = as_target(self.confidence_level if target is None else target, n, t_name)
-        model = _check_classifier(self.classifier, self.random_state)
+        model = classifier_or_default(self.classifier, self.random_state)
         proba, fold = cross_fit_proba(X, cover, model, self.cv, self.random_state)
         self.cover_, self.target_, self.proba_, self.fold_ = cover, t, proba, fold
         self._X = X  # kept for plot()
@@ -155,7 +155,7 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         check_is_fitted(self)
         xs = self._standardised()
         coef, *_ = np.linalg.lstsq(xs, self.proba_ - self.target_ - np.mean(self.proba_ - self.target_), rcond=None)
-        norm = np.linalg.norm(coef)
+        norm = float(np.linalg.norm(coef))
         if norm == 0:
             coef, norm = np.eye(xs.shape[1])[0], 1.0
         return coef / norm

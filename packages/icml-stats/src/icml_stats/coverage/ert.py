@@ -36,11 +36,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import norm
-from sklearn.base import clone, is_classifier
+from sklearn.base import clone
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.model_selection import KFold
 
-from icml_stats.coverage._inputs import as_cover, as_features, as_target, cover_from_prediction
+from icml_stats.validation import (
+    as_array,
+    as_cover,
+    as_samples,
+    as_target,
+    check_choice,
+    check_classifier,
+    check_int,
+    check_real,
+    check_shape,
+    cover_from_prediction,
+)
 
 LOSSES = ("l1", "l2", "kl")
 SIDES = (None, "over", "under")
@@ -108,10 +119,10 @@ def cross_fit_proba(x, cover, classifier=None, cv=5, random_state=None) -> tuple
     Returns:
         ``(proba (n,), fold (n,))``: each sample's out-of-fold probability and the fold that held it out.
     """
-    x = as_features(x)
+    x = as_samples(x)
     z = as_cover(cover, x.shape[0]).astype(int)
-    model = _check_classifier(classifier, random_state)
-    splitter = _check_cv(cv, random_state, x.shape[0])
+    model = classifier_or_default(classifier, random_state)
+    splitter = _splitter(cv, random_state, x.shape[0])
     proba = np.full(x.shape[0], np.nan)
     fold = np.full(x.shape[0], -1)
     for k, (train, test) in enumerate(splitter.split(x, z)):
@@ -147,21 +158,14 @@ def ert_from_proba(cover, proba, fold, confidence_level=0.9, *, loss="l1", side=
     """
     z = as_cover(cover)
     n = z.size
-    p = np.asarray(proba, dtype=float)
-    if p.shape != (n,):
-        raise ValueError(f"proba must have shape ({n},) like cover, got {p.shape}")
-    if np.isnan(p).any() or np.any((p < 0) | (p > 1)):
-        raise ValueError("proba must hold probabilities in [0, 1] without NaN")
-    f = np.asarray(fold)
-    if f.shape != (n,) or not np.issubdtype(f.dtype, np.integer):
-        raise ValueError(f"fold must be an integer array of shape ({n},), got {f.dtype} {f.shape}")
+    p = as_array(proba, "proba", (n,), interval="[0, 1]", hint=" (like cover)")
+    f = check_shape(np.asarray(fold), "fold", (n,), " (like cover)")
+    if not np.issubdtype(f.dtype, np.integer):
+        raise ValueError(f"fold must hold integer fold indices, got dtype {f.dtype}")
     t = as_target(confidence_level, n)
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
-    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
-        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
+    check_choice(loss, "loss", LOSSES)
+    check_choice(side, "side", SIDES)
+    level = check_real(level, "level", "(0, 1)")
     q = p if side is None else (np.maximum(p, t) if side == "over" else np.minimum(p, t))
     diff = pointwise_loss(t, z, t, loss) - pointwise_loss(q, z, t, loss)  # (n,)
     folds = np.unique(f)
@@ -216,13 +220,11 @@ def ert(
     Returns:
         :class:`ERTResult` (``float(result)`` is the estimate).
     """
-    x = as_features(x)
+    x = as_samples(x)
     z = cover_from_prediction(x.shape[0], cover, y, y_intervals, y_sets)
     t = as_target(confidence_level, x.shape[0])
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {SIDES}, got {side!r}")
+    check_choice(loss, "loss", LOSSES)
+    check_choice(side, "side", SIDES)
     proba, fold = cross_fit_proba(x, z, classifier, cv, random_state)
     return ert_from_proba(z, proba, fold, t, loss=loss, side=side, level=level)
 
@@ -247,27 +249,19 @@ def default_classifier(random_state=None) -> HistGradientBoostingClassifier:
     )
 
 
-def _check_classifier(classifier, random_state):
-    if classifier is None:
-        return default_classifier(random_state)
-    if not hasattr(classifier, "fit") or not hasattr(classifier, "predict_proba"):
-        raise TypeError(f"classifier must be a scikit-learn classifier with predict_proba, got {classifier!r}")
-    if not is_classifier(classifier):
-        raise TypeError(f"classifier must be a scikit-learn classifier (is_classifier), got {classifier!r}")
-    return classifier
+def classifier_or_default(classifier, random_state=None):
+    """``classifier`` checked (a scikit-learn classifier with ``predict_proba``), or :func:`default_classifier`."""
+    return default_classifier(random_state) if classifier is None else check_classifier(classifier)
 
 
 def _stops_early(model) -> bool:
     return isinstance(model, HistGradientBoostingClassifier) and model.early_stopping is True
 
 
-def _check_cv(cv, random_state, n: int):
-    if isinstance(cv, bool):
-        raise TypeError("cv must be an int >= 2 or a scikit-learn splitter, got a bool")
+def _splitter(cv, random_state, n: int):
+    """``cv`` folds (an int in [2, n], bools refused) as a shuffled ``KFold``, or a splitter as given."""
     if isinstance(cv, numbers.Integral):
-        if not 2 <= cv <= n:
-            raise ValueError(f"cv must be between 2 and the number of samples ({n}), got {cv}")
-        return KFold(int(cv), shuffle=True, random_state=random_state)
+        return KFold(check_int(cv, "cv", 2, n), shuffle=True, random_state=random_state)
     if isinstance(cv, str) or not hasattr(cv, "split"):
         raise TypeError(f"cv must be an int >= 2 or a scikit-learn splitter with split(), got {cv!r}")
     return cv

@@ -18,19 +18,26 @@ bandwidth and the biased estimator ``trace(KHLH) / n^2`` on at most ``max_sample
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from sklearn.cluster import KMeans
 
-from icml_stats.coverage._inputs import as_features, as_target, cover_from_prediction, set_sizes
+from icml_stats.validation import (
+    as_samples,
+    as_target,
+    check_choice,
+    check_int,
+    check_real,
+    check_shape,
+    cover_from_prediction,
+    set_sizes,
+)
 
 
 def auto_groups(values, n_groups: int = 10, random_state=None) -> np.ndarray:
     """Integer group labels ``(n,)``: distinct values when at most ``n_groups``, else equal-frequency bins
     (1-D) or k-means clusters (several columns)."""
-    n_groups = _check_int(n_groups, "n_groups", 1)
-    v = as_features(values, "values")
+    n_groups = check_int(n_groups, "n_groups", 1)
+    v = as_samples(values, "values")
     distinct, labels = np.unique(v, axis=0, return_inverse=True)
     if distinct.shape[0] <= n_groups:
         return labels.reshape(-1)
@@ -42,9 +49,7 @@ def auto_groups(values, n_groups: int = 10, random_state=None) -> np.ndarray:
 
 def group_coverage(groups, cover) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(labels, coverage per group, size per group)`` for group labels ``(n,)``."""
-    g = np.asarray(groups)
-    if g.shape != cover.shape:
-        raise ValueError(f"groups must have shape {cover.shape} (one label per sample), got {g.shape}")
+    g = check_shape(np.asarray(groups), "groups", cover.shape, " (one label per sample)")
     labels, inverse = np.unique(g, return_inverse=True)
     inverse = inverse.reshape(-1)
     size = np.bincount(inverse, minlength=labels.size)
@@ -85,12 +90,8 @@ def size_stratified_coverage(
 
     ``statistic="gap"`` returns CovGap over the size groups, ``"min"`` the smallest group coverage.
     """
-    n = _n_from(cover, y)
-    z = cover_from_prediction(n, cover, y, y_intervals, y_sets)
-    s = set_sizes(n, sizes, y_intervals, y_sets)
-    if s is None:
-        raise ValueError("size_stratified_coverage needs sizes, y_intervals or y_sets")
-    return _group_statistic(auto_groups(s, n_groups), z, as_target(confidence_level, n), statistic, weighted)
+    z, s = _covers_and_sizes("size_stratified_coverage", cover, sizes, y, y_intervals, y_sets)
+    return _group_statistic(auto_groups(s, n_groups), z, as_target(confidence_level, z.size), statistic, weighted)
 
 
 def equal_opportunity_coverage(
@@ -118,10 +119,9 @@ def worst_slab_coverage(
     coverage of that slab on the other half, an unbiased estimate of the chosen slab's coverage.
     """
     x, z, _ = _inputs(x, cover, 0.5, y, y_intervals, y_sets)
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0 < delta <= 1:
-        raise ValueError(f"delta must be a number in (0, 1], got {delta!r}")
-    n_directions = _check_int(n_directions, "n_directions", 1)
-    n_grid = _check_int(n_grid, "n_grid", 1)
+    delta = check_real(delta, "delta", "(0, 1]")
+    n_directions = check_int(n_directions, "n_directions", 1)
+    n_grid = check_int(n_grid, "n_grid", 1)
     rng = np.random.default_rng(random_state)
     xs = (x - x.mean(axis=0)) / np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
     directions = rng.standard_normal((n_directions, x.shape[1]))
@@ -170,11 +170,7 @@ def slab_minima(sorted_cover, delta: float, n_grid: int, return_slab: bool = Fal
 
 def pearson_correlation(cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None) -> float:
     """Pearson correlation between cover and set size (0 for a constant input)."""
-    n = _n_from(cover, y)
-    z = cover_from_prediction(n, cover, y, y_intervals, y_sets)
-    s = set_sizes(n, sizes, y_intervals, y_sets)
-    if s is None:
-        raise ValueError("pearson_correlation needs sizes, y_intervals or y_sets")
+    z, s = _covers_and_sizes("pearson_correlation", cover, sizes, y, y_intervals, y_sets)
     if z.std() == 0 or s.std() == 0:
         return 0.0
     return float(np.corrcoef(z, s)[0, 1])
@@ -182,14 +178,10 @@ def pearson_correlation(cover=None, sizes=None, *, y=None, y_intervals=None, y_s
 
 def hsic(cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None, max_samples=2000, random_state=None) -> float:
     """HSIC between cover and set size, Gaussian kernels with median-distance bandwidths (0 when independent)."""
-    n = _n_from(cover, y)
-    z = cover_from_prediction(n, cover, y, y_intervals, y_sets)
-    s = set_sizes(n, sizes, y_intervals, y_sets)
-    if s is None:
-        raise ValueError("hsic needs sizes, y_intervals or y_sets")
-    max_samples = _check_int(max_samples, "max_samples", 2)
-    if n > max_samples:
-        keep = np.random.default_rng(random_state).choice(n, max_samples, replace=False)
+    z, s = _covers_and_sizes("hsic", cover, sizes, y, y_intervals, y_sets)
+    max_samples = check_int(max_samples, "max_samples", 2)
+    if z.size > max_samples:
+        keep = np.random.default_rng(random_state).choice(z.size, max_samples, replace=False)
         z, s = z[keep], s[keep]
     k, l_ = _gaussian_gram(z), _gaussian_gram(s)
     kc = k - k.mean(axis=0) - k.mean(axis=1, keepdims=True) + k.mean()  # H K H
@@ -205,29 +197,29 @@ def _gaussian_gram(v: np.ndarray) -> np.ndarray:
 
 
 def _group_statistic(groups, z, t, statistic, weighted) -> float:
+    check_choice(statistic, "statistic", ("gap", "min"))
     _, cov, size = group_coverage(groups, z)
     if statistic == "min":
         return float(cov.min())
-    if statistic != "gap":
-        raise ValueError(f"statistic must be 'gap' or 'min', got {statistic!r}")
     gap = np.abs(cov - group_coverage(groups, t)[1])
     return float(np.sum(size * gap) / size.sum()) if weighted else float(gap.mean())
 
 
 def _inputs(x, cover, confidence_level, y, y_intervals, y_sets):
-    x = as_features(x)
+    x = as_samples(x)
     z = cover_from_prediction(x.shape[0], cover, y, y_intervals, y_sets)
     return x, z, as_target(confidence_level, x.shape[0])
 
 
-def _n_from(cover, y) -> int:
+def _covers_and_sizes(metric: str, cover, sizes, y, y_intervals, y_sets) -> tuple[np.ndarray, np.ndarray]:
+    """Covers and set sizes ``(n,)`` each, for the metrics of cover against size (``n`` from ``cover`` or ``y``)."""
     ref = cover if cover is not None else y
     if ref is None:
         raise ValueError("pass cover, or y with y_intervals or y_sets")
-    return int(np.shape(ref)[0]) if np.ndim(ref) >= 1 else 0
+    n = int(np.shape(ref)[0]) if np.ndim(ref) >= 1 else 0
+    z = cover_from_prediction(n, cover, y, y_intervals, y_sets)
+    s = set_sizes(n, sizes, y_intervals, y_sets)
+    if s is None:
+        raise ValueError(f"{metric} needs sizes, y_intervals or y_sets")
+    return z, s
 
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)

@@ -24,18 +24,12 @@ batch KCI.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from scipy.stats import gamma as gamma_dist
 from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
-from icml_stats.seqci._inputs import (
-    as_samples,
-    as_triple,
-    check_alpha,
-    check_fixed_dims,
-    check_positive,
-    check_positive_int,
-)
 from icml_stats.seqci.betting import (
     MixtureWealth,
     SequentialTestResult,
@@ -49,7 +43,8 @@ from icml_stats.seqci.kernels import (
     Linear,
     median_bandwidth,
 )
-from icml_stats.seqci.skci import REFRESH_GROWTH, check_batch, check_model_x
+from icml_stats.seqci.skci import REFRESH_GROWTH, check_model_x
+from icml_stats.validation import as_batch, as_matched_samples, check_int, check_real
 
 
 def _standardizer(x: np.ndarray):
@@ -63,12 +58,13 @@ class _KernelRegressor:
 
     ``reuse`` takes the kernel and ridge of an earlier regressor instead of choosing them again."""
 
+    kernel: RBF | Linear
+    ridge: float
+
     def __init__(self, x: np.ndarray, y: np.ndarray, seed: int, reuse: _KernelRegressor | None = None):
         self._scale = _standardizer(x)
-        hyper = {} if reuse is None else {"input_kernel": reuse.kernel, "ridge": reuse.ridge}
-        self._cme = ConditionalMeanEmbedding(output_kernel=Linear(), random_state=seed, **hyper).fit(
-            self._scale(x), y
-        )
+        kernel, ridge = (None, None) if reuse is None else (reuse.kernel, reuse.ridge)
+        self._cme = ConditionalMeanEmbedding(kernel, Linear(), ridge=ridge, random_state=seed).fit(self._scale(x), y)
         self.kernel, self.ridge = self._cme.input_kernel_, self._cme.ridge_
         self.residual_std = np.sqrt(
             np.mean((y - self.predict(x)) ** 2, axis=0) * x.shape[0] / max(x.shape[0] - 1, 1)
@@ -104,22 +100,22 @@ class ECRT:
         warmup: int = 40,
         random_state=None,
     ):
-        self.alpha = check_alpha(alpha)
+        self.alpha = check_real(alpha, "alpha", "(0, 1)")
         self.model_x = model_x
         self._pretrain = check_model_x(model_x, conditional, pretrain)
         self.conditional = conditional
-        self.n_dummies = check_positive_int(n_dummies, "n_dummies")
-        self.max_past = check_positive_int(max_past, "max_past", 4)
-        self.warmup = check_positive_int(warmup, "warmup", 4)
+        self.n_dummies = check_int(n_dummies, "n_dummies", 1)
+        self.max_past = check_int(max_past, "max_past", 4)
+        self.warmup = check_int(warmup, "warmup", 4)
         self._rng = np.random.default_rng(random_state)
-        self._process = MixtureWealth(check_positive_int(grid_size, "grid_size"), self.alpha)
-        self._past = None
-        self._dims = None
+        self._process = MixtureWealth(grid_size, self.alpha)
+        self._past: list[np.ndarray] | None = None
+        self._dims: tuple[int, ...] | None = None
         self._n_seen = 0
         self._bet_n: list[int] = []
-        self._sampler = None
-        self._last: dict = {}
-        self._chosen_at: dict = {}
+        self._sampler: tuple[Callable[[np.ndarray], np.ndarray], np.ndarray] | None = None
+        self._last: dict[str, _KernelRegressor] = {}
+        self._chosen_at: dict[str, int] = {}
 
     def _model_x(self, A, C, seed):
         if self.model_x == "oracle":
@@ -143,7 +139,7 @@ class ECRT:
         return last
 
     def update(self, a_batch, b_batch, c_batch) -> SequentialTestResult:
-        a, b, c, self._dims = check_batch(a_batch, b_batch, c_batch, self._dims)
+        (a, b, c), self._dims = as_batch(self._dims, a_batch=a_batch, b_batch=b_batch, c_batch=c_batch)
         if self._past is not None and self._past[0].shape[0] >= self.warmup:
             A, B, C = self._past
             seed = int(self._rng.integers(2**31))
@@ -168,8 +164,8 @@ class ECRT:
         return self.result()
 
     def run(self, a, b, c, batch_size: int = 20) -> SequentialTestResult:
-        a, b, c = as_triple(a, b, c)
-        batch_size = check_positive_int(batch_size, "batch_size")
+        a, b, c = as_matched_samples(a=a, b=b, c=c)
+        batch_size = check_int(batch_size, "batch_size", 1)
         with threadpool_limits(limits=1, user_api="blas"):  # small matrices: see SKCI.run
             for start in range(0, a.shape[0], batch_size):
                 self.update(
@@ -198,13 +194,13 @@ class SKIT:
     """
 
     def __init__(self, alpha: float = 0.05, *, betting="ons", max_past: int = 500, warmup: int = 20):
-        self.alpha = check_alpha(alpha)
+        self.alpha = check_real(alpha, "alpha", "(0, 1)")
         self._process = WealthProcess(make_strategy(betting), self.alpha)
-        self.max_past = check_positive_int(max_past, "max_past", 4)
-        self.warmup = check_positive_int(warmup, "warmup", 2)
-        self._past = None
-        self._held = None  # an unpaired point carried to the next batch
-        self._dims = None
+        self.max_past = check_int(max_past, "max_past", 4)
+        self.warmup = check_int(warmup, "warmup", 2)
+        self._past: list[np.ndarray] | None = None
+        self._held: tuple[np.ndarray, np.ndarray] | None = None  # an unpaired point carried to the next batch
+        self._dims: tuple[int, ...] | None = None
         self._n_seen = 0
         self._bet_n: list[int] = []
         self._scale = 4.0  # |g| <= 4 for kernels in [0, 1]; then the largest |g| of earlier pairs
@@ -212,12 +208,7 @@ class SKIT:
 
     def update(self, a_batch, b_batch) -> SequentialTestResult:
         """Bet on the consecutive pairs of one batch (an odd point waits for the next batch)."""
-        a = as_samples(a_batch, "a_batch")
-        b = as_samples(b_batch, "b_batch", a.shape[0])
-        if self._dims is None:
-            self._dims = (a.shape[1], b.shape[1])
-        check_fixed_dims(a, self._dims[0], "a_batch")
-        check_fixed_dims(b, self._dims[1], "b_batch")
+        (a, b), self._dims = as_batch(self._dims, a_batch=a_batch, b_batch=b_batch)
         self._n_seen += a.shape[0]
         if self._held is not None:
             a, b = np.vstack([self._held[0], a]), np.vstack([self._held[1], b])
@@ -240,6 +231,7 @@ class SKIT:
 
     def _pair_payoffs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``f(a1, b1) + f(a2, b2) - f(a1, b2) - f(a2, b1)`` for the pairs (rows 2t, 2t+1), witness from the past."""
+        assert self._past is not None  # bets start after the warm-up
         A, B = self._past
         k, l_ = RBF(median_bandwidth(A)), RBF(median_bandwidth(B))
         KA, LB = k(A, A), l_(B, B)
@@ -252,9 +244,8 @@ class SKIT:
         return F[i, i] + F[j, j] - F[i, j] - F[j, i]
 
     def run(self, a, b, batch_size: int = 20) -> SequentialTestResult:
-        a = as_samples(a, "a")
-        b = as_samples(b, "b", a.shape[0])
-        batch_size = check_positive_int(batch_size, "batch_size")
+        a, b = as_matched_samples(a=a, b=b)
+        batch_size = check_int(batch_size, "batch_size", 1)
         for start in range(0, a.shape[0], batch_size):
             self.update(a[start : start + batch_size], b[start : start + batch_size])
         return self.result()
@@ -265,8 +256,8 @@ class SKIT:
 
 def kci_test(a, b, c, eps: float = 1e-3) -> tuple[float, float]:
     """Batch KCI test of ``A _||_ B | C``: ``(statistic, p_value)`` by the gamma approximation."""
-    a, b, c = as_triple(a, b, c)
-    eps = check_positive(eps, "eps")
+    a, b, c = as_matched_samples(a=a, b=b, c=c)
+    eps = check_real(eps, "eps", "(0, inf)")
     n = a.shape[0]
     if n < 4:
         raise ValueError(f"kci_test needs at least 4 samples, got {n}")

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from icml_stats.seqci._inputs import check_alpha
+from icml_stats.validation import check_int, check_real
 
 ONS_RATE = 2.0 / (2.0 - math.log(3.0))  # Cutkosky & Orabona's step for payoffs in [-1, 1]
 
 
 def ville_threshold(alpha) -> float:
     """The wealth ``1/alpha`` at which a test-by-betting rejects at level ``alpha`` (Ville's inequality)."""
-    return 1.0 / check_alpha(alpha)
+    return 1.0 / check_real(alpha, "alpha", "(0, 1)")
 
 
 def anytime_p_value(wealth) -> float:
@@ -48,32 +48,22 @@ def anytime_p_value(wealth) -> float:
     return min(1.0, 1.0 / top)
 
 
-def _check_payoff(g) -> float:
-    g = float(g)
-    if not math.isfinite(g):
-        raise ValueError(f"payoff must be finite, got {g}")
-    if g < -1:
-        raise ValueError(f"payoff must be >= -1 (so that 1 + lambda g >= 0 for lambda in [0, 1]), got {g}")
-    return g
-
-
-def _check_max_fraction(value, upper: float = 1.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= upper:
-        raise ValueError(f"max_fraction must be a number in (0, {upper}], got {value!r}")
-    return float(value)
+def _payoff(g) -> float:
+    """A payoff ``>= -1``, so that ``1 + lambda g >= 0`` for every fraction ``lambda`` in [0, 1]."""
+    return check_real(g, "payoff", "[-1, inf)")
 
 
 class ConstantFraction:
     """Bet the same fraction every round."""
 
     def __init__(self, fraction: float = 0.5):
-        self.value = _check_max_fraction(fraction)
+        self.value = check_real(fraction, "fraction", "(0, 1]")
 
     def fraction(self) -> float:
         return self.value
 
     def observe(self, payoff) -> None:
-        _check_payoff(payoff)
+        _payoff(payoff)
 
 
 class ONS:
@@ -84,7 +74,7 @@ class ONS:
     """
 
     def __init__(self, max_fraction: float = 0.5):
-        self.max_fraction = _check_max_fraction(max_fraction)
+        self.max_fraction = check_real(max_fraction, "max_fraction", "(0, 1]")
         self.value = 0.0
         self._curvature = 1.0
 
@@ -92,7 +82,7 @@ class ONS:
         return self.value
 
     def observe(self, payoff) -> None:
-        g = _check_payoff(payoff)
+        g = _payoff(payoff)
         z = g / (1.0 + self.value * g)  # minus the derivative of log(1 + lambda g)
         self._curvature += z * z
         self.value = float(np.clip(self.value + ONS_RATE * z / self._curvature, 0.0, self.max_fraction))
@@ -105,16 +95,15 @@ class AGRAPA:
     """
 
     def __init__(self, max_fraction: float = 0.5, prior_second_moment: float = 1.0):
-        self.max_fraction = _check_max_fraction(max_fraction)
-        if not prior_second_moment > 0:
-            raise ValueError(f"prior_second_moment must be > 0, got {prior_second_moment!r}")
-        self._sum, self._sum_sq, self._count = 0.0, float(prior_second_moment), 1
+        self.max_fraction = check_real(max_fraction, "max_fraction", "(0, 1]")
+        self._sum, self._count = 0.0, 1
+        self._sum_sq = check_real(prior_second_moment, "prior_second_moment", "(0, inf)")
 
     def fraction(self) -> float:
         return float(np.clip(self._sum / self._sum_sq, 0.0, self.max_fraction))
 
     def observe(self, payoff) -> None:
-        g = _check_payoff(payoff)
+        g = _payoff(payoff)
         self._sum += g
         self._sum_sq += g * g
         self._count += 1
@@ -130,9 +119,7 @@ class SigmoidFraction:
     """
 
     def __init__(self, max_fraction: float = 0.9, beta0: float = 0.0, scale: float = 3.0):
-        self.max_fraction = _check_max_fraction(max_fraction)
-        if self.max_fraction >= 1.0:
-            raise ValueError(f"max_fraction must be < 1 for a sigmoid fraction, got {max_fraction!r}")
+        self.max_fraction = check_real(max_fraction, "max_fraction", "(0, 1)")  # below 1 for a sigmoid
         self.beta0, self.scale = float(beta0), float(scale)
         self.beta = float(beta0)
         self._seen: list[float] = []
@@ -156,7 +143,7 @@ class SigmoidFraction:
         return self
 
     def observe(self, payoff) -> None:
-        self._seen.append(_check_payoff(payoff))
+        self._seen.append(_payoff(payoff))
         self.fit(self._seen)
 
 
@@ -181,7 +168,29 @@ def make_strategy(strategy, max_fraction: float | None = None):
     return strategy
 
 
-class WealthProcess:
+class _Wealth:
+    """What both wealth processes record: the wealth path, the payoffs and the first time ``W_t >= 1/alpha``."""
+
+    def __init__(self, alpha: float):
+        self.alpha = check_real(alpha, "alpha", "(0, 1)")
+        self.wealth = 1.0
+        self.path: list[float] = []
+        self.payoffs: list[float] = []
+        self.stopping_index: int | None = None
+
+    @property
+    def rejected(self) -> bool:
+        return self.stopping_index is not None
+
+    def _record(self, payoff: float) -> float:
+        self.path.append(self.wealth)
+        self.payoffs.append(payoff)
+        if self.stopping_index is None and self.wealth >= 1.0 / self.alpha:
+            self.stopping_index = len(self.path) - 1
+        return self.wealth
+
+
+class WealthProcess(_Wealth):
     """The wealth ``W_t = W_{t-1} (1 + lambda_t g_t)`` of a strategy, with Ville's rule at level ``alpha``.
 
     ``step(g)`` asks the strategy for its fraction, then shows it ``g``; ``step(g, fraction=lam)`` uses
@@ -191,64 +200,37 @@ class WealthProcess:
     """
 
     def __init__(self, strategy="ons", alpha: float = 0.05):
-        self.alpha = check_alpha(alpha)
+        super().__init__(alpha)
         self.strategy = make_strategy(strategy)
-        self.wealth = 1.0
-        self.path: list[float] = []
         self.fractions: list[float] = []
-        self.payoffs: list[float] = []
-        self.stopping_index: int | None = None
-
-    @property
-    def rejected(self) -> bool:
-        return self.stopping_index is not None
 
     def step(self, payoff, fraction: float | None = None) -> float:
-        g = _check_payoff(payoff)
+        g = _payoff(payoff)
         if fraction is None and self.strategy is None:
             raise ValueError("this wealth process has no strategy: pass fraction= to step")
-        lam = self.strategy.fraction() if fraction is None else float(fraction)
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"fraction must lie in [0, 1], got {lam}")
+        lam = check_real(self.strategy.fraction() if fraction is None else fraction, "fraction", "[0, 1]")
         self.wealth *= 1.0 + lam * g
         if self.strategy is not None:
             self.strategy.observe(g)
-        self.path.append(self.wealth)
         self.fractions.append(lam)
-        self.payoffs.append(g)
-        if self.stopping_index is None and self.wealth >= 1.0 / self.alpha:
-            self.stopping_index = len(self.path) - 1
-        return self.wealth
+        return self._record(g)
 
 
-class MixtureWealth:
+class MixtureWealth(_Wealth):
     """The average wealth of constant-fraction bettors on a grid (Shaer et al.'s e-CRT): a test martingale
     itself, as an average of test martingales; no fraction has to be learned."""
 
     def __init__(self, grid_size: int = 1000, alpha: float = 0.05):
-        if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 1:
-            raise ValueError(f"grid_size must be an int >= 1, got {grid_size!r}")
-        self.alpha = check_alpha(alpha)
+        super().__init__(alpha)
+        grid_size = check_int(grid_size, "grid_size", 1)
         self.grid = np.linspace(0.0, 1.0, grid_size + 1, endpoint=False)[1:]  # (G,) fractions in (0, 1)
         self._wealths = np.ones(grid_size)
-        self.wealth = 1.0
-        self.path: list[float] = []
-        self.payoffs: list[float] = []
-        self.stopping_index: int | None = None
-
-    @property
-    def rejected(self) -> bool:
-        return self.stopping_index is not None
 
     def step(self, payoff) -> float:
-        g = _check_payoff(payoff)
+        g = _payoff(payoff)
         self._wealths *= 1.0 + self.grid * g
         self.wealth = float(self._wealths.mean())
-        self.path.append(self.wealth)
-        self.payoffs.append(g)
-        if self.stopping_index is None and self.wealth >= 1.0 / self.alpha:
-            self.stopping_index = len(self.path) - 1
-        return self.wealth
+        return self._record(g)
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,12 +18,13 @@ and :meth:`CIData.conditional`, a :class:`~icml_stats.seqci.kernels.GaussianCond
 
 from __future__ import annotations
 
-import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from icml_stats.seqci.kernels import GaussianConditional
+from icml_stats.validation import check_int, check_real
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,7 +34,7 @@ class CIData:
     c: np.ndarray
     a_mean: np.ndarray
     a_std: float
-    mean_fn: object  # c (n, d) -> E[A | C = c] (n, 1)
+    mean_fn: Callable[[np.ndarray], np.ndarray]  # c (n, d) -> E[A | C = c] (n, 1)
 
     def conditional(self) -> GaussianConditional:
         """The true ``A | C`` (Gaussian), for oracle mode."""
@@ -43,18 +44,9 @@ class CIData:
         return self.a.shape[0]
 
 
-def _check(n, d, effect, name_effect="effect"):
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
-        raise ValueError(f"d must be an int >= 1, got {d!r}")
-    if isinstance(effect, bool) or not isinstance(effect, numbers.Real) or not np.isfinite(effect):
-        raise ValueError(f"{name_effect} must be a finite number, got {effect!r}")
-
-
 def gaussian_ci(n: int, d: int = 5, effect: float = 0.0, seed: int = 0, data_seed: int = 0) -> CIData:
     """The Gaussian CI benchmark; ``seed`` draws the samples, ``data_seed`` the directions ``u, v``."""
-    _check(n, d, effect)
+    n, d, effect = check_int(n, "n", 1), check_int(d, "d", 1), check_real(effect, "effect")
     dirs = np.random.default_rng([data_seed, 7919])
     v = dirs.standard_normal(d) / np.sqrt(d)
     u = dirs.standard_normal(d) / np.sqrt(d)
@@ -82,14 +74,11 @@ def sinusoidal_ci(
     index_r: int = 0,
 ) -> CIData:
     """The sinusoidal CI-hardness family; ``index_*`` pick the coordinates of ``C`` that drive A, B and r."""
-    _check(n, d, effect)
-    if abs(effect) > 1:
-        raise ValueError(f"effect must lie in [-1, 1] (it scales a correlation), got {effect!r}")
-    for name, idx in (("index_a", index_a), ("index_b", index_b), ("index_r", index_r)):
-        if isinstance(idx, bool) or not isinstance(idx, numbers.Integral) or not 0 <= idx < d:
-            raise ValueError(f"{name} must be an int in [0, {d}), got {idx!r}")
-    if not (isinstance(noise, numbers.Real) and noise > 0):
-        raise ValueError(f"noise must be a number > 0, got {noise!r}")
+    n, d = check_int(n, "n", 1), check_int(d, "d", 1)
+    effect = check_real(effect, "effect", "[-1, 1]")  # it scales a correlation
+    index_a, index_b, index_r = (check_int(i, name, 0, d - 1) for i, name in
+                                 ((index_a, "index_a"), (index_b, "index_b"), (index_r, "index_r")))
+    noise = check_real(noise, "noise", "(0, inf)")
     rng = np.random.default_rng([seed, 15485863])
     c = rng.standard_normal((n, d))
     r = effect * np.sin(freq * c[:, index_r])

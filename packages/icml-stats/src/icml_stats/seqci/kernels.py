@@ -23,12 +23,13 @@ The ridge is the absolute diagonal term ``r``; we search ``r = n * lam`` over a 
 from __future__ import annotations
 
 import math
-import numbers
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from icml_stats.seqci._inputs import as_samples
+from icml_stats.validation import as_array, as_matched_samples, as_samples, check_real
 
 RIDGE_GRID = tuple(10.0 ** np.arange(-5, 1))  # lam; the absolute ridge is n * lam
 MEDIAN_MAX = 500  # the median heuristic looks at most at this many points
@@ -58,14 +59,7 @@ class RBF:
     """Gaussian kernel ``exp(-|x - y|^2 / (2 bandwidth^2))``; ``bandwidth=None`` until :meth:`fitted` on data."""
 
     def __init__(self, bandwidth: float | None = None):
-        if bandwidth is not None and (
-            isinstance(bandwidth, bool)
-            or not isinstance(bandwidth, numbers.Real)
-            or not math.isfinite(bandwidth)
-            or bandwidth <= 0
-        ):
-            raise ValueError(f"bandwidth must be a finite number > 0 or None, got {bandwidth!r}")
-        self.bandwidth = None if bandwidth is None else float(bandwidth)
+        self.bandwidth = None if bandwidth is None else check_real(bandwidth, "bandwidth", "(0, inf)")
 
     def fitted(self, x, rng=None) -> RBF:
         """This kernel if its bandwidth is set, else a copy with the median-heuristic bandwidth of ``x``."""
@@ -93,26 +87,9 @@ class Linear:
         return "Linear()"
 
 
-def _check_gram(K, name: str, n: int | None = None) -> np.ndarray:
-    K = np.asarray(K, dtype=float)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"{name} must be a square Gram matrix, got shape {K.shape}")
-    if n is not None and K.shape[0] != n:
-        raise ValueError(f"{name} must be ({n}, {n}) like K_x, got {K.shape}")
-    if not np.isfinite(K).all():
-        raise ValueError(f"{name} must be finite (no NaN or inf)")
-    return K
-
-
-def _check_ridge(ridge) -> float:
-    if (
-        isinstance(ridge, bool)
-        or not isinstance(ridge, numbers.Real)
-        or not math.isfinite(ridge)
-        or ridge <= 0
-    ):
-        raise ValueError(f"ridge must be a finite number > 0, got {ridge!r}")
-    return float(ridge)
+def _gram(K, name: str, n: int | None = None) -> np.ndarray:
+    """A finite square Gram matrix (``(n, n)`` when ``n`` is given)."""
+    return as_array(K, name, ("n", "n") if n is None else (n, n), hint="" if n is None else " (like K_x)")
 
 
 def krr_loo_loss(K_x, K_y, ridge: float) -> float:
@@ -124,9 +101,9 @@ def krr_loo_loss(K_x, K_y, ridge: float) -> float:
             conditional mean embedding, where the error is the squared RKHS norm).
         ridge: the absolute ridge ``r`` in ``(K_x + r I)``; the leave-one-out fits use the same ``r``.
     """
-    K_x = _check_gram(K_x, "K_x")
-    K_y = _check_gram(K_y, "K_y", K_x.shape[0])
-    r = _check_ridge(ridge)
+    K_x = _gram(K_x, "K_x")
+    K_y = _gram(K_y, "K_y", K_x.shape[0])
+    r = check_real(ridge, "ridge", "(0, inf)")
     n = K_x.shape[0]
     W = np.linalg.solve(K_x + r * np.eye(n), np.eye(n))  # (K_x + rI)^-1
     resid = r * W  # I - H
@@ -136,15 +113,15 @@ def krr_loo_loss(K_x, K_y, ridge: float) -> float:
 
 def loo_losses(K_x, K_y, ridges) -> np.ndarray:
     """:func:`krr_loo_loss` for each absolute ridge in ``ridges``, from one eigendecomposition of ``K_x``."""
-    K_x = _check_gram(K_x, "K_x")
-    K_y = _check_gram(K_y, "K_y", K_x.shape[0])
+    K_x = _gram(K_x, "K_x")
+    K_y = _gram(K_y, "K_y", K_x.shape[0])
     s, U = np.linalg.eigh(K_x)
     s = np.maximum(s, 0.0)
     M = U.T @ K_y @ U  # (n, n)
     U2 = U * U
     out = []
     for r in ridges:
-        g = _check_ridge(r) / (s + r)  # eigenvalues of I - H
+        g = check_real(r, "ridge", "(0, inf)") / (s + r)  # eigenvalues of I - H
         Ug = U * g  # (n, n)
         num = ((Ug @ M) * Ug).sum(1)  # diag(U g M g U^T)
         out.append(float(np.mean(num / (U2 @ g) ** 2)))
@@ -210,20 +187,20 @@ class ConditionalMeanEmbedding:
         self.random_state = random_state
 
     def fit(self, c, y) -> ConditionalMeanEmbedding:
-        C = as_samples(c, "c")
-        Y = as_samples(y, "y", C.shape[0])
+        C, Y = as_matched_samples(c=c, y=y)
         rng = np.random.default_rng(self.random_state)
-        self.input_kernel_ = (RBF() if self.input_kernel is None else self.input_kernel).fitted(C, rng)
-        self.output_kernel_ = (RBF() if self.output_kernel is None else self.output_kernel).fitted(Y, rng)
+        self.input_kernel_: RBF | Linear = (RBF() if self.input_kernel is None else self.input_kernel).fitted(C, rng)
+        self.output_kernel_: RBF | Linear = (RBF() if self.output_kernel is None else self.output_kernel).fitted(Y, rng)
         n = C.shape[0]
+        self.ridge_: float
         if self.ridge is None:
             self.ridge_ = choose_ridge(
                 self.input_kernel_, self.output_kernel_, C, Y, self.grid, self.max_select, rng
             )
         else:
-            self.ridge_ = _check_ridge(self.ridge)
+            self.ridge_ = check_real(self.ridge, "ridge", "(0, inf)")
         self.C_, self.Y_, self.n_ = C, Y, n
-        self._dual = None
+        self._dual: np.ndarray | None = None
         self.K_YY_ = self.output_kernel_(Y, Y)  # (n, n)
         self._chol = cho_factor(self.input_kernel_(C, C) + n * self.ridge_ * np.eye(n))
         return self
@@ -236,7 +213,7 @@ class ConditionalMeanEmbedding:
     def predict_mean(self, c) -> np.ndarray:
         """``beta(c) @ Y`` ``(m, p)``: the kernel ridge prediction of ``y`` (the embedding's mean under a
         :class:`Linear` output kernel), from dual coefficients ``(K_CC + r I)^-1 Y`` computed once."""
-        if getattr(self, "_dual", None) is None:
+        if self._dual is None:
             self._dual = cho_solve(self._chol, self.Y_)  # (n, p)
         return self.input_kernel_(as_samples(c, "c"), self.C_) @ self._dual
 
@@ -269,12 +246,11 @@ class GaussianConditional:
     ``A ~ N(m1, s^2 I)``, ``A' ~ N(m2, s^2 I)``, ``E k(A, A') = (h^2 / (h^2 + 2 s^2))^(p/2) exp(-|m1 - m2|^2 / (2 (h^2 + 2 s^2)))``.
     """
 
-    def __init__(self, mean, std: float):
+    def __init__(self, mean: Callable[[np.ndarray], Any], std: float):
         if not callable(mean):
             raise TypeError(f"mean must be a callable c -> E[A | C = c], got {type(mean).__name__}")
-        if isinstance(std, bool) or not isinstance(std, numbers.Real) or not math.isfinite(std) or std < 0:
-            raise ValueError(f"std must be a finite number >= 0, got {std!r}")
-        self.mean, self.std = mean, float(std)
+        self.mean = mean
+        self.std = check_real(std, "std", "[0, inf)")
 
     def _means(self, c: np.ndarray, p: int) -> np.ndarray:
         m = np.asarray(self.mean(c), dtype=float).reshape(c.shape[0], -1)

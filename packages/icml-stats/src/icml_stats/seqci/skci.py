@@ -63,15 +63,6 @@ from scipy.optimize import brentq
 from scipy.special import ndtr  # the standard normal cdf, without scipy.stats' overhead
 from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
-from icml_stats.seqci._inputs import (
-    as_samples,
-    as_triple,
-    check_alpha,
-    check_choice,
-    check_fixed_dims,
-    check_positive,
-    check_positive_int,
-)
 from icml_stats.seqci.betting import (
     SequentialTestResult,
     SigmoidFraction,
@@ -85,6 +76,14 @@ from icml_stats.seqci.kernels import (
     GaussianConditional,
     choose_ridge,
     median_bandwidth,
+)
+from icml_stats.validation import (
+    as_batch,
+    as_matched_samples,
+    as_samples,
+    check_choice,
+    check_int,
+    check_real,
 )
 
 MODEL_X_MODES = ("online", "pretrained", "oracle")
@@ -112,15 +111,6 @@ def check_model_x(model_x, conditional, pretrain):
         raise ValueError("model_x='pretrained' needs pretrain=(a, c), extra samples of A and C")
     pa = as_samples(pretrain[0], "pretrain[0] (a)")
     return pa, as_samples(pretrain[1], "pretrain[1] (c)", pa.shape[0])
-
-
-def check_batch(a_batch, b_batch, c_batch, dims):
-    """One batch of matched rows with the column counts ``dims`` of the first batch (None: this is it)."""
-    a, b, c = as_triple(a_batch, b_batch, c_batch)
-    dims = (a.shape[1], b.shape[1], c.shape[1]) if dims is None else dims
-    for x, k, name in zip((a, b, c), dims, ("a_batch", "b_batch", "c_batch"), strict=True):
-        check_fixed_dims(x, k, name)
-    return a, b, c, dims
 
 
 class SKCI:
@@ -164,35 +154,30 @@ class SKCI:
         eps: float = 1e-6,
         random_state=None,
     ):
-        self.alpha = check_alpha(alpha)
+        self.alpha = check_real(alpha, "alpha", "(0, 1)")
         self.model_x = model_x
         self._pretrain = check_model_x(model_x, conditional, pretrain)
         self.conditional = conditional
         self.normalize, self.shift = bool(normalize), bool(shift)
         self.betting = betting
-        self.max_past = check_positive_int(max_past, "max_past", 4)
-        self.n_anchors = None if n_anchors is None else check_positive_int(n_anchors, "n_anchors", 2)
-        self.warmup = check_positive_int(warmup, "warmup", 4)
-        if self.warmup > self.max_past:
-            raise ValueError(f"warmup ({warmup}) must be <= max_past ({max_past})")
-        factors = tuple(c_bandwidth_factors)
-        if not factors:
+        self.max_past = check_int(max_past, "max_past", 4)
+        self.n_anchors = None if n_anchors is None else check_int(n_anchors, "n_anchors", 2)
+        self.warmup = check_int(warmup, "warmup", 4, self.max_past)  # at most max_past
+        self.c_bandwidth_factors = tuple(check_real(f, "c_bandwidth_factors[i]", "(0, inf)") for f in c_bandwidth_factors)
+        if not self.c_bandwidth_factors:
             raise ValueError("c_bandwidth_factors must hold at least one factor")
-        for f in factors:
-            check_positive(f, "c_bandwidth_factors entries")
-        self.c_bandwidth_factors = factors
-        self.eps = check_positive(eps, "eps")
+        self.eps = check_real(eps, "eps", "(0, inf)")
         self.random_state = random_state
         self._rng = np.random.default_rng(random_state)
         self._learned = betting == "sigmoid"
-        self._fraction = SigmoidFraction() if self._learned else None
+        self._fraction = SigmoidFraction()  # used when the fraction is learned
         self._process = WealthProcess(None if self._learned else make_strategy(betting), self.alpha)
         self._past: list[np.ndarray] | None = None  # [A (n, p), B (n, q), C (n, d)]
-        self._dims: tuple[int, int, int] | None = None
+        self._dims: tuple[int, ...] | None = None
         self._n_seen = 0
         self._bet_n: list[int] = []
         self._info: dict[str, list] = {"gamma": [], "normalizer": [], "raw_payoff": [], "c_bandwidth": []}
-        self._pretrained_cme = None
+        self._pretrained_cme: ConditionalMeanEmbedding | None = None
         self._hyper: dict | None = None
 
     # ----------------------------------------------------------------------------- public API
@@ -220,8 +205,8 @@ class SKCI:
         BLAS is limited to one thread meanwhile: the matrices are at most ``max_past`` wide, where more
         threads gain little and, on a busy machine, oversubscription made runs ten times slower.
         """
-        a, b, c = as_triple(a, b, c)
-        batch_size = check_positive_int(batch_size, "batch_size")
+        a, b, c = as_matched_samples(a=a, b=b, c=c)
+        batch_size = check_int(batch_size, "batch_size", 1)
         with threadpool_limits(limits=1, user_api="blas"):
             for start in range(0, a.shape[0], batch_size):
                 stop = start + batch_size
@@ -233,7 +218,7 @@ class SKCI:
 
     # ----------------------------------------------------------------------------- internals
     def _check_batch(self, a_batch, b_batch, c_batch):
-        a, b, c, self._dims = check_batch(a_batch, b_batch, c_batch, self._dims)
+        (a, b, c), self._dims = as_batch(self._dims, a_batch=a_batch, b_batch=b_batch, c_batch=c_batch)
         return a, b, c
 
     def _append(self, a, b, c) -> None:
@@ -301,7 +286,7 @@ class SKCI:
         """Pick k_C and lambda on the anchors, then bet on the new batch (columns s: of the blocks)."""
         s = blocks["s"]
         folds = [blocks["order"][i : i + m] for i in range(0, s, m)]
-        best = None
+        best: tuple | None = None
         for bandwidth, Kc in blocks["Kcs"]:
             H = blocks["KaKb"][self.model_x] * Kc  # (s + m, s + m)
             HSS = H[:s, :s]
@@ -320,6 +305,7 @@ class SKCI:
             if best is None or score > best[0]:
                 raw = float(H[:s, s:].mean()) / normalizer
                 best = (score, lam, raw, gamma, normalizer, bandwidth)
+        assert best is not None  # c_bandwidth_factors is never empty
         _, lam, raw, gamma, normalizer, bandwidth = best
         self._process.step(max(raw - gamma, -1.0), fraction=lam)
         self._bet_n.append(self._n_seen + m)
@@ -350,14 +336,14 @@ def run_ablation(a, b, c, variants: dict, batch_size: int = 20, **common) -> dic
         if bad:
             raise ValueError(f"variant {name!r} may only override {ABLATION_KEYS}, got {sorted(bad)}")
     tests = {name: SKCI(**{**common, **over}) for name, over in variants.items()}
-    a, b, c = as_triple(a, b, c)
-    batch_size = check_positive_int(batch_size, "batch_size")
+    a, b, c = as_matched_samples(a=a, b=b, c=c)
+    batch_size = check_int(batch_size, "batch_size", 1)
     leader = next(iter(tests.values()))
     modes = [t.model_x for t in tests.values()]
     with threadpool_limits(limits=1, user_api="blas"):  # small matrices: see SKCI.run
         for start in range(0, a.shape[0], batch_size):
-            batch = [x[start : start + batch_size] for x in (a, b, c)]
-            blocks = leader._prepare(*batch, modes=modes)
+            batch = tuple(x[start : start + batch_size] for x in (a, b, c))
+            blocks = leader._prepare(batch[0], batch[1], batch[2], modes=modes)
             for test in tests.values():
                 if blocks is not None:
                     test._bet(blocks, batch[0].shape[0])

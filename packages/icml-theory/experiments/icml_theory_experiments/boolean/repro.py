@@ -37,14 +37,14 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         samples = torch.randint(0, 1 << n, (1 << n,), generator=gen)  # m = 2^n uniform points
         counts = torch.bincount(samples, minlength=1 << n).to(torch.float64)  # (2^n,)
         sampled = fwht(counts * f, scale=1.0 / samples.numel())  # (2^n,) empirical E[f chi_S]
-        w1 = spectral_weights(ours)[1].item()
+        level1 = spectral_weights(ours)[1].item()
         rows.append({
             "n": n,
             "fwht_max_abs_error": (ours - exact).abs().max().item(),
             "sampled_max_abs_error": (sampled - exact).abs().max().item(),
-            "W1": w1,
+            "W1": level1,
             "W1_closed_form": n * majority_coefficient(n, 1) ** 2,
-            "W1_minus_2_over_pi": w1 - LIMIT_W1,
+            "W1_minus_2_over_pi": level1 - LIMIT_W1,
         })
     ours_err = max(r["fwht_max_abs_error"] for r in rows)
     base_err = max(r["sampled_max_abs_error"] for r in rows)

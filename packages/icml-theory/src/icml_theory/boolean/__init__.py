@@ -6,8 +6,9 @@ icml-kernels: ``pip install 'icml-theory[torch]'``.
 """
 
 try:
-    import icml_kernels  # noqa: F401
     import torch  # noqa: F401
+
+    import icml_kernels  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by the installed-alone test
     raise ImportError(
         f"icml_theory.boolean needs torch and icml-kernels ({exc.name} is missing): "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from icml_kernels import fwht
+from icml_theory.validation import check_int
 
 
 def fourier_coefficients(values) -> torch.Tensor:
@@ -49,8 +50,7 @@ def spectral_weights(coeffs) -> torch.Tensor:
 
 def subset_sizes(n: int) -> torch.Tensor:
     """``|S|`` (the popcount) of every index ``S = 0..2^n - 1``, as an int64 tensor ``(2^n,)``."""
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 30:
-        raise ValueError(f"n must be an integer in 0..30, got {n!r}")
+    n = check_int(n, "n", 0, 30)
     idx = torch.arange(1 << n)
     return sum(((idx >> i) & 1 for i in range(n)), torch.zeros_like(idx))
 

@@ -9,6 +9,7 @@ from fractions import Fraction
 import torch
 
 from icml_theory.boolean.fourier import subset_sizes
+from icml_theory.validation import check_int
 
 
 def majority(n: int) -> torch.Tensor:
@@ -28,9 +29,7 @@ def majority_coefficient(n: int, k: int) -> float:
     O'Donnell Thm. 5.19: zero for even ``k``; for odd ``k``
     ``(-1)^((k-1)/2) * C((n-1)/2, (k-1)/2) / C(n-1, k-1) * 2^-(n-1) * C(n-1, (n-1)/2)``.
     """
-    _check_odd(n)
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
-        raise ValueError(f"k must be an integer in 0..n={n}, got {k!r}")
+    n, k = _check_odd(n), check_int(k, "k", 0, n)
     if k % 2 == 0:
         return 0.0
     m, j = (n - 1) // 2, (k - 1) // 2
@@ -44,6 +43,8 @@ def majority_spectrum(n: int) -> torch.Tensor:
     return by_level[subset_sizes(n)]  # (2^n,)
 
 
-def _check_odd(n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n % 2 == 0 or n > 29:
-        raise ValueError(f"n must be an odd integer in 1..29 (majority needs no ties), got {n!r}")
+def _check_odd(n) -> int:
+    """``n`` odd (majority needs no ties) and in [1, 29] (a truth table of 2^n float64 values)."""
+    if isinstance(n, int) and n % 2 == 0:
+        raise ValueError(f"n must be an odd integer (majority needs no ties), got {n!r}")
+    return check_int(n, "n", 1, 29)

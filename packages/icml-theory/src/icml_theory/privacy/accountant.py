@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
-
-from icml_theory.privacy.conversions import (
-    OptimalConverter,
-    check_delta,
-    check_epsilon,
-    cks_epsilon,
-    mironov_epsilon,
-)
-from icml_theory.privacy.profiles import ComposedRDP, SubsampledGaussianRDP, _check_count, _check_positive
-from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, TradeoffCurve, check_alphas
+from icml_theory.privacy.conversions import OptimalConverter, cks_epsilon, mironov_epsilon
+from icml_theory.privacy.profiles import ComposedRDP, SubsampledGaussianRDP
+from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, TradeoffCurve
+from icml_theory.validation import check_alphas, check_choice, check_int, check_real
 
 METHODS = ("optimal", "cks", "mironov")
 
@@ -29,15 +22,13 @@ class OptimalRDPAccountant:
 
     def __init__(self):
         self.history: list[tuple[float, float, int]] = []
-        self._converter = None
+        self._converter: OptimalConverter | None = None
 
     def step(self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1) -> OptimalRDPAccountant:
         """Record ``num_steps`` steps with noise multiplier ``noise_multiplier`` and sampling rate ``sample_rate``."""
-        sigma = _check_positive(noise_multiplier, "noise_multiplier")
-        q = _check_positive(sample_rate, "sample_rate")
-        if q > 1:
-            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
-        n = _check_count(num_steps, "num_steps")
+        sigma = check_real(noise_multiplier, "noise_multiplier", "(0, inf)")
+        q = check_real(sample_rate, "sample_rate", "(0, 1]")
+        n = check_int(num_steps, "num_steps", 1)
         if self.history and self.history[-1][:2] == (sigma, q):
             self.history[-1] = (sigma, q, self.history[-1][2] + n)
         else:
@@ -65,18 +56,16 @@ class OptimalRDPAccountant:
 
     def get_epsilon(self, delta: float, method: str = "optimal") -> float:
         """Least ``epsilon`` with an ``(epsilon, delta)``-DP guarantee, by ``method`` (optimal, cks, mironov)."""
-        delta = check_delta(delta)
-        if method == "optimal":
+        delta = check_real(delta, "delta", "(0, 1)")
+        if check_choice(method, "method", METHODS) == "optimal":
             return float(self._conv().epsilon([delta])[0])
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         orders = DEFAULT_ORDERS[DEFAULT_ORDERS > 1]
         conv = cks_epsilon if method == "cks" else mironov_epsilon
         return conv(orders, self.profile(orders), delta)[0]
 
     def get_delta(self, epsilon: float) -> float:
         """``delta(epsilon)`` of the optimal trade-off."""
-        return float(self._conv().delta([check_epsilon(epsilon)])[0])
+        return float(self._conv().delta([check_real(epsilon, "epsilon", "[0, inf)")])[0])
 
     def get_beta(self, alpha):
         """Least type II error of any test at type I error ``alpha`` (scalar or array)."""
@@ -102,13 +91,10 @@ def get_noise_multiplier(
     Bisection in ``sigma`` like ``opacus.accountants.utils.get_noise_multiplier``, bracketed first with the
     fast Balle/CKS conversion (whose sigma always suffices); the returned ``sigma`` always meets the target.
     """
-    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
-    if target_epsilon == 0:
-        raise ValueError("target_epsilon must be > 0")
-    check_delta(target_delta, "target_delta")
-    _check_count(steps, "steps")
-    if not isinstance(epsilon_tolerance, numbers.Real) or not epsilon_tolerance > 0:
-        raise ValueError(f"epsilon_tolerance must be > 0, got {epsilon_tolerance!r}")
+    target_epsilon = check_real(target_epsilon, "target_epsilon", "(0, inf)")
+    check_real(target_delta, "target_delta", "(0, 1)")
+    check_int(steps, "steps", 1)
+    epsilon_tolerance = check_real(epsilon_tolerance, "epsilon_tolerance", "(0, inf]")
 
     def eps(sigma, method="optimal"):
         acc = OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=sample_rate, num_steps=steps)

@@ -23,58 +23,36 @@ Classical conversions on the same inputs (orders ``> 1`` only; they have no use 
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
-from icml_theory.privacy.profiles import check_orders
 from icml_theory.privacy.tradeoff import (
-    DEFAULT_ORDERS,
     SECTION_POINTS,
     TradeoffCurve,
-    _optimal,
-    _rho,
-    check_alphas,
     epsilon_delta_tradeoff,
+    optimal_from_grid,
     optimal_tradeoff,
+    order_grid,
+    rdp_values,
 )
+from icml_theory.validation import as_rdp_table, check_alphas, check_profile, check_real
 
 COARSE_ALPHAS = np.concatenate([[0.0], np.geomspace(1e-40, 0.5, 201)])
 ALPHA_ROUNDS = 18
-
-
-def check_delta(delta, name: str = "delta") -> float:
-    """``delta`` as a float in the open interval (0, 1)."""
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
-        raise TypeError(f"{name} must be a real number in (0, 1), got {type(delta).__name__}")
-    if not 0 < delta < 1:
-        raise ValueError(f"{name} must be in (0, 1), got {delta!r}")
-    return float(delta)
-
-
-def check_epsilon(epsilon, name: str = "epsilon") -> float:
-    """``epsilon`` as a finite float >= 0."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-        raise TypeError(f"{name} must be a real number >= 0, got {type(epsilon).__name__}")
-    if not (epsilon >= 0 and math.isfinite(epsilon)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {epsilon!r}")
-    return float(epsilon)
 
 
 class OptimalConverter:
     """Optimal-rule conversions for one profile, caching the coarse curve between queries."""
 
     def __init__(self, profile, orders=None):
-        if not callable(profile):
-            raise TypeError(f"profile must be an RDPProfile or a callable of orders, got {type(profile).__name__}")
-        self.profile = profile
-        self.grid = DEFAULT_ORDERS if orders is None else np.unique(check_orders(orders, "orders").ravel())
-        self.rho_grid = _rho(profile, self.grid)  # evaluated once per converter
+        self.profile = check_profile(profile)
+        self.grid = order_grid(orders)
+        self.rho_grid = rdp_values(profile, self.grid)  # evaluated once per converter
         self.coarse = self.curve(COARSE_ALPHAS)
 
     def curve(self, alphas) -> TradeoffCurve:
         """The optimal trade-off at ``alphas`` (see :func:`optimal_tradeoff`)."""
-        return _optimal(self.profile, check_alphas(alphas).ravel(), self.grid, self.rho_grid, True)
+        return optimal_from_grid(self.profile, check_alphas(alphas).ravel(), self.grid, self.rho_grid, True)
 
     def _power(self, alphas):
         """``1 - f(alpha)`` at full relative precision (from ``log beta``)."""
@@ -141,12 +119,12 @@ class OptimalConverter:
 
 def optimal_epsilon(profile, delta: float, *, orders=None) -> float:
     """Least ``eps`` such that the optimal trade-off of ``profile`` is ``(eps, delta)``-DP."""
-    return float(OptimalConverter(profile, orders).epsilon([check_delta(delta)])[0])
+    return float(OptimalConverter(profile, orders).epsilon([check_real(delta, "delta", "(0, 1)")])[0])
 
 
 def optimal_delta(profile, epsilon: float, *, orders=None) -> float:
     """``delta(eps) = sup_alpha [1 - f(alpha) - e^eps alpha]`` of the optimal trade-off of ``profile``."""
-    return float(OptimalConverter(profile, orders).delta([check_epsilon(epsilon)])[0])
+    return float(OptimalConverter(profile, orders).delta([check_real(epsilon, "epsilon", "[0, inf)")])[0])
 
 
 def tpr_at_fpr(profile, fpr, *, orders=None) -> np.ndarray:
@@ -159,20 +137,10 @@ def max_advantage(profile, *, orders=None) -> float:
     return float(OptimalConverter(profile, orders).delta([0.0])[0])
 
 
-def _classical_inputs(orders, rdp):
-    t = check_orders(orders).ravel()
-    r = np.asarray(rdp, dtype=np.float64).ravel()
-    if t.size != r.size or t.size == 0:
-        raise ValueError(f"orders and rdp must be non-empty and of equal length, got {t.size} and {r.size}")
-    if np.any(np.isnan(r)) or np.any(r < 0):
-        raise ValueError("rdp must hold non-negative RDP values (inf allowed)")
-    return t, r
-
-
 def mironov_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
     """Mironov (2017, Prop. 3): ``min_tau rho(tau) + log(1/delta)/(tau - 1)`` over orders > 1; returns (eps, order)."""
-    t, r = _classical_inputs(orders, rdp)
-    delta = check_delta(delta)
+    t, r = as_rdp_table(orders, rdp, "rdp")
+    delta = check_real(delta, "delta", "(0, 1)")
     with np.errstate(divide="ignore", invalid="ignore"):
         eps = np.where(t > 1, r + math.log(1 / delta) / (t - 1), np.inf)
     k = int(np.argmin(eps))
@@ -181,8 +149,8 @@ def mironov_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
 
 def mironov_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
     """Mironov (2017): ``delta = min_tau exp((tau - 1)(rho - eps))`` over orders > 1; returns (delta, order)."""
-    t, r = _classical_inputs(orders, rdp)
-    epsilon = check_epsilon(epsilon)
+    t, r = as_rdp_table(orders, rdp, "rdp")
+    epsilon = check_real(epsilon, "epsilon", "[0, inf)")
     with np.errstate(invalid="ignore"):
         logd = np.where(t > 1, (t - 1) * (r - epsilon), np.inf)
     k = int(np.argmin(logd))
@@ -191,8 +159,8 @@ def mironov_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
 
 def cks_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
     """Balle et al. 2020 / Canonne-Kamath-Steinke 2020 conversion (dp_accounting's); returns (eps, order)."""
-    t, r = _classical_inputs(orders, rdp)
-    delta = check_delta(delta)
+    t, r = as_rdp_table(orders, rdp, "rdp")
+    delta = check_real(delta, "delta", "(0, 1)")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         eps = np.where(t > 1.01, r + np.log1p(-1 / t) - (math.log(delta) + np.log(t)) / (t - 1), np.inf)
         eps = np.where(delta**2 + np.expm1(-r) > 0, 0.0, eps)
@@ -202,8 +170,8 @@ def cks_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
 
 def cks_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
     """Balle et al. 2020 / Canonne-Kamath-Steinke 2020 ``delta(eps)`` (dp_accounting's); returns (delta, order)."""
-    t, r = _classical_inputs(orders, rdp)
-    epsilon = check_epsilon(epsilon)
+    t, r = as_rdp_table(orders, rdp, "rdp")
+    epsilon = check_real(epsilon, "epsilon", "[0, inf)")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         logd = np.where(r > 0, 0.5 * np.log1p(-np.exp(-r)), -np.inf)
         bound = np.where(t > 1.01, (t - 1) * (r - epsilon + np.log1p(-1 / t)) - np.log(t), np.inf)

@@ -14,35 +14,11 @@ fractional orders: see :class:`SubsampledGaussianRDP` for how we compute it (our
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 from scipy.special import gammaln
 
-MIN_ORDER = 0.5
-
-
-def _check_positive(value, name: str, *, allow_inf: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
-
-
-def _check_count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def check_orders(orders, name: str = "orders") -> np.ndarray:
-    """Orders as a float64 array; each must be finite and >= 0.5 (lower orders add nothing, see module doc)."""
-    arr = np.asarray(orders, dtype=np.float64) if not isinstance(orders, np.ndarray) else orders.astype(np.float64)
-    if not np.all(np.isfinite(arr)) or np.any(arr < MIN_ORDER):
-        raise ValueError(f"{name} must be finite orders >= {MIN_ORDER}, got min {np.nanmin(arr) if arr.size else arr!r}")
-    return arr
+from icml_theory.validation import as_rdp_table, check_int, check_orders, check_real
 
 
 class RDPProfile:
@@ -63,7 +39,7 @@ class RDPProfile:
 
     def compose(self, count: int) -> ComposedRDP:
         """``count`` self-compositions: ``count * rho(tau)``."""
-        return ComposedRDP([self], counts=[_check_count(count, "count")])
+        return ComposedRDP([self], counts=[check_int(count, "count", 1)])
 
 
 class GaussianRDP(RDPProfile):
@@ -74,9 +50,9 @@ class GaussianRDP(RDPProfile):
     """
 
     def __init__(self, sigma: float, sensitivity: float = 1.0, steps: int = 1):
-        self.sigma = _check_positive(sigma, "sigma")
-        self.sensitivity = _check_positive(sensitivity, "sensitivity")
-        self.steps = _check_count(steps, "steps")
+        self.sigma = check_real(sigma, "sigma", "(0, inf)")
+        self.sensitivity = check_real(sensitivity, "sensitivity", "(0, inf)")
+        self.steps = check_int(steps, "steps", 1)
 
     @property
     def mu(self) -> float:
@@ -93,10 +69,10 @@ class GaussianRDP(RDPProfile):
 def bernoulli_renyi(tau, p, q) -> np.ndarray:
     """``D_tau(Bern(p) || Bern(q))`` for ``p, q`` in (0, 1), vectorized; the KL divergence at ``tau = 1``."""
     tau, p, q = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (tau, p, q)))
-    return _bernoulli_renyi_log(tau, np.log(p), np.log1p(-p), np.log(q), np.log1p(-q))
+    return bernoulli_renyi_from_logs(tau, np.log(p), np.log1p(-p), np.log(q), np.log1p(-q))
 
 
-def _bernoulli_renyi_log(tau, lp, lp1, lq, lq1):
+def bernoulli_renyi_from_logs(tau, lp, lp1, lq, lq1):
     """``D_tau(Bern(p) || Bern(q))`` from ``log p, log(1-p), log q, log(1-q)``, stable near ``tau = 1``.
 
     With ``a = log(p/q)``, ``b = log((1-p)/(1-q))`` the sum is ``S = p e^{(tau-1)... }``; near ``tau = 1``
@@ -133,13 +109,13 @@ class RandomizedResponseRDP(RDPProfile):
     """
 
     def __init__(self, epsilon: float, steps: int = 1):
-        self.epsilon = _check_positive(epsilon, "epsilon")
-        self.steps = _check_count(steps, "steps")
+        self.epsilon = check_real(epsilon, "epsilon", "(0, inf)")
+        self.steps = check_int(steps, "steps", 1)
 
     def _rdp(self, tau):
         lp = -np.logaddexp(0.0, -self.epsilon)  # log e^eps/(1+e^eps)
         lp1 = -np.logaddexp(0.0, self.epsilon)
-        return self.steps * _bernoulli_renyi_log(tau, lp, lp1, lp1, lp)
+        return self.steps * bernoulli_renyi_from_logs(tau, lp, lp1, lp1, lp)
 
     def __repr__(self):
         return f"RandomizedResponseRDP(epsilon={self.epsilon}, steps={self.steps})"
@@ -155,9 +131,9 @@ class LaplaceRDP(RDPProfile):
     """
 
     def __init__(self, scale: float, sensitivity: float = 1.0, steps: int = 1):
-        self.scale = _check_positive(scale, "scale")
-        self.sensitivity = _check_positive(sensitivity, "sensitivity")
-        self.steps = _check_count(steps, "steps")
+        self.scale = check_real(scale, "scale", "(0, inf)")
+        self.sensitivity = check_real(sensitivity, "sensitivity", "(0, inf)")
+        self.steps = check_int(steps, "steps", 1)
 
     def _rdp(self, tau):
         c = self.sensitivity / self.scale  # 1 / lambda
@@ -199,12 +175,9 @@ class SubsampledGaussianRDP(RDPProfile):
     """
 
     def __init__(self, sample_rate: float, sigma: float, steps: int = 1):
-        q = _check_positive(sample_rate, "sample_rate")
-        if q > 1:
-            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
-        self.sample_rate = q
-        self.sigma = _check_positive(sigma, "sigma")
-        self.steps = _check_count(steps, "steps")
+        self.sample_rate = check_real(sample_rate, "sample_rate", "(0, 1]")
+        self.sigma = check_real(sigma, "sigma", "(0, inf)")
+        self.steps = check_int(steps, "steps", 1)
 
     def _rdp(self, tau):
         if self.sample_rate == 1.0:  # no subsampling: the Gaussian mechanism
@@ -295,7 +268,7 @@ class ComposedRDP(RDPProfile):
         profiles = list(profiles)
         if not profiles or not all(isinstance(p, RDPProfile) for p in profiles):
             raise TypeError("profiles must be a non-empty sequence of RDPProfile objects")
-        counts = [1] * len(profiles) if counts is None else [_check_count(c, "counts[i]") for c in counts]
+        counts = [1] * len(profiles) if counts is None else [check_int(c, "counts[i]", 1) for c in counts]
         if len(counts) != len(profiles):
             raise ValueError(f"counts must have one entry per profile ({len(profiles)}), got {len(counts)}")
         self.profiles, self.counts = profiles, counts
@@ -327,14 +300,9 @@ class TabulatedRDP(RDPProfile):
     """
 
     def __init__(self, orders, values):
-        t = check_orders(orders, "orders").ravel()
-        v = np.asarray(values, dtype=np.float64).ravel()
-        if t.size == 0 or t.size != v.size:
-            raise ValueError(f"orders and values must be non-empty and of equal length, got {t.size} and {v.size}")
+        t, v = as_rdp_table(orders, values)
         if np.any(np.diff(t) <= 0):
             raise ValueError("orders must be strictly increasing")
-        if np.any(np.isnan(v)) or np.any(v < 0):
-            raise ValueError("values must be non-negative RDP values (inf allowed), got NaN or a negative entry")
         if np.any(np.diff(v) < 0):
             i = int(np.argmax(np.diff(v) < 0))
             raise ValueError(

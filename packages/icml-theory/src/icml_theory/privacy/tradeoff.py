@@ -27,7 +27,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from icml_theory.privacy.profiles import _bernoulli_renyi_log, check_orders
+from icml_theory.privacy.profiles import bernoulli_renyi_from_logs
+from icml_theory.validation import as_array, check_alphas, check_orders, check_profile, check_real
 
 DEFAULT_ORDERS = np.concatenate([np.linspace(0.5, 0.95, 10), [1.0], np.geomspace(1.01, 1e4, 110)])
 LOG_BETA_MIN = math.log(1e-300)
@@ -48,17 +49,6 @@ class TradeoffCurve(NamedTuple):
     log_beta: np.ndarray
 
 
-def check_alphas(alphas, name: str = "alphas") -> np.ndarray:
-    """Type I errors as float64, each in [0, 1]."""
-    try:
-        a = np.asarray(alphas, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be real numbers in [0, 1], got {alphas!r}") from None
-    if np.any(np.isnan(a)) or np.any(a < 0) or np.any(a > 1):
-        raise ValueError(f"{name} must lie in [0, 1] (type I errors), got values outside or NaN")
-    return a
-
-
 def _log1mexp(u):
     """``log(1 - e^u)`` for ``u <= 0``, accurate at both ends."""
     with np.errstate(divide="ignore"):
@@ -68,8 +58,8 @@ def _log1mexp(u):
 def _violation(la, la1, u, tau, rho):
     """``max(D_tau(P'||Q'), D_tau(Q'||P')) - rho`` for ``P' = Bern(alpha)``, ``Q' = Bern(1 - e^u)``."""
     lb1 = _log1mexp(u)  # log(1 - beta) = log Q'(reject)
-    d1 = _bernoulli_renyi_log(tau, la, la1, lb1, u)
-    d2 = _bernoulli_renyi_log(tau, lb1, u, la, la1)
+    d1 = bernoulli_renyi_from_logs(tau, la, la1, lb1, u)
+    d2 = bernoulli_renyi_from_logs(tau, lb1, u, la, la1)
     return np.maximum(d1, d2) - rho
 
 
@@ -116,9 +106,7 @@ def single_order_tradeoff(alphas, order: float, rho: float) -> np.ndarray:
     """
     a = check_alphas(alphas)
     tau = float(check_orders(order, "order"))
-    rho = float(rho)
-    if math.isnan(rho) or rho < 0:
-        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    rho = check_real(rho, "rho", "[0, inf]")
     return _single(a, np.full(a.shape, tau), np.full(a.shape, rho))
 
 
@@ -148,14 +136,18 @@ def optimal_tradeoff(profile, alphas, *, orders=None, refine: bool = True) -> Tr
         :class:`TradeoffCurve` ``(alpha, beta, order)``: ``beta`` is a valid lower bound on the optimal
         trade-off, ``order`` the maximizing order found for each ``alpha``.
     """
-    if not callable(profile):
-        raise TypeError(f"profile must be an RDPProfile or a callable of orders, got {type(profile).__name__}")
+    profile = check_profile(profile)
     a = check_alphas(alphas).ravel()
-    grid = DEFAULT_ORDERS if orders is None else np.unique(check_orders(orders, "orders").ravel())
-    return _optimal(profile, a, grid, _rho(profile, grid), refine)
+    grid = order_grid(orders)
+    return optimal_from_grid(profile, a, grid, rdp_values(profile, grid), refine)
 
 
-def _optimal(profile, a, grid, rho_grid, refine):
+def order_grid(orders=None) -> np.ndarray:
+    """The sorted global grid of orders: :data:`DEFAULT_ORDERS`, or the checked ``orders`` (each >= 0.5)."""
+    return DEFAULT_ORDERS if orders is None else np.unique(check_orders(orders).ravel())
+
+
+def optimal_from_grid(profile, a, grid, rho_grid, refine) -> TradeoffCurve:
     """:func:`optimal_tradeoff` on checked inputs, with the profile already evaluated on the grid."""
     log_grid = _single_log(a[None, :], grid[:, None], rho_grid[:, None])  # (k, n) log beta
     best = np.argmax(log_grid, axis=0)  # (n,)
@@ -166,11 +158,9 @@ def _optimal(profile, a, grid, rho_grid, refine):
     return TradeoffCurve(a, np.exp(log_beta), order, log_beta)
 
 
-def _rho(profile, tau):
-    rho = np.asarray(profile(tau), dtype=np.float64).reshape(np.shape(tau))
-    if np.any(np.isnan(rho)) or np.any(rho < 0):
-        raise ValueError("profile returned a NaN or negative RDP value")
-    return rho
+def rdp_values(profile, tau) -> np.ndarray:
+    """``profile(tau)`` shaped like ``tau``, checked: RDP values are >= 0 (``inf``: no guarantee)."""
+    return as_array(profile(tau), "profile(orders)", "[0, inf]", "non-negative RDP values").reshape(np.shape(tau))
 
 
 def _refine(profile, a, grid, best, log_beta, order):
@@ -192,7 +182,7 @@ def _refine(profile, a, grid, best, log_beta, order):
     for _ in range(REFINE_ROUNDS):
         x = lo[:, None] + frac[None, :] * (hi - lo)[:, None]  # (n, m) log tau
         tau = np.exp(x)
-        f = _single_log(np.broadcast_to(aw, x.shape), tau, _rho(profile, tau))  # (n, m) log beta
+        f = _single_log(np.broadcast_to(aw, x.shape), tau, rdp_values(profile, tau))  # (n, m) log beta
         j = np.argmax(f, axis=1)
         better = f[rows, j] > top
         top = np.where(better, f[rows, j], top)
@@ -207,8 +197,7 @@ def _refine(profile, a, grid, best, log_beta, order):
 def gaussian_tradeoff(alphas, mu: float) -> np.ndarray:
     """The exact trade-off of ``mu``-GDP: ``G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu)`` (Dong, Roth, Su 2022)."""
     a = check_alphas(alphas)
-    if not mu >= 0 or not math.isfinite(mu):
-        raise ValueError(f"mu must be a finite number >= 0, got {mu!r}")
+    mu = check_real(mu, "mu", "[0, inf)")
     return ndtr(ndtri(1 - a) - mu) if mu > 0 else 1 - a
 
 
@@ -220,10 +209,7 @@ def randomized_response_tradeoff(alphas, epsilon: float) -> np.ndarray:
 def epsilon_delta_tradeoff(alphas, epsilon: float, delta: float) -> np.ndarray:
     """The trade-off implied by one ``(epsilon, delta)``-DP guarantee: ``max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a))``."""
     a = check_alphas(alphas)
-    if not epsilon >= 0:
-        raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
-    if not 0 <= delta <= 1:
-        raise ValueError(f"delta must be in [0, 1], got {delta!r}")
+    epsilon, delta = check_real(epsilon, "epsilon", "[0, inf]"), check_real(delta, "delta", "[0, 1]")
     with np.errstate(over="ignore", invalid="ignore"):
         one = 1 - delta - np.exp(epsilon) * a
         two = math.exp(-epsilon) * (1 - delta - a)

@@ -1,0 +1,239 @@
+"""Input validation for every module of icml-stats (and its experiments).
+
+Conventions: a value of the wrong type raises ``TypeError``, a value of the right type outside its domain
+``ValueError``; every message names the argument and says what was expected. Intervals are written as
+they read in the messages, e.g. ``"(0, 1]"``, with ``inf`` for an unbounded end (an open ``inf`` end
+excludes infinity). Shapes are tuples of exact lengths (ints) and free lengths >= 1 (names; a name used
+twice means equal lengths).
+
+The second half is the one input contract of the coverage metrics: a prediction is given either as a
+cover vector ``cover`` (bool or 0/1, ``cover[i] = 1{y_i in C(x_i)}``) or raw: ``y`` with ``y_intervals``
+(``(n, 2)`` or MAPIE's ``(n, 2, 1)``, closed intervals) or ``y`` with ``y_sets`` (``(n, n_classes)`` or
+MAPIE's ``(n, n_classes, 1)`` booleans, ``y`` the column index of the true class). The target coverage
+``t`` is a constant ``1 - alpha`` or one value per sample, ``t(x_i)``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+from sklearn.base import is_classifier
+
+FINITE = "(-inf, inf)"
+EXTENDED = "[-inf, inf]"  # every number but NaN
+
+
+def _inside(value: Any, interval: str) -> Any:
+    """Elementwise ``value in interval`` (False for NaN) for a float or an array."""
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    above = (value > low) | ((value == low) & (interval[0] == "["))
+    return above & ((value < high) | ((value == high) & (interval[-1] == "]")))
+
+
+def _range_text(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" in [{minimum}, {maximum}]"
+    return f" >= {minimum}" if minimum is not None else (f" <= {maximum}" if maximum is not None else "")
+
+
+def check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer (bools refused) in ``[minimum, maximum]`` (either end optional)."""
+    expected = f"an integer{_range_text(minimum, maximum)}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be {expected}, got {value!r}")
+    v = int(value)
+    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return v
+
+
+def check_real(value, name: str, interval: str = FINITE) -> float:
+    """A real number (bools refused) inside ``interval``, e.g. ``"(0, 1)"``; the default is any finite number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in {interval}, got {value!r}")
+    v = float(value)
+    if not _inside(v, interval):
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+    return v
+
+
+def check_choice(value, name: str, choices: tuple):
+    """One of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_classifier(classifier, name: str = "classifier"):
+    """A scikit-learn classifier with ``fit`` and ``predict_proba`` (it is cloned and fitted)."""
+    if not (hasattr(classifier, "fit") and hasattr(classifier, "predict_proba") and is_classifier(classifier)):
+        raise TypeError(f"{name} must be a scikit-learn classifier with predict_proba, got {classifier!r}")
+    return classifier
+
+
+def check_shape(a: np.ndarray, name: str, shape: tuple[int | str, ...], hint: str = "") -> np.ndarray:
+    """``a`` itself if its shape matches ``shape`` (see the module doc); ``hint`` follows the expected shape."""
+    sizes: dict[str, int] = {}
+    ok = a.ndim == len(shape) and all(
+        n == s if isinstance(s, int) else n >= 1 and sizes.setdefault(s, n) == n
+        for n, s in zip(a.shape, shape, strict=True)
+    )
+    if not ok:
+        expected = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+        raise ValueError(f"{name} must have shape {expected}{hint}, got {a.shape}")
+    return a
+
+
+def as_array(values, name: str, shape: tuple[int | str, ...] | None = None, *, interval: str = FINITE,
+             hint: str = "") -> np.ndarray:
+    """``values`` as a float array of ``shape`` (any when None) without NaN, every entry inside ``interval``."""
+    try:
+        a = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array of numbers, got {type(values).__name__}") from None
+    if shape is not None:
+        check_shape(a, name, shape, hint)
+    if np.isnan(a).any():
+        raise ValueError(f"{name} must not contain NaN")
+    if not _inside(a, interval).all():
+        if interval == FINITE:
+            raise ValueError(f"{name} must be finite, got infinite entries")
+        raise ValueError(f"{name} must lie in {interval}, got values in [{a.min()}, {a.max()}]")
+    return a
+
+
+def as_samples(x, name: str = "x", n: int | None = None) -> np.ndarray:
+    """``x`` as a finite float array ``(n_samples, n_features)``; a 1-D array is one feature."""
+    a = as_array(x, name)
+    a = check_shape(a[:, None] if a.ndim == 1 else a, name, ("n_samples", "n_features"), " (a 1-D array is one feature)")
+    if n is not None and a.shape[0] != n:
+        raise ValueError(f"{name} must have one row per sample ({n}, like the first argument), got {a.shape[0]}")
+    return a
+
+
+def as_matched_samples(**arrays) -> tuple[np.ndarray, ...]:
+    """Several :func:`as_samples` arrays whose rows are matched samples (the first fixes their number)."""
+    out: list[np.ndarray] = []
+    for name, x in arrays.items():
+        out.append(as_samples(x, name, out[0].shape[0] if out else None))
+    return tuple(out)
+
+
+def as_batch(columns: tuple[int, ...] | None, **arrays) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+    """One batch of a stream: :func:`as_matched_samples`, with the column counts of the first batch
+    (``columns``; None: this is the first). Returns the arrays and their column counts."""
+    xs = as_matched_samples(**arrays)
+    found = tuple(x.shape[1] for x in xs)
+    for name, got, expected in zip(arrays, found, columns or found, strict=True):
+        if got != expected:
+            raise ValueError(f"{name} must have {expected} columns like the earlier batches, got {got}")
+    return xs, found
+
+
+def as_labels(y, name: str, n: int, n_classes: int | None = None) -> np.ndarray:
+    """Integer class indices ``(n,)`` in ``[0, n_classes)`` (integral floats accepted)."""
+    a = check_shape(np.asarray(y), name, (n,), " (one label per sample)")
+    expected = f"{name} must hold integer class indices in [0, {'n_classes' if n_classes is None else n_classes})"
+    if not np.issubdtype(a.dtype, np.integer):
+        af = np.asarray(a, dtype=float)
+        if np.isnan(af).any() or not np.all(af == np.round(af)):
+            raise ValueError(expected)
+        a = af.astype(int)
+    if a.min() < 0 or (n_classes is not None and a.max() >= n_classes):
+        raise ValueError(f"{expected}, got {a.min()}..{a.max()}")
+    return a
+
+
+def as_intervals(intervals, name: str, n: int) -> np.ndarray:
+    """Closed intervals ``(n, 2)``: ``[lower, upper]`` per row, ``lower <= upper`` (infinite ends allowed)."""
+    bounds = as_array(intervals, name, (n, 2), interval=EXTENDED, hint=" (one [lower, upper] per sample)")
+    if np.any(bounds[:, 0] > bounds[:, 1]):
+        raise ValueError(f"{name} must have lower <= upper in every row")
+    return bounds
+
+
+def as_split(X_fit, y_fit, X_calib, y_calib, X_test, *, labels: bool = False):
+    """The fit, calibration and test parts of a split-conformal predictor: finite features ``(n_part, d)``
+    with the columns of ``X_fit``, and one finite target (``labels``: one class index) per row."""
+    X_fit = as_array(X_fit, "X_fit", ("n_fit", "n_features"))
+    X_calib = as_array(X_calib, "X_calib", ("n_calib", X_fit.shape[1]))
+    X_test = as_array(X_test, "X_test", ("n_test", X_fit.shape[1]))
+    ys = [
+        as_labels(y, name, X.shape[0]) if labels else as_array(y, name, (X.shape[0],), hint=f" (one per row of X_{part})")
+        for y, name, X, part in ((y_fit, "y_fit", X_fit, "fit"), (y_calib, "y_calib", X_calib, "calib"))
+    ]
+    return X_fit, ys[0], X_calib, ys[1], X_test
+
+
+# --------------------------------------------------------------------------- the coverage input contract
+def as_cover(cover, n: int | None = None, name: str = "cover") -> np.ndarray:
+    """A cover vector as float 0/1 ``(n,)``; raises on NaN, non-binary values or a wrong length."""
+    a = as_array(cover, name, ("n",) if n is None else (n,), interval=EXTENDED, hint=" (one entry per row of x)")
+    if not np.isin(a, (0.0, 1.0)).all():
+        raise ValueError(f"{name} must be binary (bool or 0/1), got the value {a[~np.isin(a, (0.0, 1.0))][0]!r}")
+    return a
+
+
+def as_target(confidence_level, n: int, name: str = "confidence_level") -> np.ndarray:
+    """The target coverage ``t`` as ``(n,)`` values in the open interval (0, 1), from a number or ``(n,)`` values."""
+    if isinstance(confidence_level, bool):
+        raise TypeError(f"{name} must be a number or an array of numbers in (0, 1), got a bool")
+    t = as_array(confidence_level, name, interval="(0, 1)")
+    return np.full(n, float(t)) if t.ndim == 0 else check_shape(t, name, (n,), " (one target per sample, or a number)")
+
+
+def _single_level(values, name: str, layout: str) -> np.ndarray:
+    """MAPIE's ``(n, ., 1)`` layout (one confidence level) as ``(n, .)``."""
+    a = np.asarray(values)
+    if a.ndim == 3:
+        if a.shape[2] != 1:
+            raise ValueError(
+                f"{name} holds {a.shape[2]} confidence levels ({layout}, k); pass one level, e.g. {name}[:, :, 0]"
+            )
+        a = a[:, :, 0]
+    return a
+
+
+def _as_sets(y_sets, n: int) -> np.ndarray:
+    a = check_shape(_single_level(y_sets, "y_sets", "n, n_classes"), "y_sets", (n, "n_classes"), f" or ({n}, n_classes, 1)")
+    if a.dtype != bool:
+        if not np.isin(a, (0, 1)).all():
+            raise ValueError("y_sets must be booleans (or 0/1): membership of each class in each set")
+        a = a.astype(bool)
+    return a
+
+
+def cover_from_prediction(n: int, cover=None, y=None, y_intervals=None, y_sets=None) -> np.ndarray:
+    """The cover vector ``(n,)`` from exactly one of ``cover``, ``(y, y_intervals)`` or ``(y, y_sets)``."""
+    given = [name for name, v in (("cover", cover), ("y_intervals", y_intervals), ("y_sets", y_sets)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(
+            "pass exactly one of cover, (y, y_intervals) or (y, y_sets); "
+            f"got {', '.join(given) if given else 'none of them'}"
+        )
+    if cover is not None:
+        if y is not None:
+            raise ValueError("y is only used with y_intervals or y_sets, not with cover")
+        return as_cover(cover, n)
+    if y is None:
+        raise ValueError(f"{given[0]} needs the true outcomes y")
+    if y_intervals is not None:
+        yv = as_array(y, "y", (n,), interval=EXTENDED, hint=" (one outcome per row of x)")
+        bounds = as_intervals(_single_level(y_intervals, "y_intervals", "n, 2"), "y_intervals", n)
+        return ((bounds[:, 0] <= yv) & (yv <= bounds[:, 1])).astype(float)
+    sets = _as_sets(y_sets, n)
+    return sets[np.arange(n), as_labels(y, "y", n, sets.shape[1])].astype(float)
+
+
+def set_sizes(n: int, sizes=None, y_intervals=None, y_sets=None) -> np.ndarray | None:
+    """Sizes ``(n,)``: ``sizes`` if given, else interval widths or set cardinalities; None when unknown."""
+    if sizes is not None:
+        return as_array(sizes, "sizes", (n,), interval=EXTENDED)
+    if y_intervals is not None:
+        bounds = np.asarray(_single_level(y_intervals, "y_intervals", "n, 2"), dtype=float)
+        return bounds[:, 1] - bounds[:, 0]
+    if y_sets is not None:
+        return _as_sets(y_sets, n).sum(axis=1).astype(float)
+    return None

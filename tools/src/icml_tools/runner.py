@@ -1,0 +1,110 @@
+"""What ``icml-repro`` and ``icml-bench`` share: looking up registered entry points, the common command line
+(``--list``, ``--only``, ``--quick``/``--full``, ``--seed``, ``--out``, with budget and seed checked by
+:func:`icml_tools.protocol.check_run_args`), timed calls that report what they raise, and the timestamped
+output folder."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from icml_tools.protocol import check_run_args
+
+T = TypeVar("T")
+
+
+def registered_entry(registered: dict, name: str, kind: str) -> Any:
+    """The entry point registered as ``name``, or ``ValueError`` naming the registered ones."""
+    if name not in registered:
+        raise ValueError(f"no {kind} is registered as {name!r}; registered: {', '.join(registered)}")
+    return registered[name]
+
+
+def distribution(ep: Any) -> str:
+    """The name of the distribution that registered ``ep`` ("?" when unknown)."""
+    return ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+
+
+def parse_run_args(prog: str, doc: str | None, out: str, argv: list[str] | None) -> argparse.Namespace:
+    """Parse the runners' common options; a bad budget or seed exits with status 2, like any bad option."""
+    parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="list what is registered and exit")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this one (repeat or comma-separate for several)",
+    )
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--quick",
+        dest="budget",
+        action="store_const",
+        const="quick",
+        help="small budget, about 2 minutes per system on 2 CPU cores (default)",
+    )
+    budget.add_argument("--full", dest="budget", action="store_const", const="full", help="the full budget")
+    parser.set_defaults(budget="quick")
+    parser.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
+    parser.add_argument("--out", type=Path, default=Path(out), help=f"output folder (default ./{out})")
+    args = parser.parse_args(argv)
+    try:
+        check_run_args(args.budget, args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def select(registered: dict, args: argparse.Namespace, prog: str) -> list[str] | int:
+    """The names to run (``--only``, all when empty), or the exit code when there is nothing to run: 0 after
+    printing the ``--list``, 2 after reporting unknown ``--only`` names."""
+    if args.list:
+        for name, ep in registered.items():
+            print(f"{name:24s} {distribution(ep):28s} {ep.value}")
+        return 0
+    wanted = [n for item in args.only for n in item.split(",") if n]
+    unknown = [n for n in wanted if n not in registered]
+    if unknown:
+        print(
+            f"{prog}: unknown name(s) {', '.join(unknown)}; registered: {', '.join(registered)}",
+            file=sys.stderr,
+        )
+        return 2
+    return wanted or list(registered)
+
+
+def timed_call(fn: Callable[..., T], *args: Any) -> tuple[T | None, float, str | None]:
+    """``fn(*args)``'s value, the seconds it took and, when it raised, its traceback (the value is then None)."""
+    start = time.perf_counter()
+    try:
+        value = fn(*args)
+    except Exception:
+        return None, time.perf_counter() - start, traceback.format_exc()
+    return value, time.perf_counter() - start, None
+
+
+def run_meta(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
+    """The run's budget, seed, start time and Python version, for the reports."""
+    return {
+        "budget": args.budget,
+        "seed": args.seed,
+        "started": now.isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+    }
+
+
+def new_report_folder(out: Path, now: datetime) -> Path:
+    """``out/<YYYYmmdd-HHMMSS>``, with ``-1``, ``-2``, ... appended when that folder exists already."""
+    base = out / now.strftime("%Y%m%d-%H%M%S")
+    folder, k = base, 1
+    while folder.exists():
+        folder, k = Path(f"{base}-{k}"), k + 1
+    return folder
