@@ -74,7 +74,9 @@ def test_the_wheel_holds_only_the_library(name, wheels):
     module = name.replace("-", "_")
     with zipfile.ZipFile(wheels[name]) as zf:
         files = [PurePosixPath(n) for n in zf.namelist()]
-        code = {str(f): zf.read(str(f)).decode() for f in files if f.suffix in (".py", ".pyi", ".txt", ".json")}
+        code = {
+            str(f): zf.read(str(f)).decode() for f in files if f.suffix in (".py", ".pyi", ".txt", ".json")
+        }
     packages = {f.parts[0] for f in files if not f.parts[0].endswith(".dist-info")}
     assert packages == {module}, packages
     assert PurePosixPath(module, "py.typed") in files
@@ -89,7 +91,9 @@ def test_installed_alone(name, wheels, tmp_path):
     wheel = wheels[name]
     with zipfile.ZipFile(wheel) as zf:
         meta = zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))).decode()
-    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    requires = [
+        line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")
+    ]
     assert not any("file:" in r or "workspace" in r for r in requires), requires
     base = [r for r in requires if "extra ==" not in r]
     needs_kernels = any(r.startswith("icml-kernels") for r in base)

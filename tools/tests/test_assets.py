@@ -32,7 +32,9 @@ def test_heteroscedastic_regression_has_its_stated_truth():
 
 
 def test_gaussian_mixture_moments():
-    x, labels = assets.gaussian_mixture(100_000, means=[[-2, 0], [2, 0]], stds=[0.5, 1.0], weights=[0.25, 0.75], seed=0)
+    x, labels = assets.gaussian_mixture(
+        100_000, means=[[-2, 0], [2, 0]], stds=[0.5, 1.0], weights=[0.25, 0.75], seed=0
+    )
     assert x.shape == (100_000, 2)
     assert abs(labels.mean() - 0.75) < 0.01
     np.testing.assert_allclose(x[labels == 0].std(axis=0), 0.5, rtol=0.03)
@@ -71,7 +73,14 @@ def test_smollm2_cache_round_trip(tmp_path, monkeypatch):
     for (name, p), (_, q) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(p, q), name
     assert again.lm_head.weight.data_ptr() == again.model.embed_tokens.weight.data_ptr()
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     out = again.generate(ids, max_new_tokens=12, do_sample=False)
-    assert tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip() == "The capital of France is Paris."
+    assert (
+        tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
+        == "The capital of France is Paris."
+    )

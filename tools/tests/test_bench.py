@@ -10,7 +10,10 @@ from icml_tools import bench
 
 
 def rows(budget, seed):
-    return [{"impl": "a", "median_ms": 1.5, "budget": budget}, {"impl": "b", "median_ms": 3.0, "speedup": 0.5}]
+    return [
+        {"impl": "a", "median_ms": 1.5, "budget": budget},
+        {"impl": "b", "median_ms": 3.0, "speedup": 0.5},
+    ]
 
 
 def broken(budget, seed):
@@ -34,7 +37,11 @@ def test_writes_csv_and_json(registry, tmp_path):
     (folder,) = tmp_path.iterdir()
     with (folder / "ok.csv").open() as handle:
         table = list(csv.DictReader(handle))
-    assert [r["impl"] for r in table] == ["a", "b"] and table[0]["budget"] == "full" and table[1]["speedup"] == "0.5"
+    assert (
+        [r["impl"] for r in table] == ["a", "b"]
+        and table[0]["budget"] == "full"
+        and table[1]["speedup"] == "0.5"
+    )
     payload = json.loads((folder / "results.json").read_text())
     assert payload["benchmarks"]["ok"]["rows"][1]["median_ms"] == 3.0 and "device" in payload["meta"]
 

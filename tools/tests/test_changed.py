@@ -6,7 +6,15 @@ from icml_tools.changed import select
 from icml_tools.workspace import dependants, find_root, members
 
 ROOT = find_root()
-ALL = {"icml-kernels", "icml-compress", "icml-generative", "icml-interp", "icml-stats", "icml-agents", "icml-theory"}
+ALL = {
+    "icml-kernels",
+    "icml-compress",
+    "icml-generative",
+    "icml-interp",
+    "icml-stats",
+    "icml-agents",
+    "icml-theory",
+}
 
 
 def names(files):
@@ -36,13 +44,24 @@ def test_an_experiments_change_selects_its_package_only():
 
 def test_a_kernel_change_selects_every_dependant():
     found = members(ROOT)
-    expected = {n for n, m in found.items() if "icml-kernels" in m.dependencies and m.published} | {"icml-kernels"}
+    expected = {n for n, m in found.items() if "icml-kernels" in m.dependencies and m.published} | {
+        "icml-kernels"
+    }
     assert names(["kernels-common/src/icml_kernels/fwht/op.py"]) == expected
     assert {"icml-compress", "icml-theory"} <= expected
 
 
-@pytest.mark.parametrize("shared", ["uv.lock", "pyproject.toml", ".ci/run", "tools/src/icml_tools/assets.py",
-                                    ".github/workflows/ci.yml", "tests-integration/test_installed_alone.py"])
+@pytest.mark.parametrize(
+    "shared",
+    [
+        "uv.lock",
+        "pyproject.toml",
+        ".ci/run",
+        "tools/src/icml_tools/assets.py",
+        ".github/workflows/ci.yml",
+        "tests-integration/test_installed_alone.py",
+    ],
+)
 def test_shared_files_select_everything(shared):
     assert names([shared]) == ALL
 

@@ -7,10 +7,19 @@ from icml_tools.protocol import ProtocolError, format_number, validate_result
 
 
 def good() -> dict:
-    return {"system": "s", "claim": "c", "metric": "m (lower is better)", "ours": 1.0, "baseline": 2,
-            "criterion": "ours < baseline", "passed": True,
-            "rows": [{"method": "a", "value": 1.0}],
-            "figures": [{"name": "f", "title": "t", "xlabel": "x", "ylabel": "y", "x": [1, 2], "series": {"a": [1, 2]}}]}
+    return {
+        "system": "s",
+        "claim": "c",
+        "metric": "m (lower is better)",
+        "ours": 1.0,
+        "baseline": 2,
+        "criterion": "ours < baseline",
+        "passed": True,
+        "rows": [{"method": "a", "value": 1.0}],
+        "figures": [
+            {"name": "f", "title": "t", "xlabel": "x", "ylabel": "y", "x": [1, 2], "series": {"a": [1, 2]}}
+        ],
+    }
 
 
 def test_valid_result_is_returned_unchanged():

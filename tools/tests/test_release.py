@@ -27,8 +27,10 @@ CHANGELOG = """# Changelog: x
 
 def test_move_unreleased_keeps_history_and_leaves_an_empty_unreleased():
     new = move_unreleased(CHANGELOG, "0.2.0", "2026-11-29")
-    assert new == ("# Changelog: x\n\n## Unreleased\n\n## 0.2.0 (2026-11-29)\n\n### Added\n- a thing\n\n"
-                   "## 0.1.0 (2026-01-01)\n\n- first\n")
+    assert new == (
+        "# Changelog: x\n\n## Unreleased\n\n## 0.2.0 (2026-11-29)\n\n### Added\n- a thing\n\n"
+        "## 0.1.0 (2026-01-01)\n\n- first\n"
+    )
 
 
 def test_move_unreleased_refuses_empty_or_missing_sections():
@@ -48,8 +50,11 @@ def _copy_workspace(dest: Path) -> Path:
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name in ("pyproject.toml", "CHANGELOG.md", "uv.lock")}
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name in ("pyproject.toml", "CHANGELOG.md", "uv.lock")
+    }
 
 
 def test_bump_changes_only_that_distribution(tmp_path):
@@ -65,7 +70,11 @@ def test_bump_changes_only_that_distribution(tmp_path):
     assert versions == {n: m.version for n, m in members(ROOT).items() if n != "icml-stats"}
     assert "## Unreleased\n\n## 0.2.0 (2026-11-29)\n" in after["packages/icml-stats/CHANGELOG.md"]
     # the lock changes in the icml-stats entry only: one version line
-    diff = [(a, b) for a, b in zip(before["uv.lock"].splitlines(), after["uv.lock"].splitlines(), strict=True) if a != b]
+    diff = [
+        (a, b)
+        for a, b in zip(before["uv.lock"].splitlines(), after["uv.lock"].splitlines(), strict=True)
+        if a != b
+    ]
     assert diff == [('version = "0.1.0"', 'version = "0.2.0"')]
     assert subprocess.run(["uv", "lock", "--check"], cwd=ws, capture_output=True).returncode == 0
 
@@ -86,7 +95,10 @@ def test_bad_requests_change_nothing(tmp_path):
 
 def test_cli_prints_the_tag(tmp_path):
     ws = _copy_workspace(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "icml_tools.release", "bump", "icml-theory", "patch", "--root", str(ws)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "icml_tools.release", "bump", "icml-theory", "patch", "--root", str(ws)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "icml-theory-v0.1.1"

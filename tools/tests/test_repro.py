@@ -25,11 +25,26 @@ class FakeEntryPoint:
 
 
 def passing(budget, seed):
-    return {"system": "Pass", "claim": "claim A", "metric": "error (lower is better)", "ours": 0.1,
-            "baseline": 0.2 + seed, "criterion": "ours < baseline", "passed": 0.1 < 0.2 + seed,
-            "rows": [{"budget": budget, "seed": seed}],
-            "figures": [{"name": "curve", "title": "t", "xlabel": "x", "ylabel": "y", "x": [1, 2, 3],
-                         "series": {"ours": [3, 2, 1], "baseline": [3, 3, 3]}}]}
+    return {
+        "system": "Pass",
+        "claim": "claim A",
+        "metric": "error (lower is better)",
+        "ours": 0.1,
+        "baseline": 0.2 + seed,
+        "criterion": "ours < baseline",
+        "passed": 0.1 < 0.2 + seed,
+        "rows": [{"budget": budget, "seed": seed}],
+        "figures": [
+            {
+                "name": "curve",
+                "title": "t",
+                "xlabel": "x",
+                "ylabel": "y",
+                "x": [1, 2, 3],
+                "series": {"ours": [3, 2, 1], "baseline": [3, 3, 3]},
+            }
+        ],
+    }
 
 
 def failing(budget, seed):
@@ -68,8 +83,11 @@ def test_runs_all_reports_table_and_files(registry, tmp_path, capsys):
 
 
 def test_a_raising_reproduction_gives_nonzero_exit_but_others_still_run(registry, tmp_path, capsys):
-    registry.update(a=FakeEntryPoint("a", passing), boom=FakeEntryPoint("boom", raising),
-                    bad=FakeEntryPoint("bad", bad_protocol))
+    registry.update(
+        a=FakeEntryPoint("a", passing),
+        boom=FakeEntryPoint("boom", raising),
+        bad=FakeEntryPoint("bad", bad_protocol),
+    )
     assert repro.main(["--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert "boom in the reproduction" in captured.err and "missing the required key" in captured.err
@@ -102,7 +120,9 @@ def test_registered_reproductions_are_discovered():
 
 def test_the_runner_checks_budget_and_seed_before_the_call(registry, tmp_path, capsys):
     calls = []
-    registry.update(a=FakeEntryPoint("a", lambda budget, seed: calls.append((budget, seed)) or passing(budget, seed)))
+    registry.update(
+        a=FakeEntryPoint("a", lambda budget, seed: calls.append((budget, seed)) or passing(budget, seed))
+    )
     for argv in (["--seed", "-1"], ["--seed", "x"]):
         with pytest.raises(SystemExit) as exc:
             repro.main([*argv, "--out", str(tmp_path)])

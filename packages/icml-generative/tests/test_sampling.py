@@ -14,14 +14,20 @@ WEIGHTS = [0.5, 0.2, 0.3]
 def mixture_log_density(x: torch.Tensor, sigma: float) -> torch.Tensor:  # (n,), an independent reference
     var = torch.tensor(STDS, dtype=torch.float64) ** 2 + sigma**2
     components = torch.distributions.Independent(
-        torch.distributions.Normal(torch.tensor(MEANS, dtype=torch.float64), var.sqrt()[:, None].expand(3, 3)), 1)
+        torch.distributions.Normal(
+            torch.tensor(MEANS, dtype=torch.float64), var.sqrt()[:, None].expand(3, 3)
+        ),
+        1,
+    )
     mixture = torch.distributions.Categorical(probs=torch.tensor(WEIGHTS, dtype=torch.float64))
     return torch.distributions.MixtureSameFamily(mixture, components).log_prob(x)
 
 
 @pytest.mark.parametrize("sigma", [0.0, 0.05, 1.0, 20.0])
 def test_mixture_score_matches_autograd_of_log_density(sigma):
-    x = (3 * torch.randn(64, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)).requires_grad_()
+    x = (
+        3 * torch.randn(64, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ).requires_grad_()
     (grad,) = torch.autograd.grad(mixture_log_density(x, sigma).sum(), x)
     score = gaussian_mixture_score(MEANS, STDS, WEIGHTS)(x.detach(), sigma)
     torch.testing.assert_close(score, grad, rtol=1e-10, atol=1e-12)
@@ -38,7 +44,9 @@ def test_mixture_score_is_stable_far_from_every_mode():
 def test_karras_sigmas_closed_form():
     sigmas = karras_sigmas(5, 0.002, 80.0, rho=7.0)
     assert sigmas.shape == (5,) and sigmas.dtype == torch.float64
-    assert sigmas[0].item() == pytest.approx(80.0, rel=1e-14) and sigmas[-1].item() == pytest.approx(0.002, rel=1e-12)
+    assert sigmas[0].item() == pytest.approx(80.0, rel=1e-14) and sigmas[-1].item() == pytest.approx(
+        0.002, rel=1e-12
+    )
     assert (sigmas[1:] < sigmas[:-1]).all()
     mid = ((80.0 ** (1 / 7) + 0.002 ** (1 / 7)) / 2) ** 7
     assert sigmas[2].item() == pytest.approx(mid, rel=1e-13)
@@ -93,8 +101,10 @@ def test_pf_ode_keeps_shape_and_dtype():
 def test_sliced_wasserstein_equals_brute_force_in_one_dimension():
     x = torch.tensor([[0.3], [-1.2], [2.0], [0.7], [-0.1]], dtype=torch.float64)
     y = torch.tensor([[1.1], [0.0], [-2.5], [0.4], [3.3]], dtype=torch.float64)
-    brute = min(sum((x[i, 0] - y[j, 0]).item() ** 2 for i, j in enumerate(perm))
-                for perm in itertools.permutations(range(5)))  # the best of all 120 couplings
+    brute = min(
+        sum((x[i, 0] - y[j, 0]).item() ** 2 for i, j in enumerate(perm))
+        for perm in itertools.permutations(range(5))
+    )  # the best of all 120 couplings
     assert sliced_wasserstein(x, y, n_projections=3) == pytest.approx(math.sqrt(brute / 5), rel=1e-12)
 
 

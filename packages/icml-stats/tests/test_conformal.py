@@ -23,8 +23,13 @@ def test_interval_by_hand():
     # a constant-zero model: the calibration residuals are |y| and the interval is [-q, q]
     X = np.zeros((5, 1))
     intervals = split_conformal_interval(
-        DummyRegressor(strategy="constant", constant=0.0), X, np.zeros(5), X, np.array([1.0, -2, 3, 4, -5]),
-        np.zeros((3, 1)), alpha=0.2,
+        DummyRegressor(strategy="constant", constant=0.0),
+        X,
+        np.zeros(5),
+        X,
+        np.array([1.0, -2, 3, 4, -5]),
+        np.zeros((3, 1)),
+        alpha=0.2,
     )
     np.testing.assert_array_equal(intervals, [[-5.0, 5.0]] * 3)
     assert coverage([4.9, -5.0, 5.1], intervals) == pytest.approx(2 / 3)
@@ -55,8 +60,15 @@ def test_estimator_is_cloned():
 
 @pytest.mark.parametrize(
     ("alpha", "error"),
-    [(0, ValueError), (1, ValueError), (1.5, ValueError), (-0.1, ValueError), (float("nan"), ValueError),
-     (True, TypeError), ("0.1", TypeError)],
+    [
+        (0, ValueError),
+        (1, ValueError),
+        (1.5, ValueError),
+        (-0.1, ValueError),
+        (float("nan"), ValueError),
+        (True, TypeError),
+        ("0.1", TypeError),
+    ],
 )
 def test_bad_alpha(alpha, error):
     with pytest.raises(error, match="alpha"):

@@ -38,7 +38,9 @@ def test_normalized_widths_follow_the_noise_and_fix_conditional_coverage():
     parts = (x[:2000], y[:2000], x[2000:3000], y[2000:3000], x[3000:])
     from sklearn.ensemble import GradientBoostingRegressor
 
-    nrm = normalized_conformal_interval(LinearRegression(), *parts, alpha=0.1, scale_estimator=GradientBoostingRegressor(max_depth=2))
+    nrm = normalized_conformal_interval(
+        LinearRegression(), *parts, alpha=0.1, scale_estimator=GradientBoostingRegressor(max_depth=2)
+    )
     width = nrm[:, 1] - nrm[:, 0]
     assert width[x[3000:, 0] > 0.8].mean() > 3 * width[x[3000:, 0] < 0.2].mean()
 

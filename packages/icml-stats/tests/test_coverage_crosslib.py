@@ -19,15 +19,22 @@ def _data(n=800, seed=0):
 
 @pytest.mark.parametrize(
     "ours, theirs",
-    [(("l2", None), "brier_score"), (("l1", None), "L1_miscoverage"), (("kl", None), "logloss"),
-     (("l2", "over"), "brier_score_over"), (("l2", "under"), "brier_score_under"),
-     (("l1", "over"), "L1_miscoverage_over"), (("l1", "under"), "L1_miscoverage_under")],
+    [
+        (("l2", None), "brier_score"),
+        (("l1", None), "L1_miscoverage"),
+        (("kl", None), "logloss"),
+        (("l2", "over"), "brier_score_over"),
+        (("l2", "under"), "brier_score_under"),
+        (("l1", "over"), "L1_miscoverage_over"),
+        (("l1", "under"), "L1_miscoverage_under"),
+    ],
 )
 def test_ert_equals_covmetrics_on_identical_folds(ours, theirs):
     x, z = _data()
     loss, side = ours
     # covmetrics folds: KFold(n_splits, shuffle=True, random_state); a fresh model per fold; alpha = 1 - target
     reference = covmetrics.ERT(LogisticRegression, C=0.5).evaluate(
-        x, z, 0.1, n_splits=5, random_state=42, loss=getattr(losses, theirs))
+        x, z, 0.1, n_splits=5, random_state=42, loss=getattr(losses, theirs)
+    )
     result = ert(x, z, 0.9, loss=loss, side=side, classifier=LogisticRegression(C=0.5), cv=5, random_state=42)
     assert result.estimate == pytest.approx(reference, abs=1e-10)

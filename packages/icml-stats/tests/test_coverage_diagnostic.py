@@ -35,7 +35,9 @@ def _data(n=800, seed=0):
 
 def test_fit_matches_the_functions_and_reports():
     x, z = _data()
-    diag = ConditionalCoverageDiagnostic(classifier=LogisticRegression(), cv=4, n_directions=50, random_state=0)
+    diag = ConditionalCoverageDiagnostic(
+        classifier=LogisticRegression(), cv=4, n_directions=50, random_state=0
+    )
     assert diag.fit(x, z) is diag
     for loss in ("l1", "l2", "kl"):
         direct = ert(x, z, 0.9, loss=loss, classifier=LogisticRegression(), cv=4, random_state=0)
@@ -72,14 +74,18 @@ def test_plot():
 
     matplotlib.use("Agg")
     x, z = _data(n=300)
-    diag = ConditionalCoverageDiagnostic(classifier=LogisticRegression(), n_directions=20, random_state=0).fit(x, z)
+    diag = ConditionalCoverageDiagnostic(
+        classifier=LogisticRegression(), n_directions=20, random_state=0
+    ).fit(x, z)
     ax = diag.plot()
     assert "ERT" in ax.get_title() and len(ax.lines) == 2
 
 
 def test_plot_without_matplotlib(monkeypatch):
     x, z = _data(n=200)
-    diag = ConditionalCoverageDiagnostic(classifier=LogisticRegression(), n_directions=20, random_state=0).fit(x, z)
+    diag = ConditionalCoverageDiagnostic(
+        classifier=LogisticRegression(), n_directions=20, random_state=0
+    ).fit(x, z)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match="pip install matplotlib"):

@@ -39,7 +39,9 @@ def test_over_plus_under_is_the_whole(loss):
         for side in (None, "over", "under")
     }
     assert abs(parts[None].estimate - parts["over"].estimate - parts["under"].estimate) < 1e-12
-    np.testing.assert_allclose(parts["over"].per_sample + parts["under"].per_sample, parts[None].per_sample, atol=1e-12)
+    np.testing.assert_allclose(
+        parts["over"].per_sample + parts["under"].per_sample, parts[None].per_sample, atol=1e-12
+    )
 
 
 def test_losses_by_hand():
@@ -124,8 +126,14 @@ def test_default_classifier_runs_with_few_misses():
         ({"cover": np.r_[np.ones(9), 2.0]}, "cover must be binary"),
         ({"cover": np.r_[np.ones(9), np.nan]}, "cover must not contain NaN"),
         ({"cover": np.ones(10), "confidence_level": 1.0}, r"confidence_level must lie in \(0, 1\)"),
-        ({"cover": np.ones(10), "confidence_level": np.full(9, 0.9)}, r"confidence_level must have shape \(10,\)"),
-        ({"cover": np.ones(10), "confidence_level": np.r_[np.full(9, 0.9), np.nan]}, "confidence_level must not contain NaN"),
+        (
+            {"cover": np.ones(10), "confidence_level": np.full(9, 0.9)},
+            r"confidence_level must have shape \(10,\)",
+        ),
+        (
+            {"cover": np.ones(10), "confidence_level": np.r_[np.full(9, 0.9), np.nan]},
+            "confidence_level must not contain NaN",
+        ),
         ({"cover": np.ones(10), "loss": "l3"}, "loss must be one of"),
         ({"cover": np.ones(10), "side": "both"}, "side must be one of"),
         ({"cover": np.ones(10), "cv": 1}, r"cv must be an integer in \[2, 10\]"),

@@ -42,7 +42,9 @@ def test_ssc_eoc_by_hand():
     cover = np.array([1, 0, 1, 1, 1, 1])
     sizes = np.array([1, 1, 2, 2, 3, 3])  # coverage by size: 0.5, 1, 1
     assert size_stratified_coverage(cover, sizes, statistic="min") == 0.5
-    assert size_stratified_coverage(cover, sizes, confidence_level=0.9) == pytest.approx((0.4 + 0.1 + 0.1) / 3)
+    assert size_stratified_coverage(cover, sizes, confidence_level=0.9) == pytest.approx(
+        (0.4 + 0.1 + 0.1) / 3
+    )
     y = np.array([0, 0, 0, 1, 1, 1])  # coverage by class: 2/3, 1
     assert equal_opportunity_coverage(y, cover, statistic="min") == pytest.approx(2 / 3)
 
@@ -51,7 +53,9 @@ def test_ssc_from_sets_by_hand():
     y = np.array([0, 0, 0, 1, 1, 1])
     sets = np.array([[1, 0], [0, 1], [1, 0], [0, 1], [0, 1], [1, 1]], bool)  # covers 1, 0, 1, 1, 1, 1
     assert size_stratified_coverage(y=y, y_sets=sets, statistic="min") == pytest.approx(0.8)
-    assert pearson_correlation(y=y, y_sets=sets) == pytest.approx(np.corrcoef([1, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 2])[0, 1])
+    assert pearson_correlation(y=y, y_sets=sets) == pytest.approx(
+        np.corrcoef([1, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 2])[0, 1]
+    )
 
 
 def _brute_force_min_run(row, need):

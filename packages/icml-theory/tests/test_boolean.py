@@ -42,7 +42,9 @@ def test_coefficients_reconstruct_the_function():
     values = torch.randn(3, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(1))  # batch of 3
     coeffs = fourier_coefficients(values)
     n = 6
-    x = torch.tensor([[-1.0 if (j >> i) & 1 else 1.0 for i in range(n)] for j in range(64)], dtype=torch.float64)
+    x = torch.tensor(
+        [[-1.0 if (j >> i) & 1 else 1.0 for i in range(n)] for j in range(64)], dtype=torch.float64
+    )
     chi = torch.stack([x[:, [i for i in range(n) if (s >> i) & 1]].prod(dim=1) for s in range(64)], dim=1)
     torch.testing.assert_close(coeffs @ chi.T, values, rtol=0, atol=1e-12)  # f = sum_S f^(S) chi_S
 
@@ -94,14 +96,17 @@ def test_subset_sizes():
     assert subset_sizes(0).tolist() == [0]
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    ([1.0, 2.0, 3.0], ValueError, "values.*power of two"),
-    (np.zeros(6), ValueError, "values.*power of two"),
-    ([1.0, float("nan")], ValueError, "values.*finite"),
-    ([float("inf"), 0.0], ValueError, "values.*finite"),
-    (np.array([True, False]), TypeError, r"values.*real"),
-    (3.0, ValueError, "values.*dimension"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        ([1.0, 2.0, 3.0], ValueError, "values.*power of two"),
+        (np.zeros(6), ValueError, "values.*power of two"),
+        ([1.0, float("nan")], ValueError, "values.*finite"),
+        ([float("inf"), 0.0], ValueError, "values.*finite"),
+        (np.array([True, False]), TypeError, r"values.*real"),
+        (3.0, ValueError, "values.*dimension"),
+    ],
+)
 def test_bad_values(bad, error, match):
     with pytest.raises(error, match=match):
         fourier_coefficients(bad)

@@ -26,14 +26,18 @@ def test_step_history_and_profile():
 
 
 def test_queries_agree_with_the_functions():
-    acc = OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=1.0, num_steps=4)  # no subsampling: 2-GDP
+    acc = OptimalRDPAccountant().step(
+        noise_multiplier=1.0, sample_rate=1.0, num_steps=4
+    )  # no subsampling: 2-GDP
     eps = acc.get_epsilon(1e-5)
     assert eps == pytest.approx(optimal_epsilon(GaussianRDP(1.0, steps=4), 1e-5), rel=1e-12)
     assert acc.get_delta(eps) == pytest.approx(1e-5, rel=1e-5)
     assert eps <= acc.get_epsilon(1e-5, method="cks") <= acc.get_epsilon(1e-5, method="mironov")
     alphas = np.array([0.01, 0.1])
     curve = acc.tradeoff_curve(alphas)
-    np.testing.assert_allclose(curve.beta, optimal_tradeoff(GaussianRDP(1.0, steps=4), alphas).beta, rtol=1e-12)
+    np.testing.assert_allclose(
+        curve.beta, optimal_tradeoff(GaussianRDP(1.0, steps=4), alphas).beta, rtol=1e-12
+    )
     assert acc.get_beta(0.1) == pytest.approx(curve.beta[1], rel=1e-12)
     # more steps -> less privacy
     acc.step(noise_multiplier=1.0, sample_rate=1.0)
@@ -42,22 +46,49 @@ def test_queries_agree_with_the_functions():
 
 def test_get_noise_multiplier_meets_the_target():
     sigma = get_noise_multiplier(2.0, 1e-5, 0.01, 100, epsilon_tolerance=0.05)
-    got = OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=0.01, num_steps=100).get_epsilon(1e-5)
+    got = (
+        OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=0.01, num_steps=100).get_epsilon(1e-5)
+    )
     assert 2.0 - 0.05 <= got <= 2.0
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: OptimalRDPAccountant().step(noise_multiplier=0.0, sample_rate=0.1), ValueError, "noise_multiplier"),
-    (lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.0), ValueError, "sample_rate"),
-    (lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=1.2), ValueError, "sample_rate"),
-    (lambda: OptimalRDPAccountant().get_epsilon(1e-5), ValueError, "no steps"),
-    (lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.1).get_epsilon(0.0), ValueError,
-     "delta"),
-    (lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.1).get_epsilon(1e-5, method="x"),
-     ValueError, "method"),
-    (lambda: get_noise_multiplier(1.0, 1.5, 0.01, 10), ValueError, "target_delta"),
-    (lambda: get_noise_multiplier(0.0, 1e-5, 0.01, 10), ValueError, "target_epsilon"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (
+            lambda: OptimalRDPAccountant().step(noise_multiplier=0.0, sample_rate=0.1),
+            ValueError,
+            "noise_multiplier",
+        ),
+        (
+            lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.0),
+            ValueError,
+            "sample_rate",
+        ),
+        (
+            lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=1.2),
+            ValueError,
+            "sample_rate",
+        ),
+        (lambda: OptimalRDPAccountant().get_epsilon(1e-5), ValueError, "no steps"),
+        (
+            lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.1).get_epsilon(0.0),
+            ValueError,
+            "delta",
+        ),
+        (
+            lambda: (
+                OptimalRDPAccountant()
+                .step(noise_multiplier=1.0, sample_rate=0.1)
+                .get_epsilon(1e-5, method="x")
+            ),
+            ValueError,
+            "method",
+        ),
+        (lambda: get_noise_multiplier(1.0, 1.5, 0.01, 10), ValueError, "target_delta"),
+        (lambda: get_noise_multiplier(0.0, 1e-5, 0.01, 10), ValueError, "target_epsilon"),
+    ],
+)
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()

@@ -10,8 +10,12 @@ from icml_theory.cli import main
 def test_cli_prints_every_method_and_writes_the_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "curves.png"
-    assert main(["privacy", "--sigma", "1", "--q", "0.05", "--steps", "50", "--delta", "1e-5",
-                 "--plot", str(png)]) == 0
+    assert (
+        main(
+            ["privacy", "--sigma", "1", "--q", "0.05", "--steps", "50", "--delta", "1e-5", "--plot", str(png)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     eps = {k: float(v) for k, v in re.findall(r"(optimal|CKS|Mironov)[^\n]*epsilon = ([0-9.]+)", out)}
     assert set(eps) == {"optimal", "CKS", "Mironov"}

@@ -23,7 +23,9 @@ from icml_theory.privacy.compare import classical_tradeoff, gaussian_epsilon
 
 DELTAS = [1e-1, 1e-3, 1e-5, 1e-10]
 ALPHAS = np.array([0.001, 0.01, 0.05, 0.1, 0.3, 0.5])
-ORDERS = np.concatenate([1 + np.arange(1, 100) / 10, np.arange(11, 64), [128, 256, 512, 1024]])  # dp_accounting's
+ORDERS = np.concatenate(
+    [1 + np.arange(1, 100) / 10, np.arange(11, 64), [128, 256, 512, 1024]]
+)  # dp_accounting's
 
 
 def test_classical_formulas_by_hand():
@@ -31,10 +33,15 @@ def test_classical_formulas_by_hand():
     delta = 1e-5
     mir = min(r + math.log(1 / delta) / (t - 1) for t, r in [(2.0, 0.5), (4.0, 1.0)])
     assert mironov_epsilon(orders, rdp, delta)[0] == pytest.approx(mir, rel=1e-15)
-    cks = min(r + math.log1p(-1 / t) - (math.log(delta) + math.log(t)) / (t - 1) for t, r in [(2.0, 0.5), (4.0, 1.0)])
+    cks = min(
+        r + math.log1p(-1 / t) - (math.log(delta) + math.log(t)) / (t - 1)
+        for t, r in [(2.0, 0.5), (4.0, 1.0)]
+    )
     assert cks_epsilon(orders, rdp, delta)[0] == pytest.approx(cks, rel=1e-15)
     eps = 3.0
-    d_cks = min(math.exp((t - 1) * (r - eps + math.log1p(-1 / t)) - math.log(t)) for t, r in [(2.0, 0.5), (4.0, 1.0)])
+    d_cks = min(
+        math.exp((t - 1) * (r - eps + math.log1p(-1 / t)) - math.log(t)) for t, r in [(2.0, 0.5), (4.0, 1.0)]
+    )
     assert cks_delta(orders, rdp, eps)[0] == pytest.approx(d_cks, rel=1e-13)
     assert mironov_delta(orders, rdp, eps)[0] == pytest.approx(math.exp(3 * (1.0 - eps)), rel=1e-13)
     # the KL shortcut: tiny RDP and a large delta give eps = 0
@@ -96,16 +103,19 @@ def test_epsilon_delta_tradeoff():
     assert f[1] == pytest.approx(max(0.99 - math.e * 0.1, math.exp(-1) * 0.89))
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: optimal_epsilon(GaussianRDP(1.0), 0.0), ValueError, "delta"),
-    (lambda: optimal_epsilon(GaussianRDP(1.0), 1.0), ValueError, "delta"),
-    (lambda: optimal_epsilon(GaussianRDP(1.0), "x"), TypeError, "delta"),
-    (lambda: optimal_delta(GaussianRDP(1.0), -1.0), ValueError, "epsilon"),
-    (lambda: cks_epsilon([2.0], [0.1], 1.5), ValueError, "delta"),
-    (lambda: mironov_epsilon([2.0, 3.0], [0.1], 1e-5), ValueError, "equal length"),
-    (lambda: mironov_epsilon([2.0], [-0.1], 1e-5), ValueError, "rdp"),
-    (lambda: epsilon_delta_tradeoff([0.1], 1.0, 2.0), ValueError, "delta"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: optimal_epsilon(GaussianRDP(1.0), 0.0), ValueError, "delta"),
+        (lambda: optimal_epsilon(GaussianRDP(1.0), 1.0), ValueError, "delta"),
+        (lambda: optimal_epsilon(GaussianRDP(1.0), "x"), TypeError, "delta"),
+        (lambda: optimal_delta(GaussianRDP(1.0), -1.0), ValueError, "epsilon"),
+        (lambda: cks_epsilon([2.0], [0.1], 1.5), ValueError, "delta"),
+        (lambda: mironov_epsilon([2.0, 3.0], [0.1], 1e-5), ValueError, "equal length"),
+        (lambda: mironov_epsilon([2.0], [-0.1], 1e-5), ValueError, "rdp"),
+        (lambda: epsilon_delta_tradeoff([0.1], 1.0, 2.0), ValueError, "delta"),
+    ],
+)
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()

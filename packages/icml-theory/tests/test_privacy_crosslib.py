@@ -39,16 +39,25 @@ def test_classical_conversions_match_and_optimal_is_below(capsys):
     for d in DELTAS:
         theirs = acc.get_epsilon(d)
         assert cks_epsilon(orders, rdp, d)[0] == pytest.approx(theirs, rel=1e-8, abs=1e-12)
-        assert cks_epsilon(orders, rdp, d)[0] == pytest.approx(rdp_mod.compute_epsilon(orders, rdp, d)[0], rel=1e-8)
+        assert cks_epsilon(orders, rdp, d)[0] == pytest.approx(
+            rdp_mod.compute_epsilon(orders, rdp, d)[0], rel=1e-8
+        )
         optimal = ours.get_epsilon(d)
         assert optimal <= theirs
         pld = dp_accounting.pld.PLDAccountant()
-        pld.compose(dp_accounting.SelfComposedDpEvent(
-            dp_accounting.PoissonSampledDpEvent(Q, dp_accounting.GaussianDpEvent(SIGMA)), STEPS))
+        pld.compose(
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(Q, dp_accounting.GaussianDpEvent(SIGMA)), STEPS
+            )
+        )
         with capsys.disabled():
-            print(f"\ndelta={d:g}: optimal {optimal:.6f}  RdpAccountant {theirs:.6f}  PLD {pld.get_epsilon(d):.6f}")
+            print(
+                f"\ndelta={d:g}: optimal {optimal:.6f}  RdpAccountant {theirs:.6f}  PLD {pld.get_epsilon(d):.6f}"
+            )
     for eps in (0.5, 1.0, 2.0, 4.0):
-        assert cks_delta(orders, rdp, eps)[0] == pytest.approx(rdp_mod.compute_delta(orders, rdp, eps)[0], rel=1e-8)
+        assert cks_delta(orders, rdp, eps)[0] == pytest.approx(
+            rdp_mod.compute_delta(orders, rdp, eps)[0], rel=1e-8
+        )
 
 
 def test_opacus_rdp_accountant():
@@ -58,5 +67,7 @@ def test_opacus_rdp_accountant():
         acc.step(noise_multiplier=SIGMA, sample_rate=Q)
     acc.history = [(SIGMA, Q, STEPS)]
     theirs = acc.get_epsilon(1e-5)
-    ours = OptimalRDPAccountant().step(noise_multiplier=SIGMA, sample_rate=Q, num_steps=STEPS).get_epsilon(1e-5)
+    ours = (
+        OptimalRDPAccountant().step(noise_multiplier=SIGMA, sample_rate=Q, num_steps=STEPS).get_epsilon(1e-5)
+    )
     assert ours <= theirs

@@ -22,11 +22,14 @@ ORDERS = np.array([0.5, 0.6, 0.8, 0.99, 1.0, 1.01, 1.5, 2.0, 3.0, 7.5, 16.0, 40.
 def renyi_by_quad(logp, logq, tau, lo=-40, hi=40):
     """D_tau(p || q) for log-densities by adaptive quadrature (the KL divergence at tau = 1)."""
     if tau == 1:
+
         def integrand(x):
             return math.exp(logp(x)) * (logp(x) - logq(x))
     else:
+
         def integrand(x):
             return math.exp(tau * logp(x) + (1 - tau) * logq(x))
+
     val, _ = integrate.quad(integrand, lo, hi, points=[0, 1], limit=400, epsabs=0, epsrel=1e-12)
     return val if tau == 1 else math.log(val) / (tau - 1)
 
@@ -60,9 +63,15 @@ def test_randomized_response_is_bernoulli_divergence():
     assert rr(1e4) <= 2 * eps0  # bounded by the max divergence
 
 
-@pytest.mark.parametrize("profile", [
-    GaussianRDP(0.7), LaplaceRDP(1.0), RandomizedResponseRDP(0.5), SubsampledGaussianRDP(0.05, 0.9, 3),
-])
+@pytest.mark.parametrize(
+    "profile",
+    [
+        GaussianRDP(0.7),
+        LaplaceRDP(1.0),
+        RandomizedResponseRDP(0.5),
+        SubsampledGaussianRDP(0.05, 0.9, 3),
+    ],
+)
 def test_profiles_are_monotone_and_continuous_at_one(profile):
     taus = np.geomspace(0.5, 64, 80)
     vals = profile(taus)
@@ -105,6 +114,7 @@ def test_subsampled_gaussian_against_mpmath():
         def integrand(x):
             p1 = (1 - q) * mp.npdf(x, 0, s) + q * mp.npdf(x, 1, s)
             return p1**t * mp.npdf(x, 0, s) ** (1 - t)
+
         return float(mp.log(mp.quad(integrand, [-mp.inf, 0, 1, mp.inf])) / (t - 1))
 
     for t in (1.1, 1.5, 2.5):
@@ -113,7 +123,9 @@ def test_subsampled_gaussian_against_mpmath():
 
 def test_subsampled_gaussian_limits():
     taus = np.array([0.5, 1.0, 2.0, 10.0])
-    np.testing.assert_allclose(SubsampledGaussianRDP(1.0, 2.0, 5)(taus), GaussianRDP(2.0, steps=5)(taus), rtol=1e-14)
+    np.testing.assert_allclose(
+        SubsampledGaussianRDP(1.0, 2.0, 5)(taus), GaussianRDP(2.0, steps=5)(taus), rtol=1e-14
+    )
     # subsampling never increases the divergence (convexity); at order 2, rho = log(1 + q^2 (e^{1/s^2} - 1))
     sub = SubsampledGaussianRDP(0.01, 1.0)(taus)
     assert np.all(sub <= GaussianRDP(1.0)(taus))
@@ -145,23 +157,26 @@ def test_bernoulli_renyi_kl_limit():
     assert bernoulli_renyi(1 + 1e-9, 0.3, 0.6) == pytest.approx(bernoulli_renyi(1.0, 0.3, 0.6), rel=1e-6)
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: GaussianRDP(sigma=0), "sigma"),
-    (lambda: GaussianRDP(sigma=-1.0), "sigma"),
-    (lambda: GaussianRDP(sigma=float("nan")), "sigma"),
-    (lambda: SubsampledGaussianRDP(0.0, 1.0), "sample_rate"),
-    (lambda: SubsampledGaussianRDP(1.5, 1.0), "sample_rate"),
-    (lambda: SubsampledGaussianRDP(0.1, 0.0), "sigma"),
-    (lambda: SubsampledGaussianRDP(0.1, 1.0, steps=0), "steps"),
-    (lambda: RandomizedResponseRDP(0.0), "epsilon"),
-    (lambda: LaplaceRDP(-1.0), "scale"),
-    (lambda: TabulatedRDP([1.5, 2, 3], [0.2, 0.1, 0.3]), "non-decreasing"),
-    (lambda: TabulatedRDP([2, 1.5], [0.1, 0.2]), "strictly increasing"),
-    (lambda: TabulatedRDP([0.3, 2], [0.1, 0.2]), "orders"),
-    (lambda: TabulatedRDP([1.5, 2], [0.1]), "equal length"),
-    (lambda: TabulatedRDP([1.5, 2], [-0.1, 0.2]), "non-negative"),
-    (lambda: GaussianRDP(1.0)(0.2), "orders"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: GaussianRDP(sigma=0), "sigma"),
+        (lambda: GaussianRDP(sigma=-1.0), "sigma"),
+        (lambda: GaussianRDP(sigma=float("nan")), "sigma"),
+        (lambda: SubsampledGaussianRDP(0.0, 1.0), "sample_rate"),
+        (lambda: SubsampledGaussianRDP(1.5, 1.0), "sample_rate"),
+        (lambda: SubsampledGaussianRDP(0.1, 0.0), "sigma"),
+        (lambda: SubsampledGaussianRDP(0.1, 1.0, steps=0), "steps"),
+        (lambda: RandomizedResponseRDP(0.0), "epsilon"),
+        (lambda: LaplaceRDP(-1.0), "scale"),
+        (lambda: TabulatedRDP([1.5, 2, 3], [0.2, 0.1, 0.3]), "non-decreasing"),
+        (lambda: TabulatedRDP([2, 1.5], [0.1, 0.2]), "strictly increasing"),
+        (lambda: TabulatedRDP([0.3, 2], [0.1, 0.2]), "orders"),
+        (lambda: TabulatedRDP([1.5, 2], [0.1]), "equal length"),
+        (lambda: TabulatedRDP([1.5, 2], [-0.1, 0.2]), "non-negative"),
+        (lambda: GaussianRDP(1.0)(0.2), "orders"),
+    ],
+)
 def test_bad_input(make, match):
     with pytest.raises(ValueError, match=match):
         make()

@@ -24,7 +24,9 @@ def both_divergences(tau, alpha, beta):
     return np.maximum(bernoulli_renyi(tau, alpha, 1 - beta), bernoulli_renyi(tau, 1 - beta, alpha))
 
 
-@pytest.mark.parametrize("tau, rho", [(0.5, 0.3), (0.8, 0.05), (1.0, 0.2), (2.0, 0.5), (10.0, 2.0), (300.0, 4.0)])
+@pytest.mark.parametrize(
+    "tau, rho", [(0.5, 0.3), (0.8, 0.05), (1.0, 0.2), (2.0, 0.5), (10.0, 2.0), (300.0, 4.0)]
+)
 def test_single_order_matches_brute_force(tau, rho):
     alphas = np.array([1e-3, 0.05, 0.2, 0.5, 0.8])
     got = single_order_tradeoff(alphas, tau, rho)
@@ -65,7 +67,9 @@ def test_soundness_against_exact_gaussian(mu):
     assert np.all(curve.order >= 0.5)
 
 
-@pytest.mark.parametrize("profile", [GaussianRDP(1.0), SubsampledGaussianRDP(0.01, 1.0, 1000), RandomizedResponseRDP(1.0)])
+@pytest.mark.parametrize(
+    "profile", [GaussianRDP(1.0), SubsampledGaussianRDP(0.01, 1.0, 1000), RandomizedResponseRDP(1.0)]
+)
 def test_tightness_witness(profile):
     """Acceptance: (Bern(alpha), Bern(1 - f(alpha))) meets every order's constraint on a finer grid, and
     shrinking f by 1e-6 breaks at least one (the maximizing order)."""
@@ -140,15 +144,18 @@ def test_subsampled_structure(q, sigma, steps):
     assert np.all(more <= optimal_tradeoff(prof, small).beta + 1e-12)
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: single_order_tradeoff([0.5], 0.2, 1.0), ValueError, "order"),
-    (lambda: single_order_tradeoff([1.5], 2.0, 1.0), ValueError, "alphas"),
-    (lambda: single_order_tradeoff([0.5], 2.0, -1.0), ValueError, "rho"),
-    (lambda: optimal_tradeoff("gauss", [0.5]), TypeError, "profile"),
-    (lambda: optimal_tradeoff(GaussianRDP(1.0), [float("nan")]), ValueError, "alphas"),
-    (lambda: optimal_tradeoff(GaussianRDP(1.0), ["a"]), TypeError, "alphas"),
-    (lambda: gaussian_tradeoff([0.1], -1.0), ValueError, "mu"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: single_order_tradeoff([0.5], 0.2, 1.0), ValueError, "order"),
+        (lambda: single_order_tradeoff([1.5], 2.0, 1.0), ValueError, "alphas"),
+        (lambda: single_order_tradeoff([0.5], 2.0, -1.0), ValueError, "rho"),
+        (lambda: optimal_tradeoff("gauss", [0.5]), TypeError, "profile"),
+        (lambda: optimal_tradeoff(GaussianRDP(1.0), [float("nan")]), ValueError, "alphas"),
+        (lambda: optimal_tradeoff(GaussianRDP(1.0), ["a"]), TypeError, "alphas"),
+        (lambda: gaussian_tradeoff([0.1], -1.0), ValueError, "mu"),
+    ],
+)
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()

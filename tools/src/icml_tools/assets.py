@@ -85,7 +85,11 @@ def _build_smollm2_cache(gguf: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
-        save_file({k: v.contiguous() for k, v in state.items()}, tmp / "model.safetensors", metadata={"format": "pt"})
+        save_file(
+            {k: v.contiguous() for k, v in state.items()},
+            tmp / "model.safetensors",
+            metadata={"format": "pt"},
+        )
         model.config.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -98,16 +102,30 @@ def _build_smollm2_cache(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tiny_llama(seed: int = 0, *, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
-               intermediate: int = 128, vocab: int = 256):
+def tiny_llama(
+    seed: int = 0,
+    *,
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    vocab: int = 256,
+):
     """A random-initialised ``LlamaForCausalLM`` with SmolLM2's architecture at toy size (litgpt-style tests)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
-        tie_word_embeddings=True, rms_norm_eps=1e-5,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config).eval()
@@ -184,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="icml-assets", description=main.__doc__)
     sub = parser.add_subparsers(dest="asset", required=True)
-    sub.add_parser("smollm2", help="print the cached float SmolLM2-135M-Instruct directory (built on first use)")
+    sub.add_parser(
+        "smollm2", help="print the cached float SmolLM2-135M-Instruct directory (built on first use)"
+    )
     english = sub.add_parser("english", help="write the pydoc_data English corpus")
     english.add_argument("--part", choices=("all", "calibration", "held-out"), default="all")
     english.add_argument("--out", type=Path, default=None, help="file to write (default: standard output)")

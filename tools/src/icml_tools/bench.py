@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     failed = False
     for name in names:
-        rows, seconds, error = runner.timed_call(lambda ep: call_benchmark(ep.load(), args.budget, args.seed), registered[name])
+        rows, seconds, error = runner.timed_call(
+            lambda ep: call_benchmark(ep.load(), args.budget, args.seed), registered[name]
+        )
         if rows is None:
             failed = True
             results[name] = {"error": error, "seconds": seconds}

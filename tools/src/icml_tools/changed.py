@@ -47,7 +47,9 @@ def select(files: list[str], root: Path) -> list[dict]:
 
 
 def git_changed_files(base: str, root: Path) -> list[str]:
-    out = subprocess.run(["git", "diff", "--name-only", f"{base}...HEAD"], cwd=root, capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "diff", "--name-only", f"{base}...HEAD"], cwd=root, capture_output=True, text=True
+    )
     if out.returncode != 0:
         raise RuntimeError(f"git diff against {base!r} failed: {out.stderr.strip()}")
     return [line for line in out.stdout.splitlines() if line]
@@ -56,7 +58,9 @@ def git_changed_files(base: str, root: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="changed-packages", description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="origin/main", help="git ref to diff against (default origin/main)")
-    parser.add_argument("--files", nargs="*", default=None, help="use these changed paths instead of git diff")
+    parser.add_argument(
+        "--files", nargs="*", default=None, help="use these changed paths instead of git diff"
+    )
     parser.add_argument("--format", choices=("lines", "json"), default="lines")
     args = parser.parse_args(argv)
     root = find_root()

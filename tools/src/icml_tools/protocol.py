@@ -104,7 +104,9 @@ def _validate_figure(fig: Any) -> None:
     n = len(fig["x"])
     for label, ys in fig["series"].items():
         if len(ys) != n:
-            raise ProtocolError(f"figure {fig['name']!r}: series {label!r} has {len(ys)} values for {n} x values")
+            raise ProtocolError(
+                f"figure {fig['name']!r}: series {label!r} has {len(ys)} values for {n} x values"
+            )
 
 
 def format_number(value: float) -> str:

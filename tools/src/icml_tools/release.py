@@ -35,11 +35,13 @@ def move_unreleased(changelog: str, version: str, day: str) -> str:
         raise ReleaseError("the CHANGELOG has no '## Unreleased' section")
     following = _NEXT_SECTION.search(changelog, start.end())
     end = following.start() if following else len(changelog)
-    entries = changelog[start.end():end].strip("\n")
+    entries = changelog[start.end() : end].strip("\n")
     if not entries.strip():
         raise ReleaseError("the '## Unreleased' section is empty: record the changes before releasing")
     rest = changelog[end:]
-    return f"{changelog[:start.start()]}## Unreleased\n\n## {version} ({day})\n\n{entries}\n" + (f"\n{rest}" if rest else "")
+    return f"{changelog[: start.start()]}## Unreleased\n\n## {version} ({day})\n\n{entries}\n" + (
+        f"\n{rest}" if rest else ""
+    )
 
 
 def _uv(*args: str, cwd: Path) -> str:
@@ -58,11 +60,15 @@ def bump(distribution: str, part: str, root: Path, day: str | None = None) -> st
     name = normalize(distribution)
     published = sorted(n for n, m in found.items() if m.published)
     if name not in published:
-        raise ReleaseError(f"{distribution!r} is not a published workspace distribution; choose one of {', '.join(published)}")
+        raise ReleaseError(
+            f"{distribution!r} is not a published workspace distribution; choose one of {', '.join(published)}"
+        )
     changelog_path = root / found[name].path / "CHANGELOG.md"
     if not changelog_path.is_file():
         raise ReleaseError(f"{changelog_path} does not exist")
-    dry = json.loads(_uv("version", "--package", name, "--bump", part, "--dry-run", "--output-format", "json", cwd=root))
+    dry = json.loads(
+        _uv("version", "--package", name, "--bump", part, "--dry-run", "--output-format", "json", cwd=root)
+    )
     version = dry["version"]
     # Prepare the new changelog before touching anything, so a bad changelog changes nothing.
     text = move_unreleased(changelog_path.read_text(), version, day or date.today().isoformat())
@@ -84,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     bump_parser = sub.add_parser("bump", help="bump one distribution's version and changelog")
     bump_parser.add_argument("distribution", help="e.g. icml-stats")
     bump_parser.add_argument("part", choices=PARTS)
-    bump_parser.add_argument("--root", type=Path, default=None, help="workspace root (default: found from cwd)")
+    bump_parser.add_argument(
+        "--root", type=Path, default=None, help="workspace root (default: found from cwd)"
+    )
     bump_parser.add_argument("--date", default=None, help="release date for the changelog (default today)")
     args = parser.parse_args(argv)
     try:

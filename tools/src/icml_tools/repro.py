@@ -56,7 +56,9 @@ def discover(group: str = GROUP) -> dict[str, EntryPoint]:
     found: dict[str, EntryPoint] = {}
     for ep in entry_points(group=group):
         if ep.name in found and found[ep.name].value != ep.value:
-            raise RuntimeError(f"{group} entry point {ep.name!r} is registered twice: {found[ep.name].value} and {ep.value}")
+            raise RuntimeError(
+                f"{group} entry point {ep.name!r} is registered twice: {found[ep.name].value} and {ep.value}"
+            )
         found[ep.name] = ep
     return dict(sorted(found.items()))
 
@@ -85,11 +87,17 @@ def summary_rows(outcomes: list[Outcome]) -> list[list[str]]:
     rows = []
     for o in outcomes:
         r = o.result or {}
-        rows.append([
-            r.get("system", o.name), r.get("claim", "(raised, see report)"), r.get("metric", ""),
-            format_number(r["ours"]) if r else "", format_number(r["baseline"]) if r else "",
-            o.verdict, f"{o.seconds:.1f}",
-        ])
+        rows.append(
+            [
+                r.get("system", o.name),
+                r.get("claim", "(raised, see report)"),
+                r.get("metric", ""),
+                format_number(r["ours"]) if r else "",
+                format_number(r["baseline"]) if r else "",
+                o.verdict,
+                f"{o.seconds:.1f}",
+            ]
+        )
     return rows
 
 
@@ -120,21 +128,35 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     sections = [
-        "# icml reproductions", "",
-        f"Budget `{meta['budget']}`, seed {meta['seed']}, {meta['started']}, {meta['platform']}.", "",
-        markdown_table(HEADER, summary_rows(outcomes)), "",
+        "# icml reproductions",
+        "",
+        f"Budget `{meta['budget']}`, seed {meta['seed']}, {meta['started']}, {meta['platform']}.",
+        "",
+        markdown_table(HEADER, summary_rows(outcomes)),
+        "",
     ]
     for o in outcomes:
-        sections += [f"## {o.result.get('system', o.name) if o.result else o.name}", "",
-                     f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), {o.seconds:.1f} s.", ""]
+        sections += [
+            f"## {o.result.get('system', o.name) if o.result else o.name}",
+            "",
+            f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), {o.seconds:.1f} s.",
+            "",
+        ]
         r = o.result
         if r is None:
             sections += ["Raised:", "", "```", (o.error or "").rstrip(), "```", ""]
             continue
-        sections += [f"**Claim.** {r['claim']}", "", f"**Metric.** {r['metric']}", "",
-                     f"**Criterion.** {r['criterion']}", "",
-                     f"**Measured.** ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])}: "
-                     f"**{o.verdict}**", ""]
+        sections += [
+            f"**Claim.** {r['claim']}",
+            "",
+            f"**Metric.** {r['metric']}",
+            "",
+            f"**Criterion.** {r['criterion']}",
+            "",
+            f"**Measured.** ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])}: "
+            f"**{o.verdict}**",
+            "",
+        ]
         if r.get("notes"):
             sections += [r["notes"], ""]
         if r.get("rows"):
@@ -151,8 +173,15 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
     payload = {
         "meta": meta,
         "results": [
-            {"name": o.name, "target": o.target, "distribution": o.distribution, "seconds": o.seconds,
-             "verdict": o.verdict, "result": o.result, "error": o.error}
+            {
+                "name": o.name,
+                "target": o.target,
+                "distribution": o.distribution,
+                "seconds": o.seconds,
+                "verdict": o.verdict,
+                "result": o.result,
+                "error": o.error,
+            }
             for o in outcomes
         ],
     }

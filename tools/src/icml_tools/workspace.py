@@ -33,9 +33,13 @@ def find_root(start: Path | None = None) -> Path:
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         pyproject = folder / "pyproject.toml"
-        if pyproject.is_file() and "workspace" in tomllib.loads(pyproject.read_text()).get("tool", {}).get("uv", {}):
+        if pyproject.is_file() and "workspace" in tomllib.loads(pyproject.read_text()).get("tool", {}).get(
+            "uv", {}
+        ):
             return folder
-    raise FileNotFoundError(f"no uv workspace root (pyproject.toml with [tool.uv.workspace]) at or above {here}")
+    raise FileNotFoundError(
+        f"no uv workspace root (pyproject.toml with [tool.uv.workspace]) at or above {here}"
+    )
 
 
 def members(root: Path) -> dict[str, Member]:

@@ -33,12 +33,22 @@ def _rows(**overrides):
     rows = []
     for scenario in repro.SCENARIOS:
         for n in (500, 2000, 10000):
-            row = {"scenario": scenario, "n": n, "reps": 100, "reject_ert_l1": 0.04, "reject_covgap": 0.05,
-                   "max_additivity_residual": 0.0}
+            row = {
+                "scenario": scenario,
+                "n": n,
+                "reps": 100,
+                "reject_ert_l1": 0.04,
+                "reject_covgap": 0.05,
+                "max_additivity_residual": 0.0,
+            }
             for loss in repro.LOSSES:
                 truth = 0.0 if scenario == "null" else 0.01
-                row |= {f"true_{loss}": truth, f"mean_ert_{loss}": 0.8 * truth - (0.001 if scenario == "null" else 0),
-                        f"se_ert_{loss}": 0.0001, f"ratio_{loss}": 0.8 if truth else float("nan")}
+                row |= {
+                    f"true_{loss}": truth,
+                    f"mean_ert_{loss}": 0.8 * truth - (0.001 if scenario == "null" else 0),
+                    f"se_ert_{loss}": 0.0001,
+                    f"ratio_{loss}": 0.8 if truth else float("nan"),
+                }
             if scenario == "interaction" and n == 2000:
                 row["reject_ert_l1"] = 0.9
             rows.append(row)
@@ -68,7 +78,9 @@ def test_power_run_follows_the_protocol(monkeypatch):
 
 
 def test_benchmark_run_follows_the_protocol(monkeypatch):
-    monkeypatch.setitem(repro_benchmark.BUDGETS, "quick", {"sizes": (300, 300, 600), "reps": 1, "diabetes_reps": 1})
+    monkeypatch.setitem(
+        repro_benchmark.BUDGETS, "quick", {"sizes": (300, 300, 600), "reps": 1, "diabetes_reps": 1}
+    )
     result = run_reproduction("ert-benchmark", "quick", 0)
     assert {r["dataset"] for r in result["rows"]} == {"synthetic", "diabetes"}
     for row in result["rows"]:

@@ -68,7 +68,9 @@ def check_choice(value, name: str, choices: tuple):
 
 def check_classifier(classifier, name: str = "classifier"):
     """A scikit-learn classifier with ``fit`` and ``predict_proba`` (it is cloned and fitted)."""
-    if not (hasattr(classifier, "fit") and hasattr(classifier, "predict_proba") and is_classifier(classifier)):
+    if not (
+        hasattr(classifier, "fit") and hasattr(classifier, "predict_proba") and is_classifier(classifier)
+    ):
         raise TypeError(f"{name} must be a scikit-learn classifier with predict_proba, got {classifier!r}")
     return classifier
 
@@ -86,8 +88,9 @@ def check_shape(a: np.ndarray, name: str, shape: tuple[int | str, ...], hint: st
     return a
 
 
-def as_array(values, name: str, shape: tuple[int | str, ...] | None = None, *, interval: str = FINITE,
-             hint: str = "") -> np.ndarray:
+def as_array(
+    values, name: str, shape: tuple[int | str, ...] | None = None, *, interval: str = FINITE, hint: str = ""
+) -> np.ndarray:
     """``values`` as a float array of ``shape`` (any when None) without NaN, every entry inside ``interval``."""
     try:
         a = np.asarray(values, dtype=float)
@@ -107,9 +110,13 @@ def as_array(values, name: str, shape: tuple[int | str, ...] | None = None, *, i
 def as_samples(x, name: str = "x", n: int | None = None) -> np.ndarray:
     """``x`` as a finite float array ``(n_samples, n_features)``; a 1-D array is one feature."""
     a = as_array(x, name)
-    a = check_shape(a[:, None] if a.ndim == 1 else a, name, ("n_samples", "n_features"), " (a 1-D array is one feature)")
+    a = check_shape(
+        a[:, None] if a.ndim == 1 else a, name, ("n_samples", "n_features"), " (a 1-D array is one feature)"
+    )
     if n is not None and a.shape[0] != n:
-        raise ValueError(f"{name} must have one row per sample ({n}, like the first argument), got {a.shape[0]}")
+        raise ValueError(
+            f"{name} must have one row per sample ({n}, like the first argument), got {a.shape[0]}"
+        )
     return a
 
 
@@ -135,7 +142,9 @@ def as_batch(columns: tuple[int, ...] | None, **arrays) -> tuple[tuple[np.ndarra
 def as_labels(y, name: str, n: int, n_classes: int | None = None) -> np.ndarray:
     """Integer class indices ``(n,)`` in ``[0, n_classes)`` (integral floats accepted)."""
     a = check_shape(np.asarray(y), name, (n,), " (one label per sample)")
-    expected = f"{name} must hold integer class indices in [0, {'n_classes' if n_classes is None else n_classes})"
+    expected = (
+        f"{name} must hold integer class indices in [0, {'n_classes' if n_classes is None else n_classes})"
+    )
     if not np.issubdtype(a.dtype, np.integer):
         af = np.asarray(a, dtype=float)
         if np.isnan(af).any() or not np.all(af == np.round(af)):
@@ -161,7 +170,9 @@ def as_split(X_fit, y_fit, X_calib, y_calib, X_test, *, labels: bool = False):
     X_calib = as_array(X_calib, "X_calib", ("n_calib", X_fit.shape[1]))
     X_test = as_array(X_test, "X_test", ("n_test", X_fit.shape[1]))
     ys = [
-        as_labels(y, name, X.shape[0]) if labels else as_array(y, name, (X.shape[0],), hint=f" (one per row of X_{part})")
+        as_labels(y, name, X.shape[0])
+        if labels
+        else as_array(y, name, (X.shape[0],), hint=f" (one per row of X_{part})")
         for y, name, X, part in ((y_fit, "y_fit", X_fit, "fit"), (y_calib, "y_calib", X_calib, "calib"))
     ]
     return X_fit, ys[0], X_calib, ys[1], X_test
@@ -170,9 +181,13 @@ def as_split(X_fit, y_fit, X_calib, y_calib, X_test, *, labels: bool = False):
 # --------------------------------------------------------------------------- the coverage input contract
 def as_cover(cover, n: int | None = None, name: str = "cover") -> np.ndarray:
     """A cover vector as float 0/1 ``(n,)``; raises on NaN, non-binary values or a wrong length."""
-    a = as_array(cover, name, ("n",) if n is None else (n,), interval=EXTENDED, hint=" (one entry per row of x)")
+    a = as_array(
+        cover, name, ("n",) if n is None else (n,), interval=EXTENDED, hint=" (one entry per row of x)"
+    )
     if not np.isin(a, (0.0, 1.0)).all():
-        raise ValueError(f"{name} must be binary (bool or 0/1), got the value {a[~np.isin(a, (0.0, 1.0))][0]!r}")
+        raise ValueError(
+            f"{name} must be binary (bool or 0/1), got the value {a[~np.isin(a, (0.0, 1.0))][0]!r}"
+        )
     return a
 
 
@@ -181,7 +196,11 @@ def as_target(confidence_level, n: int, name: str = "confidence_level") -> np.nd
     if isinstance(confidence_level, bool):
         raise TypeError(f"{name} must be a number or an array of numbers in (0, 1), got a bool")
     t = as_array(confidence_level, name, interval="(0, 1)")
-    return np.full(n, float(t)) if t.ndim == 0 else check_shape(t, name, (n,), " (one target per sample, or a number)")
+    return (
+        np.full(n, float(t))
+        if t.ndim == 0
+        else check_shape(t, name, (n,), " (one target per sample, or a number)")
+    )
 
 
 def _single_level(values, name: str, layout: str) -> np.ndarray:
@@ -197,7 +216,12 @@ def _single_level(values, name: str, layout: str) -> np.ndarray:
 
 
 def _as_sets(y_sets, n: int) -> np.ndarray:
-    a = check_shape(_single_level(y_sets, "y_sets", "n, n_classes"), "y_sets", (n, "n_classes"), f" or ({n}, n_classes, 1)")
+    a = check_shape(
+        _single_level(y_sets, "y_sets", "n, n_classes"),
+        "y_sets",
+        (n, "n_classes"),
+        f" or ({n}, n_classes, 1)",
+    )
     if a.dtype != bool:
         if not np.isin(a, (0, 1)).all():
             raise ValueError("y_sets must be booleans (or 0/1): membership of each class in each set")
@@ -207,7 +231,11 @@ def _as_sets(y_sets, n: int) -> np.ndarray:
 
 def cover_from_prediction(n: int, cover=None, y=None, y_intervals=None, y_sets=None) -> np.ndarray:
     """The cover vector ``(n,)`` from exactly one of ``cover``, ``(y, y_intervals)`` or ``(y, y_sets)``."""
-    given = [name for name, v in (("cover", cover), ("y_intervals", y_intervals), ("y_sets", y_sets)) if v is not None]
+    given = [
+        name
+        for name, v in (("cover", cover), ("y_intervals", y_intervals), ("y_sets", y_sets))
+        if v is not None
+    ]
     if len(given) != 1:
         raise ValueError(
             "pass exactly one of cover, (y, y_intervals) or (y, y_sets); "

@@ -12,10 +12,28 @@ def test_quick_run_follows_the_protocol_and_passes():
     rows = [r for r in result["rows"] if r["quantity"] == "epsilon"]
     assert len(rows) == 5 * len(repro.DELTAS)
     # the verdict is computed: a profile that breaks soundness must fail the same check
-    assert repro._check({"mechanism": "m", "quantity": "beta", "at": 0.1, "optimal": 0.9, "cks": 0.5,
-                         "mironov": 0.4, "exact": 0.8})
-    assert repro._check({"mechanism": "m", "quantity": "epsilon", "at": 0.1, "optimal": 1.1, "cks": 1.0,
-                         "mironov": 2.0, "exact": 0.5})
+    assert repro._check(
+        {
+            "mechanism": "m",
+            "quantity": "beta",
+            "at": 0.1,
+            "optimal": 0.9,
+            "cks": 0.5,
+            "mironov": 0.4,
+            "exact": 0.8,
+        }
+    )
+    assert repro._check(
+        {
+            "mechanism": "m",
+            "quantity": "epsilon",
+            "at": 0.1,
+            "optimal": 1.1,
+            "cks": 1.0,
+            "mironov": 2.0,
+            "exact": 0.5,
+        }
+    )
 
 
 def test_benchmark_rows_check_correctness_first(monkeypatch):

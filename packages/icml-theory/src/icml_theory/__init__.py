@@ -17,7 +17,11 @@ __version__ = _version("icml-theory")
 # torch-based subpackages, imported on first attribute access: name -> the public names they export
 _LAZY = {
     "boolean": (
-        "fourier_coefficients", "majority", "majority_coefficient", "majority_spectrum", "spectral_weights",
+        "fourier_coefficients",
+        "majority",
+        "majority_coefficient",
+        "majority_spectrum",
+        "spectral_weights",
         "subset_sizes",
     ),
 }

@@ -60,7 +60,9 @@ def check_choice(value, name: str, choices: tuple):
 def check_profile(profile):
     """An RDP profile: an ``RDPProfile`` or any callable mapping an array of orders to RDP values."""
     if not callable(profile):
-        raise TypeError(f"profile must be an RDPProfile or a callable of orders, got {type(profile).__name__}")
+        raise TypeError(
+            f"profile must be an RDPProfile or a callable of orders, got {type(profile).__name__}"
+        )
     return profile
 
 
@@ -90,5 +92,7 @@ def as_rdp_table(orders, values, name: str = "values") -> tuple[np.ndarray, np.n
     t = check_orders(orders).ravel()
     v = as_array(values, name, "[0, inf]", "non-negative RDP values").ravel()
     if t.size == 0 or t.size != v.size:
-        raise ValueError(f"orders and {name} must be non-empty and of equal length, got {t.size} and {v.size}")
+        raise ValueError(
+            f"orders and {name} must be non-empty and of equal length, got {t.size} and {v.size}"
+        )
     return t, v

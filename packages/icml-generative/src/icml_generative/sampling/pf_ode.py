@@ -33,15 +33,18 @@ def karras_sigmas(n: int, sigma_min: float, sigma_max: float, rho: float = 7.0) 
     """
     check_int(n, "n", 2)
     if not (math.isfinite(sigma_min) and math.isfinite(sigma_max) and 0 < sigma_min < sigma_max):
-        raise ValueError(f"need 0 < sigma_min < sigma_max (finite), got sigma_min={sigma_min}, sigma_max={sigma_max}")
+        raise ValueError(
+            f"need 0 < sigma_min < sigma_max (finite), got sigma_min={sigma_min}, sigma_max={sigma_max}"
+        )
     check_positive(rho, "rho")
     ramp = torch.linspace(0.0, 1.0, n, dtype=torch.float64)  # (n,)
     lo, hi = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
     return (hi + ramp * (lo - hi)) ** rho
 
 
-def sample_pf_ode(score_fn: ScoreFn, x_T: torch.Tensor, sigmas: Sequence[float] | torch.Tensor,
-                  method: str = "euler") -> torch.Tensor:
+def sample_pf_ode(
+    score_fn: ScoreFn, x_T: torch.Tensor, sigmas: Sequence[float] | torch.Tensor, method: str = "euler"
+) -> torch.Tensor:
     """Integrate the VE probability-flow ODE ``dx/dσ = -σ score_fn(x, σ)`` from ``sigmas[0]`` to ``sigmas[-1]``.
 
     ``x_T`` (any shape, floating point) is a sample of ``p_{sigmas[0]}``; ``sigmas`` is a strictly
@@ -55,15 +58,19 @@ def sample_pf_ode(score_fn: ScoreFn, x_T: torch.Tensor, sigmas: Sequence[float] 
     check_choice(method, "method", METHODS)
     levels = torch.as_tensor(sigmas, dtype=torch.float64)
     if levels.ndim != 1 or levels.numel() < 2:
-        raise ValueError(f"sigmas must be a 1-D sequence of at least 2 noise levels, got shape {tuple(levels.shape)}")
+        raise ValueError(
+            f"sigmas must be a 1-D sequence of at least 2 noise levels, got shape {tuple(levels.shape)}"
+        )
     if not torch.isfinite(levels).all() or (levels < 0).any() or (levels[1:] >= levels[:-1]).any():
         raise ValueError("sigmas must be finite, non-negative and strictly decreasing")
 
     def drift(x: torch.Tensor, sigma: float) -> torch.Tensor:  # dx/dσ at (x, σ)
         score = score_fn(x, sigma)
         if not isinstance(score, torch.Tensor) or score.shape != x.shape:
-            raise ValueError(f"score_fn must return a tensor shaped like x {tuple(x.shape)}, got "
-                             f"{getattr(score, 'shape', type(score).__name__)}")
+            raise ValueError(
+                f"score_fn must return a tensor shaped like x {tuple(x.shape)}, got "
+                f"{getattr(score, 'shape', type(score).__name__)}"
+            )
         return -sigma * score
 
     x = x_T

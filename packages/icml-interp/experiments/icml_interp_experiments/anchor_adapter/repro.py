@@ -56,8 +56,6 @@ CRITERION = (
 )
 
 
-
-
 def one_seed(seed: int, cfg: ToyConfig | None = None) -> tuple[dict, dict]:
     """Train the pair for ``seed`` and measure everything; returns ``(row, scan effects by layer)``."""
     cfg = cfg or ToyConfig()

@@ -46,8 +46,6 @@ POWER_MARGIN = 0.3
 RATIO_MIN = 0.7
 
 
-
-
 def coverage_probability(x: np.ndarray, scenario: str) -> np.ndarray:
     """The true conditional coverage p(x) ``(n,)`` of a scenario."""
     if scenario == "null":
@@ -97,10 +95,14 @@ def wsc_pvalue(x: np.ndarray, z: np.ndarray, perms: int, rng) -> float:
 def one_repetition(scenario: str, n: int, perms: int, rng) -> dict:
     x = rng.uniform(-1, 1, (n, D))
     z = (rng.random(n) < coverage_probability(x, scenario)).astype(int)
-    proba, fold = cross_fit_proba(x, z, default_classifier(int(rng.integers(2**31))), 5, int(rng.integers(2**31)))
+    proba, fold = cross_fit_proba(
+        x, z, default_classifier(int(rng.integers(2**31))), 5, int(rng.integers(2**31))
+    )
     out = {}
     for loss in LOSSES:
-        whole, over, under = (ert_from_proba(z, proba, fold, TARGET, loss=loss, side=s) for s in (None, "over", "under"))
+        whole, over, under = (
+            ert_from_proba(z, proba, fold, TARGET, loss=loss, side=s) for s in (None, "over", "under")
+        )
         out[f"ert_{loss}"] = whole.estimate
         out[f"reject_{loss}"] = whole.p_value < LEVEL
         out[f"additivity_{loss}"] = abs(whole.estimate - over.estimate - under.estimate)
@@ -143,7 +145,9 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                 "x": sizes,
                 "series": {
                     "ERT z-test (L1)": [by[("interaction", n)]["reject_ert_l1"] for n in sizes],
-                    "CovGap (10 x1-bins, permutation)": [by[("interaction", n)]["reject_covgap"] for n in sizes],
+                    "CovGap (10 x1-bins, permutation)": [
+                        by[("interaction", n)]["reject_covgap"] for n in sizes
+                    ],
                     "WSC (permutation)": [by[("interaction", n)]["reject_wsc"] for n in sizes],
                 },
                 "kind": "line",
@@ -168,7 +172,6 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     }
 
 
-
 def _simulate(cfg: dict, sizes: list[int], seed: int) -> list[dict]:
     """One row per (scenario, n): means over the repetitions."""
     rows = []
@@ -177,7 +180,8 @@ def _simulate(cfg: dict, sizes: list[int], seed: int) -> list[dict]:
         for n in sizes:
             reps = cfg["reps"][n]
             results = [
-                one_repetition(scenario, n, cfg["perms"], np.random.default_rng([seed, si, n, r])) for r in range(reps)
+                one_repetition(scenario, n, cfg["perms"], np.random.default_rng([seed, si, n, r]))
+                for r in range(reps)
             ]
             row = {"scenario": scenario, "n": n, "reps": reps}
             for loss in LOSSES:
@@ -192,6 +196,7 @@ def _simulate(cfg: dict, sizes: list[int], seed: int) -> list[dict]:
             row["max_additivity_residual"] = max(r[f"additivity_{loss}"] for r in results for loss in LOSSES)
             rows.append(row)
     return rows
+
 
 CRITERION = (
     "(1) null: for every loss and n, mean ERT <= 2 SE (SE over repetitions), and the ERT z-test rejects "
@@ -208,15 +213,23 @@ def evaluate(rows: list[dict], sizes: list[int]) -> dict:
     null_rows = [r for r in rows if r["scenario"] == "null"]
     violations = [r for r in rows if r["scenario"] != "null"]
     return {
-        "null_estimate": all(r[f"mean_ert_{loss}"] <= 2 * r[f"se_ert_{loss}"] for r in null_rows for loss in LOSSES),
-        "null_size": all(r["reject_ert_l1"] <= LEVEL + 2 * math.sqrt(LEVEL * (1 - LEVEL) / r["reps"]) for r in null_rows),
+        "null_estimate": all(
+            r[f"mean_ert_{loss}"] <= 2 * r[f"se_ert_{loss}"] for r in null_rows for loss in LOSSES
+        ),
+        "null_size": all(
+            r["reject_ert_l1"] <= LEVEL + 2 * math.sqrt(LEVEL * (1 - LEVEL) / r["reps"]) for r in null_rows
+        ),
         "conservative": all(
-            r[f"mean_ert_{loss}"] <= r[f"true_{loss}"] + 2 * r[f"se_ert_{loss}"] for r in violations for loss in LOSSES
+            r[f"mean_ert_{loss}"] <= r[f"true_{loss}"] + 2 * r[f"se_ert_{loss}"]
+            for r in violations
+            for loss in LOSSES
         ),
         "l2_ratio": all(
-            by[(s, sizes[-1])]["ratio_l2"] >= RATIO_MIN and by[(s, sizes[-1])]["ratio_l2"] >= by[(s, sizes[0])]["ratio_l2"]
+            by[(s, sizes[-1])]["ratio_l2"] >= RATIO_MIN
+            and by[(s, sizes[-1])]["ratio_l2"] >= by[(s, sizes[0])]["ratio_l2"]
             for s in ("axis", "interaction")
         ),
         "additivity": all(r["max_additivity_residual"] <= 1e-12 for r in rows),
-        "power": by[("interaction", POWER_N)]["reject_ert_l1"] >= by[("interaction", POWER_N)]["reject_covgap"] + POWER_MARGIN,
+        "power": by[("interaction", POWER_N)]["reject_ert_l1"]
+        >= by[("interaction", POWER_N)]["reject_covgap"] + POWER_MARGIN,
     }

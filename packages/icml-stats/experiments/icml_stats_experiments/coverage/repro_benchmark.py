@@ -82,13 +82,21 @@ def _synthetic(cfg: dict, seed: int) -> list[dict]:
             m, s = data.mean[test], data.noise_sd[test]
             p = norm.cdf((box[:, 1] - m) / s) - norm.cdf((box[:, 0] - m) / s)  # true conditional coverage
             result = ert(x_test, cover, TARGET, loss="l1", random_state=rep)
-            per[method].append({
-                "coverage": cover.mean(), "width": float(np.mean(box[:, 1] - box[:, 0])),
-                "ert_l1": result.estimate, "ert_l1_se": result.std_error, "ert_p": result.p_value,
-                "true_l1": float(np.mean(np.abs(p - TARGET))), "true_l2": float(np.mean((p - TARGET) ** 2)),
-                "covgap": coverage_gap(x_test, cover, TARGET, random_state=rep),
-                "wsc_split": worst_slab_coverage(x_test, cover, n_directions=200, split=True, random_state=rep),
-            })
+            per[method].append(
+                {
+                    "coverage": cover.mean(),
+                    "width": float(np.mean(box[:, 1] - box[:, 0])),
+                    "ert_l1": result.estimate,
+                    "ert_l1_se": result.std_error,
+                    "ert_p": result.p_value,
+                    "true_l1": float(np.mean(np.abs(p - TARGET))),
+                    "true_l2": float(np.mean((p - TARGET) ** 2)),
+                    "covgap": coverage_gap(x_test, cover, TARGET, random_state=rep),
+                    "wsc_split": worst_slab_coverage(
+                        x_test, cover, n_directions=200, split=True, random_state=rep
+                    ),
+                }
+            )
     return [_summarise("synthetic", method, per[method]) for method in METHODS]
 
 
@@ -109,12 +117,19 @@ def _diabetes(cfg: dict, seed: int) -> list[dict]:
                 widths[method][test] = box[:, 1] - box[:, 0]
         for method in METHODS:
             result = ert(x, covers[method], TARGET, loss="l1", classifier=classifier, random_state=rep)
-            per[method].append({
-                "coverage": covers[method].mean(), "width": float(widths[method].mean()),
-                "ert_l1": result.estimate, "ert_l1_se": result.std_error, "ert_p": result.p_value,
-                "covgap": coverage_gap(x, covers[method], TARGET, random_state=rep),
-                "wsc_split": worst_slab_coverage(x, covers[method], n_directions=200, split=True, random_state=rep),
-            })
+            per[method].append(
+                {
+                    "coverage": covers[method].mean(),
+                    "width": float(widths[method].mean()),
+                    "ert_l1": result.estimate,
+                    "ert_l1_se": result.std_error,
+                    "ert_p": result.p_value,
+                    "covgap": coverage_gap(x, covers[method], TARGET, random_state=rep),
+                    "wsc_split": worst_slab_coverage(
+                        x, covers[method], n_directions=200, split=True, random_state=rep
+                    ),
+                }
+            )
     return [_summarise("diabetes", method, per[method]) for method in METHODS]
 
 
@@ -167,19 +182,21 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "criterion": CRITERION,
         "passed": all(checks.values()),
         "rows": synthetic + diabetes,
-        "figures": [{
-            "name": "ert_benchmark_methods",
-            "title": "Synthetic heteroscedastic regression: ERT-L1 (conservative) vs true L1 miscoverage",
-            "xlabel": "method",
-            "ylabel": "L1 miscoverage",
-            "x": list(METHODS),
-            "series": {
-                "true L1": [r["true_l1"] for r in synthetic],
-                "ERT-L1": [r["ert_l1"] for r in synthetic],
-                "CovGap": [r["covgap"] for r in synthetic],
-            },
-            "kind": "bar",
-        }],
+        "figures": [
+            {
+                "name": "ert_benchmark_methods",
+                "title": "Synthetic heteroscedastic regression: ERT-L1 (conservative) vs true L1 miscoverage",
+                "xlabel": "method",
+                "ylabel": "L1 miscoverage",
+                "x": list(METHODS),
+                "series": {
+                    "true L1": [r["true_l1"] for r in synthetic],
+                    "ERT-L1": [r["ert_l1"] for r in synthetic],
+                    "CovGap": [r["covgap"] for r in synthetic],
+                },
+                "kind": "bar",
+            }
+        ],
         "notes": (
             f"budget={budget}, seed={seed}: synthetic sizes fit/calib/test {cfg['sizes']} x {cfg['reps']} reps; "
             f"diabetes 5-fold scheme x {cfg['diabetes_reps']} reps; coverage SE {se_cov:.4f}; checks: "

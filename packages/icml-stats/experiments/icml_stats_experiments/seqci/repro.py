@@ -58,8 +58,6 @@ CRITERION = (
 )
 
 
-
-
 def _summary(result) -> dict:
     return {
         "rejected": bool(result.rejected),

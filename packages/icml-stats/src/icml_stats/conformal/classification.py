@@ -29,7 +29,15 @@ def lac_sets(classifier, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float
 
 
 def aps_sets(
-    classifier, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1, randomized: bool = False,
+    classifier,
+    X_fit,
+    y_fit,
+    X_calib,
+    y_calib,
+    X_test,
+    *,
+    alpha: float = 0.1,
+    randomized: bool = False,
     random_state=None,
 ) -> np.ndarray:
     """APS prediction sets ``(n_test, n_classes)`` at level ``1 - alpha``."""
@@ -59,6 +67,8 @@ def _fit_proba(classifier, X_fit, y_fit, X_calib, y_calib, X_test):
     if not np.array_equal(np.unique(y_fit), np.arange(n_classes)):
         raise ValueError(f"y_fit must contain every class 0 .. {n_classes - 1} (labels are column indices)")
     if y_calib.max() >= n_classes:
-        raise ValueError(f"y_calib has the class {y_calib.max()}, unseen in y_fit (classes 0 .. {n_classes - 1})")
+        raise ValueError(
+            f"y_calib has the class {y_calib.max()}, unseen in y_fit (classes 0 .. {n_classes - 1})"
+        )
     model = clone(check_classifier(classifier)).fit(X_fit, y_fit)
     return model.predict_proba(X_calib), y_calib, model.predict_proba(X_test)

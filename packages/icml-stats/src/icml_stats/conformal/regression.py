@@ -25,7 +25,16 @@ SIGMA_FLOOR = 1e-6  # relative to the mean absolute residual: keeps scores finit
 
 
 def normalized_conformal_interval(
-    estimator, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1, scale_estimator=None, cv: int = 5
+    estimator,
+    X_fit,
+    y_fit,
+    X_calib,
+    y_calib,
+    X_test,
+    *,
+    alpha: float = 0.1,
+    scale_estimator=None,
+    cv: int = 5,
 ) -> np.ndarray:
     """Locally weighted split conformal intervals ``(n_test, 2)``: ``mu(x) ± q sigma(x)``.
 
@@ -65,7 +74,9 @@ def cqr_interval(
     if lower_estimator is None:
         lower_estimator = HistGradientBoostingRegressor(loss="quantile", quantile=alpha / 2, random_state=0)
     if upper_estimator is None:
-        upper_estimator = HistGradientBoostingRegressor(loss="quantile", quantile=1 - alpha / 2, random_state=0)
+        upper_estimator = HistGradientBoostingRegressor(
+            loss="quantile", quantile=1 - alpha / 2, random_state=0
+        )
     lo, hi = clone(lower_estimator).fit(X_fit, y_fit), clone(upper_estimator).fit(X_fit, y_fit)
     scores = np.maximum(lo.predict(X_calib) - y_calib, y_calib - hi.predict(X_calib))  # (n_calib,)
     q = conformal_quantile(scores, alpha)
@@ -73,4 +84,3 @@ def cqr_interval(
     # crossing quantile fits can give lower > upper for negative q: such a set is empty; keep one point
     bounds[:, 0] = np.minimum(bounds[:, 0], bounds[:, 1])
     return bounds
-

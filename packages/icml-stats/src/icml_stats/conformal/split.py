@@ -34,7 +34,9 @@ def conformal_quantile(scores, alpha: float) -> float:
     return float(np.partition(s, rank - 1)[rank - 1])
 
 
-def split_conformal_interval(estimator, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1) -> np.ndarray:
+def split_conformal_interval(
+    estimator, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1
+) -> np.ndarray:
     """Prediction intervals ``(n_test, 2)`` at level ``1 - alpha`` from absolute-residual split conformal.
 
     Args:

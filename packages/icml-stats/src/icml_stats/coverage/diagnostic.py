@@ -43,8 +43,16 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
     """
 
     def __init__(
-        self, confidence_level=0.9, classifier=None, cv=5, losses=("l1", "l2", "kl"), n_groups=10, delta=0.1,
-        n_directions=1000, level=0.95, random_state=None,
+        self,
+        confidence_level=0.9,
+        classifier=None,
+        cv=5,
+        losses=("l1", "l2", "kl"),
+        n_groups=10,
+        delta=0.1,
+        n_directions=1000,
+        level=0.95,
+        random_state=None,
     ):
         self.confidence_level = confidence_level
         self.classifier = classifier
@@ -91,7 +99,8 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         self.x_mean_, self.x_scale_ = X.mean(axis=0), np.where(X.std(axis=0) > 0, X.std(axis=0), 1.0)
         self.ert_ = {
             (loss, side): ert_from_proba(cover, proba, fold, t, loss=loss, side=side, level=self.level)
-            for loss in losses for side in SIDES
+            for loss in losses
+            for side in SIDES
         }
         self.metrics_ = self._prior_metrics(X, cover, t, y if raw else None, y_intervals, y_sets, sizes)
         if np.unique(cover).size == 2:
@@ -123,7 +132,9 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         cover = cover_from_prediction(X.shape[0], None if raw else y, y if raw else None, y_intervals, y_sets)
         t = as_target(self.confidence_level if target is None else target, X.shape[0])
         proba = self.predict(X)
-        return ert_from_proba(cover, proba, np.zeros(X.shape[0], dtype=int), t, loss=loss, level=self.level).estimate
+        return ert_from_proba(
+            cover, proba, np.zeros(X.shape[0], dtype=int), t, loss=loss, level=self.level
+        ).estimate
 
     def report(self, as_frame: bool = False):
         """A tidy table, one row per metric: ``metric, loss, side, estimate, std_error, p_value, lower_bound``
@@ -131,14 +142,27 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         check_is_fitted(self)
         rows = [
             {
-                "metric": "ERT", "loss": loss, "side": side or "both", "estimate": r.estimate,
-                "std_error": r.std_error, "p_value": r.p_value, "lower_bound": r.lower_bound,
+                "metric": "ERT",
+                "loss": loss,
+                "side": side or "both",
+                "estimate": r.estimate,
+                "std_error": r.std_error,
+                "p_value": r.p_value,
+                "lower_bound": r.lower_bound,
             }
             for (loss, side), r in self.ert_.items()
         ]
         nan = float("nan")
         rows += [
-            {"metric": name, "loss": "", "side": "", "estimate": value, "std_error": nan, "p_value": nan, "lower_bound": nan}
+            {
+                "metric": name,
+                "loss": "",
+                "side": "",
+                "estimate": value,
+                "std_error": nan,
+                "p_value": nan,
+                "lower_bound": nan,
+            }
             for name, value in self.metrics_.items()
         ]
         if as_frame:
@@ -154,7 +178,9 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         the least-squares fit of p_hat - t on the standardised features."""
         check_is_fitted(self)
         xs = self._standardised()
-        coef, *_ = np.linalg.lstsq(xs, self.proba_ - self.target_ - np.mean(self.proba_ - self.target_), rcond=None)
+        coef, *_ = np.linalg.lstsq(
+            xs, self.proba_ - self.target_ - np.mean(self.proba_ - self.target_), rcond=None
+        )
         norm = float(np.linalg.norm(coef))
         if norm == 0:
             coef, norm = np.eye(xs.shape[1])[0], 1.0
@@ -166,7 +192,9 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         try:
             import matplotlib.pyplot as plt
         except ImportError:
-            raise ImportError("ConditionalCoverageDiagnostic.plot needs matplotlib: pip install matplotlib") from None
+            raise ImportError(
+                "ConditionalCoverageDiagnostic.plot needs matplotlib: pip install matplotlib"
+            ) from None
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 4))
         proj = self._standardised() @ self.most_miscovered_direction()  # (n,)
@@ -175,7 +203,14 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         ax.plot(proj[order], self.target_[order], color="black", lw=1.5, label="target t(x)")
         bins = np.array_split(order, min(n_bins, proj.size))
         centres = [proj[b].mean() for b in bins]
-        ax.plot(centres, [self.cover_[b].mean() for b in bins], "o-", color="C3", ms=3, label="empirical coverage (bins)")
+        ax.plot(
+            centres,
+            [self.cover_[b].mean() for b in bins],
+            "o-",
+            color="C3",
+            ms=3,
+            label="empirical coverage (bins)",
+        )
         ax.set_xlabel("projection on the most miscovered direction (standardised x)")
         ax.set_ylabel("coverage")
         loss = self._check_losses()[0]
@@ -194,7 +229,9 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
             "CovGap": m.coverage_gap(X, cover, t, groups=groups),
             "WeightedCovGap": m.coverage_gap(X, cover, t, groups=groups, weighted=True),
             "FSC": m.feature_stratified_coverage(X, cover, groups=groups),
-            "WSC": m.worst_slab_coverage(X, cover, delta=self.delta, n_directions=self.n_directions, random_state=rs),
+            "WSC": m.worst_slab_coverage(
+                X, cover, delta=self.delta, n_directions=self.n_directions, random_state=rs
+            ),
             "WSC_split": m.worst_slab_coverage(
                 X, cover, delta=self.delta, n_directions=self.n_directions, split=True, random_state=rs
             ),

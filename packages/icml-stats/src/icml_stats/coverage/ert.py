@@ -144,7 +144,9 @@ def cross_fit_proba(x, cover, classifier=None, cv=5, random_state=None) -> tuple
     return proba, fold
 
 
-def ert_from_proba(cover, proba, fold, confidence_level=0.9, *, loss="l1", side=None, level=0.95) -> ERTResult:
+def ert_from_proba(
+    cover, proba, fold, confidence_level=0.9, *, loss="l1", side=None, level=0.95
+) -> ERTResult:
     """ERT from out-of-fold predictions you computed yourself (any classifier, any framework).
 
     Args:
@@ -191,15 +193,36 @@ def ert_from_proba(cover, proba, fold, confidence_level=0.9, *, loss="l1", side=
         se_k = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else 0.0
         fold_lower[i] = d.mean() - z_level * se_k
     return ERTResult(
-        estimate=estimate, std_error=se, p_value=float(min(1.0, k * fold_p.min())),
-        lower_bound=float(fold_lower.max()), level=float(level), loss=loss, side=side,
-        fold_estimates=fold_estimates, fold_p_values=fold_p, proba=p, target=t, per_sample=diff, fold=f,
+        estimate=estimate,
+        std_error=se,
+        p_value=float(min(1.0, k * fold_p.min())),
+        lower_bound=float(fold_lower.max()),
+        level=float(level),
+        loss=loss,
+        side=side,
+        fold_estimates=fold_estimates,
+        fold_p_values=fold_p,
+        proba=p,
+        target=t,
+        per_sample=diff,
+        fold=f,
     )
 
 
 def ert(
-    x, cover=None, confidence_level=0.9, *, y=None, y_intervals=None, y_sets=None, loss="l1", side=None,
-    classifier=None, cv=5, random_state=None, level=0.95,
+    x,
+    cover=None,
+    confidence_level=0.9,
+    *,
+    y=None,
+    y_intervals=None,
+    y_sets=None,
+    loss="l1",
+    side=None,
+    classifier=None,
+    cv=5,
+    random_state=None,
+    level=0.95,
 ) -> ERTResult:
     """Cross-fitted ERT of a prediction's covers against a target coverage.
 
@@ -229,9 +252,13 @@ def ert(
     return ert_from_proba(z, proba, fold, t, loss=loss, side=side, level=level)
 
 
-def excess_risk_target_coverage(x, y, confidence_level=0.9, *, y_intervals=None, y_sets=None, **kwargs) -> float:
+def excess_risk_target_coverage(
+    x, y, confidence_level=0.9, *, y_intervals=None, y_sets=None, **kwargs
+) -> float:
     """MAPIE-style name and argument order (``mapie.metrics.conditional``): the ERT estimate as a float."""
-    return ert(x, confidence_level=confidence_level, y=y, y_intervals=y_intervals, y_sets=y_sets, **kwargs).estimate
+    return ert(
+        x, confidence_level=confidence_level, y=y, y_intervals=y_intervals, y_sets=y_sets, **kwargs
+    ).estimate
 
 
 def default_classifier(random_state=None) -> HistGradientBoostingClassifier:
@@ -244,8 +271,13 @@ def default_classifier(random_state=None) -> HistGradientBoostingClassifier:
     (pilot: mean L2-ERT / true L2 of -3.1 at n = 2,000, against +0.4 to +0.7 with this setting).
     """
     return HistGradientBoostingClassifier(
-        learning_rate=0.1, max_iter=500, max_leaf_nodes=7, min_samples_leaf=200, l2_regularization=1.0,
-        early_stopping=True, random_state=random_state,
+        learning_rate=0.1,
+        max_iter=500,
+        max_leaf_nodes=7,
+        min_samples_leaf=200,
+        l2_regularization=1.0,
+        early_stopping=True,
+        random_state=random_state,
     )
 
 

@@ -57,8 +57,17 @@ def group_coverage(groups, cover) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def coverage_gap(
-    x, cover=None, confidence_level=0.9, *, y=None, y_intervals=None, y_sets=None, groups=None, weighted=False,
-    n_groups=10, random_state=None,
+    x,
+    cover=None,
+    confidence_level=0.9,
+    *,
+    y=None,
+    y_intervals=None,
+    y_sets=None,
+    groups=None,
+    weighted=False,
+    n_groups=10,
+    random_state=None,
 ) -> float:
     """CovGap: mean over groups of ``|coverage_g - t|`` (``weighted=True``: weighted by group size).
 
@@ -83,19 +92,36 @@ def feature_stratified_coverage(
 
 
 def size_stratified_coverage(
-    cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None, confidence_level=0.9, n_groups=10,
-    statistic="gap", weighted=False,
+    cover=None,
+    sizes=None,
+    *,
+    y=None,
+    y_intervals=None,
+    y_sets=None,
+    confidence_level=0.9,
+    n_groups=10,
+    statistic="gap",
+    weighted=False,
 ) -> float:
     """SSC: coverage over groups of set sizes (interval widths or set cardinalities, or ``sizes``).
 
     ``statistic="gap"`` returns CovGap over the size groups, ``"min"`` the smallest group coverage.
     """
     z, s = _covers_and_sizes("size_stratified_coverage", cover, sizes, y, y_intervals, y_sets)
-    return _group_statistic(auto_groups(s, n_groups), z, as_target(confidence_level, z.size), statistic, weighted)
+    return _group_statistic(
+        auto_groups(s, n_groups), z, as_target(confidence_level, z.size), statistic, weighted
+    )
 
 
 def equal_opportunity_coverage(
-    y, cover=None, *, y_intervals=None, y_sets=None, confidence_level=0.9, n_groups=10, statistic="gap",
+    y,
+    cover=None,
+    *,
+    y_intervals=None,
+    y_sets=None,
+    confidence_level=0.9,
+    n_groups=10,
+    statistic="gap",
     weighted=False,
 ) -> float:
     """EOC: coverage over groups of the true outcome ``y`` (classes, or equal-frequency bins of a real y).
@@ -109,8 +135,17 @@ def equal_opportunity_coverage(
 
 
 def worst_slab_coverage(
-    x, cover=None, *, y=None, y_intervals=None, y_sets=None, delta=0.1, n_directions=1000, n_grid=50,
-    split=False, random_state=None,
+    x,
+    cover=None,
+    *,
+    y=None,
+    y_intervals=None,
+    y_sets=None,
+    delta=0.1,
+    n_directions=1000,
+    n_grid=50,
+    split=False,
+    random_state=None,
 ) -> float:
     """WSC: the smallest coverage over slabs ``{a <= v.x <= b}`` with at least ``delta n`` points.
 
@@ -157,7 +192,9 @@ def slab_minima(sorted_cover, delta: float, n_grid: int, return_slab: bool = Fal
     ends = ends[ends <= n]
     length = ends[None, :] - starts[:, None]  # (S, E)
     valid = length >= need
-    means = (csum[:, ends][:, None, :] - csum[:, starts][:, :, None]) / np.where(valid, length, 1)  # (M, S, E)
+    means = (csum[:, ends][:, None, :] - csum[:, starts][:, :, None]) / np.where(
+        valid, length, 1
+    )  # (M, S, E)
     means = np.where(valid[None], means, np.inf)
     flat = means.reshape(m_dirs, -1)
     arg = flat.argmin(axis=1)
@@ -176,7 +213,9 @@ def pearson_correlation(cover=None, sizes=None, *, y=None, y_intervals=None, y_s
     return float(np.corrcoef(z, s)[0, 1])
 
 
-def hsic(cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None, max_samples=2000, random_state=None) -> float:
+def hsic(
+    cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None, max_samples=2000, random_state=None
+) -> float:
     """HSIC between cover and set size, Gaussian kernels with median-distance bandwidths (0 when independent)."""
     z, s = _covers_and_sizes("hsic", cover, sizes, y, y_intervals, y_sets)
     max_samples = check_int(max_samples, "max_samples", 2)
@@ -222,4 +261,3 @@ def _covers_and_sizes(metric: str, cover, sizes, y, y_intervals, y_sets) -> tupl
     if s is None:
         raise ValueError(f"{metric} needs sizes, y_intervals or y_sets")
     return z, s
-

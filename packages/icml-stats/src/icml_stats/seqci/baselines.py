@@ -64,7 +64,9 @@ class _KernelRegressor:
     def __init__(self, x: np.ndarray, y: np.ndarray, seed: int, reuse: _KernelRegressor | None = None):
         self._scale = _standardizer(x)
         kernel, ridge = (None, None) if reuse is None else (reuse.kernel, reuse.ridge)
-        self._cme = ConditionalMeanEmbedding(kernel, Linear(), ridge=ridge, random_state=seed).fit(self._scale(x), y)
+        self._cme = ConditionalMeanEmbedding(kernel, Linear(), ridge=ridge, random_state=seed).fit(
+            self._scale(x), y
+        )
         self.kernel, self.ridge = self._cme.input_kernel_, self._cme.ridge_
         self.residual_std = np.sqrt(
             np.mean((y - self.predict(x)) ** 2, axis=0) * x.shape[0] / max(x.shape[0] - 1, 1)

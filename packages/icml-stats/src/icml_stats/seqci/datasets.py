@@ -76,8 +76,10 @@ def sinusoidal_ci(
     """The sinusoidal CI-hardness family; ``index_*`` pick the coordinates of ``C`` that drive A, B and r."""
     n, d = check_int(n, "n", 1), check_int(d, "d", 1)
     effect = check_real(effect, "effect", "[-1, 1]")  # it scales a correlation
-    index_a, index_b, index_r = (check_int(i, name, 0, d - 1) for i, name in
-                                 ((index_a, "index_a"), (index_b, "index_b"), (index_r, "index_r")))
+    index_a, index_b, index_r = (
+        check_int(i, name, 0, d - 1)
+        for i, name in ((index_a, "index_a"), (index_b, "index_b"), (index_r, "index_r"))
+    )
     noise = check_real(noise, "noise", "(0, inf)")
     rng = np.random.default_rng([seed, 15485863])
     c = rng.standard_normal((n, d))

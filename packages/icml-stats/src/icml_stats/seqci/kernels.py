@@ -189,8 +189,12 @@ class ConditionalMeanEmbedding:
     def fit(self, c, y) -> ConditionalMeanEmbedding:
         C, Y = as_matched_samples(c=c, y=y)
         rng = np.random.default_rng(self.random_state)
-        self.input_kernel_: RBF | Linear = (RBF() if self.input_kernel is None else self.input_kernel).fitted(C, rng)
-        self.output_kernel_: RBF | Linear = (RBF() if self.output_kernel is None else self.output_kernel).fitted(Y, rng)
+        self.input_kernel_: RBF | Linear = (RBF() if self.input_kernel is None else self.input_kernel).fitted(
+            C, rng
+        )
+        self.output_kernel_: RBF | Linear = (
+            RBF() if self.output_kernel is None else self.output_kernel
+        ).fitted(Y, rng)
         n = C.shape[0]
         self.ridge_: float
         if self.ridge is None:

@@ -163,7 +163,9 @@ class SKCI:
         self.max_past = check_int(max_past, "max_past", 4)
         self.n_anchors = None if n_anchors is None else check_int(n_anchors, "n_anchors", 2)
         self.warmup = check_int(warmup, "warmup", 4, self.max_past)  # at most max_past
-        self.c_bandwidth_factors = tuple(check_real(f, "c_bandwidth_factors[i]", "(0, inf)") for f in c_bandwidth_factors)
+        self.c_bandwidth_factors = tuple(
+            check_real(f, "c_bandwidth_factors[i]", "(0, inf)") for f in c_bandwidth_factors
+        )
         if not self.c_bandwidth_factors:
             raise ValueError("c_bandwidth_factors must hold at least one factor")
         self.eps = check_real(eps, "eps", "(0, inf)")

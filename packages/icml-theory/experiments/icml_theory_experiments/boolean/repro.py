@@ -38,14 +38,16 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         counts = torch.bincount(samples, minlength=1 << n).to(torch.float64)  # (2^n,)
         sampled = fwht(counts * f, scale=1.0 / samples.numel())  # (2^n,) empirical E[f chi_S]
         level1 = spectral_weights(ours)[1].item()
-        rows.append({
-            "n": n,
-            "fwht_max_abs_error": (ours - exact).abs().max().item(),
-            "sampled_max_abs_error": (sampled - exact).abs().max().item(),
-            "W1": level1,
-            "W1_closed_form": n * majority_coefficient(n, 1) ** 2,
-            "W1_minus_2_over_pi": level1 - LIMIT_W1,
-        })
+        rows.append(
+            {
+                "n": n,
+                "fwht_max_abs_error": (ours - exact).abs().max().item(),
+                "sampled_max_abs_error": (sampled - exact).abs().max().item(),
+                "W1": level1,
+                "W1_closed_form": n * majority_coefficient(n, 1) ** 2,
+                "W1_minus_2_over_pi": level1 - LIMIT_W1,
+            }
+        )
     ours_err = max(r["fwht_max_abs_error"] for r in rows)
     base_err = max(r["sampled_max_abs_error"] for r in rows)
     w1 = [r["W1"] for r in rows]

@@ -32,8 +32,11 @@ def main() -> None:
         print(f"soundness mu={mu}: max(f - G_mu) = {np.max(curve.beta - gaussian_tradeoff(alphas, mu)):.3e}")
 
     fine = np.concatenate([np.linspace(0.5, 0.99, 50), np.geomspace(1.0, 1e4, 2000)])
-    profiles = [("gaussian mu=1", GaussianRDP(1.0)), ("dp-sgd", SubsampledGaussianRDP(0.01, 1.0, 1000)),
-                ("rr eps0=1", RandomizedResponseRDP(1.0))]
+    profiles = [
+        ("gaussian mu=1", GaussianRDP(1.0)),
+        ("dp-sgd", SubsampledGaussianRDP(0.01, 1.0, 1000)),
+        ("rr eps0=1", RandomizedResponseRDP(1.0)),
+    ]
     for name, profile in profiles:
         alphas = np.geomspace(1e-8, 0.5, 25)
         curve = optimal_tradeoff(profile, alphas)
@@ -41,8 +44,10 @@ def main() -> None:
         pairs = list(zip(alphas, curve.beta, curve.order, strict=True))
         worst = max(np.max(both_directions(fine, a, f) - rho) for a, f, _ in pairs)
         broken = sum(bool(both_directions(t, a, f * (1 - 1e-6)) > profile(t)) for a, f, t in pairs)
-        print(f"witness {name}: max over alpha and {fine.size} orders of (D - rho) = {worst:.3e}; "
-              f"f * (1 - 1e-6) violates at {broken}/{len(pairs)} alphas")
+        print(
+            f"witness {name}: max over alpha and {fine.size} orders of (D - rho) = {worst:.3e}; "
+            f"f * (1 - 1e-6) violates at {broken}/{len(pairs)} alphas"
+        )
 
     profile = SubsampledGaussianRDP(0.01, 1.0, 1000)
     alphas = np.geomspace(1e-6, 0.5, 200)

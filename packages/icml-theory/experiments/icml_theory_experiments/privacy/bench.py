@@ -42,14 +42,35 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
         t_ours = _median_ms(lambda p=profile, a=alphas: optimal_tradeoff(p, a))
         t_base = _median_ms(lambda p=profile, a=alphas: classical_tradeoff(p, a, "cks"))
         t_eps = _median_ms(  # a fresh accountant each time: no cached conversion
-            lambda s=steps: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.01, num_steps=s)
-            .get_epsilon(1e-5)
+            lambda s=steps: (
+                OptimalRDPAccountant()
+                .step(noise_multiplier=1.0, sample_rate=0.01, num_steps=s)
+                .get_epsilon(1e-5)
+            )
         )
         common = {"n_alpha": n_alpha, "steps": steps, "correct": correct}
-        rows.append({**common, "impl": "optimal_tradeoff", "median_ms": round(t_ours, 2),
-                     "ratio_to_cks_curve": round(t_ours / t_base, 3) if correct else None})
-        rows.append({**common, "impl": "cks (eps, delta) family -> curve", "median_ms": round(t_base, 2),
-                     "ratio_to_cks_curve": 1.0})
-        rows.append({**common, "impl": "OptimalRDPAccountant.get_epsilon(1e-5)", "median_ms": round(t_eps, 2),
-                     "ratio_to_cks_curve": None})
+        rows.append(
+            {
+                **common,
+                "impl": "optimal_tradeoff",
+                "median_ms": round(t_ours, 2),
+                "ratio_to_cks_curve": round(t_ours / t_base, 3) if correct else None,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "impl": "cks (eps, delta) family -> curve",
+                "median_ms": round(t_base, 2),
+                "ratio_to_cks_curve": 1.0,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "impl": "OptimalRDPAccountant.get_epsilon(1e-5)",
+                "median_ms": round(t_eps, 2),
+                "ratio_to_cks_curve": None,
+            }
+        )
     return rows

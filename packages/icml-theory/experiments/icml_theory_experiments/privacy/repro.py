@@ -32,8 +32,11 @@ CURVE_POINTS = {"quick": 40, "full": 200}
 def _mechanisms():
     for mu in (0.5, 1.0, 2.0):
         yield f"gaussian mu={mu:g}", GaussianRDP(sigma=1 / mu), ("gaussian", mu)
-    yield f"randomized response eps0={RR_EPSILON:g}", RandomizedResponseRDP(RR_EPSILON), (
-        "randomized_response", RR_EPSILON)
+    yield (
+        f"randomized response eps0={RR_EPSILON:g}",
+        RandomizedResponseRDP(RR_EPSILON),
+        ("randomized_response", RR_EPSILON),
+    )
     yield "dp-sgd q=0.01 sigma=1 T=1000", SubsampledGaussianRDP(0.01, 1.0, 1000), None
 
 
@@ -60,19 +63,33 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         if name.startswith("randomized"):
             kink = 1 / (1 + math.exp(RR_EPSILON))
             touch = float(optimal_tradeoff(profile, [kink]).beta[0])
-            rows.append({"mechanism": name, "quantity": "beta at kink", "at": kink, "optimal": touch,
-                         "cks": None, "mironov": None, "exact": kink})
+            rows.append(
+                {
+                    "mechanism": name,
+                    "quantity": "beta at kink",
+                    "at": kink,
+                    "optimal": touch,
+                    "cks": None,
+                    "mironov": None,
+                    "exact": kink,
+                }
+            )
             if not abs(touch - kink) <= TOL:
                 failures.append(f"{name}: f(alpha*) = {touch} != alpha* = {kink}")
         if name.startswith(("dp-sgd", "gaussian mu=1")):
             curves = compare_methods(profile, [], curve_alphas, exact=exact)["beta"]
-            figures.append({
-                "name": "tradeoff_" + name.split()[0].replace("-", "_"),
-                "title": f"Trade-off curves: {name}",
-                "xlabel": "alpha (type I error)", "ylabel": "beta (type II error)",
-                "x": curve_alphas.tolist(),
-                "series": {f"{m}": curves[m] for m in curves}, "kind": "line", "logx": True,
-            })
+            figures.append(
+                {
+                    "name": "tradeoff_" + name.split()[0].replace("-", "_"),
+                    "title": f"Trade-off curves: {name}",
+                    "xlabel": "alpha (type I error)",
+                    "ylabel": "beta (type II error)",
+                    "x": curve_alphas.tolist(),
+                    "series": {f"{m}": curves[m] for m in curves},
+                    "kind": "line",
+                    "logx": True,
+                }
+            )
     gains = [r["cks"] - r["optimal"] for r in rows if r["quantity"] == "epsilon"]
     return {
         "system": "rdp-fdp-optimal",

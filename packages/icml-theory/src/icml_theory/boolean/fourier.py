@@ -64,7 +64,9 @@ def _as_truth_table(values, name: str) -> torch.Tensor:
         raise ValueError(f"{name} must have at least one dimension of length 2^n, got a scalar")
     size = t.shape[-1]
     if size < 1 or size & (size - 1):
-        raise ValueError(f"{name}.shape[-1] must be a power of two 2^n (one value per point of the cube), got {size}")
+        raise ValueError(
+            f"{name}.shape[-1] must be a power of two 2^n (one value per point of the cube), got {size}"
+        )
     t = t.to(torch.float64)
     if not torch.isfinite(t).all():
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")

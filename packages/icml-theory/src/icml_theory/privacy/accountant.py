@@ -24,7 +24,9 @@ class OptimalRDPAccountant:
         self.history: list[tuple[float, float, int]] = []
         self._converter: OptimalConverter | None = None
 
-    def step(self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1) -> OptimalRDPAccountant:
+    def step(
+        self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1
+    ) -> OptimalRDPAccountant:
         """Record ``num_steps`` steps with noise multiplier ``noise_multiplier`` and sampling rate ``sample_rate``."""
         sigma = check_real(noise_multiplier, "noise_multiplier", "(0, inf)")
         q = check_real(sample_rate, "sample_rate", "(0, 1]")

@@ -74,5 +74,7 @@ def compare_methods(profile, deltas, alphas, *, exact: tuple[str, float] | None 
             eps["exact"] = [randomized_response_epsilon(param, float(d)) for d in deltas]
             beta["exact"] = randomized_response_tradeoff(alphas, param).tolist()
         else:
-            raise ValueError(f"exact must be ('gaussian', mu) or ('randomized_response', eps0), got {exact!r}")
+            raise ValueError(
+                f"exact must be ('gaussian', mu) or ('randomized_response', eps0), got {exact!r}"
+            )
     return {"epsilon": eps, "beta": beta}

@@ -145,7 +145,9 @@ class LaplaceRDP(RDPProfile):
             logs = np.log(0.5) + np.logaddexp(t1 * c + np.log1p(middle), -tau * c)
             # next to tau = 1 the sum is 1 + O(tau - 1): assemble "sum - 1" from expm1 pieces instead
             d_middle = (-2 * t1 + math.exp(-c) * (2 * t1 - np.expm1(-2 * t1 * c))) / k  # middle - middle(1)
-            s_minus_1 = 0.5 * (np.expm1(t1 * c) * (1 + middle) + d_middle) + 0.5 * math.exp(-c) * np.expm1(-t1 * c)
+            s_minus_1 = 0.5 * (np.expm1(t1 * c) * (1 + middle) + d_middle) + 0.5 * math.exp(-c) * np.expm1(
+                -t1 * c
+            )
             logs = np.where(np.abs(t1) < 0.25, np.log1p(s_minus_1), logs)
             out = np.where(t1 == 0, c + math.expm1(-c), logs / np.where(t1 == 0, 1.0, t1))
         return self.steps * out
@@ -197,7 +199,9 @@ class SubsampledGaussianRDP(RDPProfile):
         h = s / 16
         z = np.arange(lo, hi + h, h)  # (m,)
         log_phi0 = -0.5 * (z / s) ** 2 - math.log(s * math.sqrt(2 * math.pi)) + math.log(h)
-        log_r = np.logaddexp(math.log1p(-self.sample_rate), math.log(self.sample_rate) + (2 * z - 1) / (2 * s * s))
+        log_r = np.logaddexp(
+            math.log1p(-self.sample_rate), math.log(self.sample_rate) + (2 * z - 1) / (2 * s * s)
+        )
         return log_phi0, log_r
 
     def _log_moments(self, lams: np.ndarray) -> np.ndarray:
@@ -235,8 +239,14 @@ class SubsampledGaussianRDP(RDPProfile):
     def _log_moment_binomial(self, lam: int) -> float:
         k = np.arange(lam + 1)
         q, s2 = self.sample_rate, self.sigma**2
-        terms = (gammaln(lam + 1) - gammaln(k + 1) - gammaln(lam - k + 1)
-                 + (lam - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * s2))
+        terms = (
+            gammaln(lam + 1)
+            - gammaln(k + 1)
+            - gammaln(lam - k + 1)
+            + (lam - k) * math.log1p(-q)
+            + k * math.log(q)
+            + (k * k - k) / (2 * s2)
+        )
         return float(_lse(terms[None, :])[0])
 
     def _log_moment(self, lam: float) -> float:
@@ -252,7 +262,9 @@ class SubsampledGaussianRDP(RDPProfile):
         return float(-np.sum(w * log_r) / np.sum(w))  # E_mu0[log mu0/mu1]
 
     def __repr__(self):
-        return f"SubsampledGaussianRDP(sample_rate={self.sample_rate}, sigma={self.sigma}, steps={self.steps})"
+        return (
+            f"SubsampledGaussianRDP(sample_rate={self.sample_rate}, sigma={self.sigma}, steps={self.steps})"
+        )
 
 
 def _lse(x: np.ndarray) -> np.ndarray:

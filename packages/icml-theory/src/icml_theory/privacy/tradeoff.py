@@ -160,7 +160,9 @@ def optimal_from_grid(profile, a, grid, rho_grid, refine) -> TradeoffCurve:
 
 def rdp_values(profile, tau) -> np.ndarray:
     """``profile(tau)`` shaped like ``tau``, checked: RDP values are >= 0 (``inf``: no guarantee)."""
-    return as_array(profile(tau), "profile(orders)", "[0, inf]", "non-negative RDP values").reshape(np.shape(tau))
+    return as_array(profile(tau), "profile(orders)", "[0, inf]", "non-negative RDP values").reshape(
+        np.shape(tau)
+    )
 
 
 def _refine(profile, a, grid, best, log_beta, order):
