@@ -72,3 +72,12 @@ def test_format_number():
     assert format_number(1.5e-7) == "1.5e-07"
     assert format_number(0) == "0"
     assert format_number(float("inf")) == "inf"
+
+
+def test_cache_note_must_be_text():
+    r = good()
+    r["cache"] = "built: trained testbed"
+    assert validate_result(r) is r
+    r["cache"] = True
+    with pytest.raises(ProtocolError, match="cache"):
+        validate_result(r)

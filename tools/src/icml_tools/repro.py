@@ -96,12 +96,13 @@ def summary_rows(outcomes: list[Outcome]) -> list[list[str]]:
                 format_number(r["baseline"]) if r else "",
                 o.verdict,
                 f"{o.seconds:.1f}",
+                r.get("cache", ""),
             ]
         )
     return rows
 
 
-HEADER = ["system", "claim", "metric", "ours", "baseline", "verdict", "time (s)"]
+HEADER = ["system", "claim", "metric", "ours", "baseline", "verdict", "time (s)", "cache"]
 
 
 def text_table(rows: list[list[str]], claim_width: int = 60) -> str:
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = new_report_folder(args.out, now)
     write_report(outcomes, folder, meta)
     print(text_table(summary_rows(outcomes)))
-    print(f"\nreport: {folder / 'report.md'}")
+    print(f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}")
     errors = [o for o in outcomes if o.error is not None]
     for o in errors:
         print(f"\n{o.name} raised:\n{o.error}", file=sys.stderr)
