@@ -19,4 +19,3 @@ def nan_poisoned_empty(monkeypatch):
     monkeypatch.setattr(torch, "empty", lambda *a, **k: _poison(empty(*a, **k)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **k: _poison(empty_like(*a, **k)))
     monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **k: _poison(new_empty(self, *a, **k)))
-

@@ -89,7 +89,13 @@ def test_compiles_through_the_fake_implementation():
 
 
 @settings(max_examples=40, deadline=None)
-@given(log_n=st.integers(0, 9), rows=st.integers(1, 4), a=st.floats(-3, 3), b=st.floats(-3, 3), seed=st.integers(0, 2**16))
+@given(
+    log_n=st.integers(0, 9),
+    rows=st.integers(1, 4),
+    a=st.floats(-3, 3),
+    b=st.floats(-3, 3),
+    seed=st.integers(0, 2**16),
+)
 def test_linearity(log_n, rows, a, b, seed):
     gen = torch.Generator().manual_seed(seed)
     n = 1 << log_n

@@ -124,7 +124,7 @@ def test_bad_input_raises():
         trellis_gemv(torch.randn(256), packed, "1mad", 12)
     with pytest.raises(ValueError, match="n = \\(n/T\\) \\* T = 256"):
         trellis_gemv(torch.randn(255), packed.unsqueeze(1), "1mad", 12)
-    with pytest.raises(TypeError, match="x must be a floating"):
+    with pytest.raises(TypeError, match="x must have a floating dtype"):
         trellis_gemv(torch.ones(256, dtype=torch.int64), packed.unsqueeze(1), "1mad", 12)
 
 

@@ -14,8 +14,10 @@ import pytest
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("TRITON_INTERPRET") == "1":
         return
-    skip = pytest.mark.skip(reason="needs its own process: TRITON_INTERPRET=1 uv run pytest -m interpret "
-                                   "kernels-common/tests/interpret")
+    skip = pytest.mark.skip(
+        reason="needs its own process: TRITON_INTERPRET=1 uv run pytest -m interpret "
+        "kernels-common/tests/interpret"
+    )
     for item in items:
         if "interpret" in item.keywords:
             item.add_marker(skip)

@@ -18,7 +18,9 @@ def gaussian_lloyd_max(levels: int, iters: int = 500) -> tuple[np.ndarray, float
     for _ in range(iters):
         edges = [-math.inf, *((y[:-1] + y[1:]) / 2), math.inf]
         mass = [cdf(b) - cdf(a) for a, b in pairwise(edges)]
-        y = np.array([(pdf(a) - pdf(b)) / p for (a, b), p in zip(pairwise(edges), mass, strict=True)])  # E[X | cell]
+        y = np.array(
+            [(pdf(a) - pdf(b)) / p for (a, b), p in zip(pairwise(edges), mass, strict=True)]
+        )  # E[X | cell]
     # with centroid levels, E[(X - Q(X))^2] = E[X^2] - sum_i P_i y_i^2
     return y, 1.0 - float(np.dot(mass, y**2))
 

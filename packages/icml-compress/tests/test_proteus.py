@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from icml_compress.proteus import (
+    CODE_NAMES,
     LLOYD_MAX_MSE,
     MULBAL_POOL,
     MulBal,
@@ -21,6 +22,7 @@ from icml_compress.proteus import (
     vet,
 )
 from icml_compress.proteus.vetting import select_pool
+from icml_kernels.trellis import CODES
 
 VETTING_TABLE = Path(__file__).resolve().parents[1] / "docs" / "mulbal_vetting.csv"
 
@@ -64,6 +66,10 @@ def test_mulbal_is_a_balanced_byte_field_sum():
             (f[0] - f[1] + f[2] - f[3]) * code.alpha + code.beta, rel=1e-6
         )
     assert code.table is None  # lookup-free: nothing but (a, b, m) and the affine pair
+
+
+def test_code_names_are_the_kernels():
+    assert CODE_NAMES is CODES and CODE_NAMES == ("1mad", "3inst", "mulbal", "hyb", "lut")
 
 
 def test_bad_codes_raise():

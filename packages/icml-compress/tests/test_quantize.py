@@ -114,7 +114,9 @@ def test_block_ldl_and_ldlq_beat_plain_rounding():
     A = torch.randn(64, 256, generator=g, dtype=torch.float64)
     H = A @ A.T / 256 + 0.5 * torch.ones(64, 64, dtype=torch.float64)  # correlated inputs
     M = block_ldl(H, 16)
-    assert torch.allclose(M.tril(-1), torch.zeros_like(M)) and torch.allclose(M.diagonal(), torch.ones(64, dtype=M.dtype))
+    assert torch.allclose(M.tril(-1), torch.zeros_like(M)) and torch.allclose(
+        M.diagonal(), torch.ones(64, dtype=M.dtype)
+    )
     Minv = torch.linalg.inv(M)
     D = Minv @ H @ Minv.T
     mask = torch.block_diag(*[torch.ones(16, 16, dtype=torch.bool)] * 4)
@@ -178,12 +180,102 @@ def test_proteus_linear_on_cuda_matches_the_cpu_and_keeps_no_decoded_weight(prot
     ref = mod(v)  # the CPU's dense product
     mod.clear_cache()
     mod = mod.to("cuda")
+    vc = v.cuda()
     with torch.no_grad():
-        rows = mod(v.cuda())  # trellis_decode + matmul
-        one = mod(v[:1].cuda())  # fused trellis_gemv
+        mod(vc), mod(vc[:1])  # warm-up: Triton compiles, the rotation's DCT factor moves to the GPU once
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")  # a forward pass never waits for the GPU (no float(alpha))
+        try:
+            rows = mod(vc)  # trellis_decode + matmul
+            one = mod(vc[:1])  # fused trellis_gemv
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
     torch.testing.assert_close(rows.cpu(), ref, atol=1e-4, rtol=1e-3)
     torch.testing.assert_close(one.cpu(), ref[:1], atol=1e-4, rtol=1e-3)
     assert mod._cache is None
+
+
+def test_proteus_linear_reads_no_value_back_and_its_cache_follows_every_change(proteus_model, monkeypatch):
+    import copy
+
+    mod = copy.deepcopy(next(m for m in proteus_model.modules() if isinstance(m, ProteusLinear)))
+    mod.clear_cache()
+    v = torch.randn(3, mod.in_features, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        before = mod(v)
+    ref_weight = mod.dequantized_weight().clone()
+
+    def host_read(*args, **kwargs):
+        raise AssertionError("a tensor value was read back to the host")
+
+    with monkeypatch.context() as patch, torch.no_grad():
+        for name in ("__float__", "item", "tolist"):
+            patch.setattr(torch.Tensor, name, host_read)
+        mod.clear_cache()
+        torch.testing.assert_close(mod(v), before, atol=0, rtol=0)
+        torch.testing.assert_close(
+            mod.rotated_weight(), mod.raw_weight() * mod.alpha + mod.beta, atol=0, rtol=0
+        )
+        mod.alpha.mul_(2)  # in place: the version counter moves
+        assert not torch.equal(mod.dequantized_weight(), ref_weight)
+        mod.alpha.div_(2)
+        torch.testing.assert_close(mod.dequantized_weight(), ref_weight)
+        mod.beta = nn.Parameter(mod.beta + 1, requires_grad=False)  # replaced: a new tensor
+        assert not torch.equal(mod.dequantized_weight(), ref_weight)
+
+
+BASE = {
+    "in_features": 64,
+    "out_features": 8,
+    "code": "mulbal",
+    "L": 10,
+    "K": 2,
+    "V": 1,
+    "T": 32,
+    "mulbal": (3, 0, 8),
+}
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"code": "nope", "L": 99}, ValueError, r"L must be in 8\.\.16"),
+        ({"code": "nope"}, ValueError, "code must be one of"),
+        ({"K": 5}, ValueError, r"K must be in 1\.\.4"),
+        ({"L": 10.0}, TypeError, "L must be an int"),
+        ({"V": 2}, ValueError, "V must be 1"),
+        ({"T": 40}, ValueError, r"K\*T must be a multiple of 32"),
+        ({"T": 64, "in_features": 96}, ValueError, "T=64 must divide in_features=96"),
+        ({"mulbal": None}, TypeError, r"mulbal must be a tuple \(a, b, m\)"),
+        ({"mulbal": (3, 0, 9)}, ValueError, r"mulbal m must be in 1\.\.8"),
+        ({"code": "1mad"}, ValueError, "only apply to code 'mulbal'"),
+        ({"code": "1mad", "mulbal": None, "table_shape": (1024, 1)}, ValueError, "takes no table"),
+        ({"code": "lut", "mulbal": None}, TypeError, r"table of shape \(1024, 1\); table_shape is None"),
+        (
+            {"code": "hyb", "V": 2, "mulbal": None, "table_shape": (64, 2)},
+            ValueError,
+            r"table_shape must have shape \(256, 2\)",
+        ),
+        ({"out_features": 0}, ValueError, "out_features must be 1 or more"),
+        ({"bias": 1}, TypeError, "bias must be a bool"),
+        ({"candidate": -1}, ValueError, "candidate must be 0 or more"),
+    ],
+)
+def test_proteus_linear_checks_its_arguments_when_built(change, error, match):
+    with pytest.raises(error, match=match):
+        ProteusLinear(**{**BASE, **change})
+
+
+def test_proteus_linear_builds_every_code():
+    for change in (
+        {},
+        {"code": "1mad", "mulbal": None},
+        {"code": "lut", "V": 2, "mulbal": None, "table_shape": (1024, 2)},
+        {"code": "hyb", "V": 2, "mulbal": None, "table_shape": (256, 2)},
+    ):
+        mod = ProteusLinear(**{**BASE, **change})
+        assert ProteusLinear.from_meta(mod.meta()).meta() == mod.meta()
+        assert mod(torch.randn(2, 64)).shape == (2, 8)
 
 
 def test_failed_save_keeps_the_previous_copy(proteus_model, tmp_path, monkeypatch):
@@ -232,7 +324,9 @@ def test_proxy_ordering_and_compensation(proteus_model, ids):
 
 
 def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):
-    rtn = quantize_model(tiny(), QuantConfig(method="rtn", group_size=32, **{"seq_len": 32}), ids, progress=False)
+    rtn = quantize_model(
+        tiny(), QuantConfig(method="rtn", group_size=32, **{"seq_len": 32}), ids, progress=False
+    )
     save_quantized(rtn, tmp_path / "r")
     x = torch.randint(0, 256, (1, 16))
     with torch.no_grad():
@@ -248,7 +342,9 @@ def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):
         kl_plain = evaluate(plain, seqs, reference=tiny())["kl"]
         kl_distilled = evaluate(model, seqs, reference=tiny())["kl"]
     assert kl_distilled < 0.95 * kl_plain
-    assert all(not p.requires_grad for m in model.modules() if isinstance(m, ProteusLinear) for p in m.parameters())
+    assert all(
+        not p.requires_grad for m in model.modules() if isinstance(m, ProteusLinear) for p in m.parameters()
+    )
 
 
 def _chat_tokenizer():
@@ -259,11 +355,17 @@ def _chat_tokenizer():
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    tok.train_from_iterator(["hello world"], tokenizers.trainers.BpeTrainer(
-        vocab_size=260, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        ["hello world"],
+        tokenizers.trainers.BpeTrainer(
+            vocab_size=260, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>")
-    out.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    out.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
     return out
 
 
@@ -289,11 +391,17 @@ def test_distillation_with_chat_transcripts(ids):
     prompt = chat_prompt_ids(tok, "What is assert in Python?")
     chat = chat_transcripts(teacher, tok, chat_questions(3), max_new_tokens=5)
     assert chat.numel() >= 3 * (prompt.shape[1] - 5)  # three prompts (topic names differ) plus answers
-    cfg = QuantConfig(method="proteus", compensation=True, distill_steps=4, distill_lr=5e-3,
-                      **{**FAST, "n_candidates": 1, "seq_len": 16})
+    cfg = QuantConfig(
+        method="proteus",
+        compensation=True,
+        distill_steps=4,
+        distill_lr=5e-3,
+        **{**FAST, "n_candidates": 1, "seq_len": 16},
+    )
     plain = quantize_model(tiny(vocab=512), cfg, ids % 260, progress=False)
-    model = quantize_model(tiny(vocab=512), replace(cfg, distill_chat=3), ids % 260, tokenizer=tok,
-                           progress=False)
+    model = quantize_model(
+        tiny(vocab=512), replace(cfg, distill_chat=3), ids % 260, tokenizer=tok, progress=False
+    )
     d = model.icml_quantization["distill"]
     assert d["hash_before"] == d["hash_after"] == packed_hash(plain)
     assert model.icml_quantization["config"]["distill_chat"] == 3
@@ -337,14 +445,50 @@ def test_cli_quantize_and_evaluate_a_local_model(tmp_path, capsys):
     text = tmp_path / "text.txt"
     text.write_text("The quick brown fox jumps over the lazy dog. " * 40)
     out = tmp_path / "q"
-    main(["quantize", "--model", str(src), "--method", "trellis", "--code", "1mad", "--L", "8", "--T", "32",
-          "--n-calibration", "2", "--seq-len", "32", "--calibration", str(text), "--out", str(out)])
+    main(
+        [
+            "quantize",
+            "--model",
+            str(src),
+            "--method",
+            "trellis",
+            "--code",
+            "1mad",
+            "--L",
+            "8",
+            "--T",
+            "32",
+            "--n-calibration",
+            "2",
+            "--seq-len",
+            "32",
+            "--calibration",
+            str(text),
+            "--out",
+            str(out),
+        ]
+    )
     assert json.loads(capsys.readouterr().out)["method"] == "trellis-1mad"
     main(["evaluate", str(out), "--text", str(text), "--n-seq", "2", "--seq-len", "32"])
     res = json.loads(capsys.readouterr().out)
     assert 0 < res["kl"] < 1 and res["ppl"] > 1 and res["bits_per_weight"] > 2
     with pytest.raises(SystemExit, match="invalid options"):
-        main(["quantize", "--model", str(src), "--method", "proteus", "--code", "hyb", "--calibration", str(text),
-              "--out", str(out)])
+        main(
+            [
+                "quantize",
+                "--model",
+                str(src),
+                "--method",
+                "proteus",
+                "--code",
+                "hyb",
+                "--calibration",
+                str(text),
+                "--out",
+                str(out),
+            ]
+        )
     with pytest.raises(SystemExit, match="local Hugging Face model directory"):
-        main(["quantize", "--model", str(tmp_path / "missing"), "--calibration", str(text), "--out", str(out)])
+        main(
+            ["quantize", "--model", str(tmp_path / "missing"), "--calibration", str(text), "--out", str(out)]
+        )

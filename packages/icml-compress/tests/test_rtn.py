@@ -50,13 +50,16 @@ def test_constant_group_and_dtypes():
     assert rtn_quantize(h, 4, 16).dequantized.dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"bits": 0}, ValueError, "bits"),
-    ({"bits": 9}, ValueError, "bits"),
-    ({"bits": 2.0}, TypeError, "bits"),
-    ({"group_size": 48}, ValueError, "group_size.*divide"),
-    ({"group_size": 0}, ValueError, "group_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"bits": 0}, ValueError, "bits"),
+        ({"bits": 9}, ValueError, "bits"),
+        ({"bits": 2.0}, TypeError, "bits"),
+        ({"group_size": 48}, ValueError, "group_size.*divide"),
+        ({"group_size": 0}, ValueError, "group_size"),
+    ],
+)
 def test_bad_arguments(kwargs, error, match):
     args = {"weight": torch.randn(4, 64), "bits": 2, "group_size": 32, **kwargs}
     with pytest.raises(error, match=match):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icml_compress.trellis import BitshiftTrellis, quantize_tiles, viterbi
+from icml_kernels.trellis import TrellisFormat
 
 TINY = [(8, 1, 1), (8, 2, 1), (8, 1, 2), (8, 3, 2), (9, 2, 2), (10, 4, 1)]  # (L, K, V), all with K*V < L
 
@@ -74,6 +75,13 @@ def test_viterbi_equals_brute_force(shape, steps, seed, constrained):
         )
         if (cost == best).sum() == 1:
             assert torch.equal(got[b], paths[cost.argmin()])
+
+
+def test_the_trellis_extends_the_kernels_format():
+    t = BitshiftTrellis(10, 2, 1, 64)
+    assert isinstance(t, TrellisFormat) and t.words_per_tile == 4
+    assert BitshiftTrellis.pack is TrellisFormat.pack and BitshiftTrellis.unpack is TrellisFormat.unpack
+    assert repr(t) == "BitshiftTrellis(L=10, K=2, V=1, T=64)" and t != TrellisFormat(10, 2, 1, 64)
 
 
 def test_successors_and_predecessors_are_inverse():

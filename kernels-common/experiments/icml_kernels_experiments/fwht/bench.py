@@ -8,32 +8,17 @@ no speed-up (``speedup_vs_dense`` empty, ``correct`` False).
 
 from __future__ import annotations
 
+import functools
 import math
-import time
+from collections.abc import Callable
 
 import torch
 
 from icml_kernels.fwht.reference import fwht_reference, hadamard_matrix
 from icml_kernels.testing import rel_rms_error
+from icml_kernels_experiments.timing import time_ms
 
 TOLERANCE = 1e-5  # float32 relative RMS error against the float64 reference
-
-
-def _time_ms(fn, device: torch.device) -> tuple[float, float, float]:
-    """(median, 20th, 80th percentile) milliseconds per call."""
-    if device.type == "cuda":
-        from triton.testing import do_bench
-
-        return tuple(do_bench(fn, quantiles=[0.5, 0.2, 0.8]))
-    fn()
-    samples = []
-    budget_end = time.perf_counter() + 1.0
-    while len(samples) < 5 or (time.perf_counter() < budget_end and len(samples) < 200):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    t = torch.tensor(samples)
-    return tuple(torch.quantile(t, torch.tensor([0.5, 0.2, 0.8], dtype=t.dtype)).tolist())
 
 
 def run(budget: str = "quick", seed: int = 0) -> list[dict]:
@@ -41,27 +26,44 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     rows_list = [4096] if budget == "quick" else [1024, 16384]
     sizes = [256, 1024, 4096] if budget == "quick" else [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    out = []
+    out: list[dict] = []
     for rows in rows_list:
         for n in sizes:
             x = torch.randn(rows, n, generator=gen).to(device)
             scale = 1 / math.sqrt(n)
             truth = fwht_reference(x.double(), scale)
             h = hadamard_matrix(n, dtype=torch.float32).to(device) * scale
-            impls = {"reference": lambda x=x, s=scale: fwht_reference(x, s), "dense-matmul": lambda x=x, h=h: x @ h}
+            impls: dict[str, Callable[[], torch.Tensor]] = {
+                "reference": functools.partial(fwht_reference, x, scale),
+                "dense-matmul": functools.partial(torch.matmul, x, h),
+            }
             if device.type == "cuda":
                 from icml_kernels.fwht.triton_fwht import fwht_triton
 
-                impls["triton"] = lambda x=x, s=scale: fwht_triton(x, s)
+                impls["triton"] = functools.partial(fwht_triton, x, scale)
             timings = {}
             for name, fn in impls.items():
                 err = rel_rms_error(fn(), truth)
-                median, p20, p80 = _time_ms(fn, device)
+                median, p20, p80 = time_ms(fn, device)
                 timings[name] = median
-                out.append({"op": "fwht", "device": device.type, "dtype": "float32", "rows": rows, "n": n,
-                            "impl": name, "median_ms": round(median, 5), "p20_ms": round(p20, 5),
-                            "p80_ms": round(p80, 5), "gbps": round(2 * x.numel() * 4 / (median * 1e6), 2),
-                            "rel_rms_error": err, "correct": err < TOLERANCE})
-            for row in out[-len(impls):]:
-                row["speedup_vs_dense"] = round(timings["dense-matmul"] / row["median_ms"], 3) if row["correct"] else None
+                out.append(
+                    {
+                        "op": "fwht",
+                        "device": device.type,
+                        "dtype": "float32",
+                        "rows": rows,
+                        "n": n,
+                        "impl": name,
+                        "median_ms": round(median, 5),
+                        "p20_ms": round(p20, 5),
+                        "p80_ms": round(p80, 5),
+                        "gbps": round(2 * x.numel() * 4 / (median * 1e6), 2),
+                        "rel_rms_error": err,
+                        "correct": err < TOLERANCE,
+                    }
+                )
+            for row in out[-len(impls) :]:
+                row["speedup_vs_dense"] = (
+                    round(timings["dense-matmul"] / row["median_ms"], 3) if row["correct"] else None
+                )
     return out

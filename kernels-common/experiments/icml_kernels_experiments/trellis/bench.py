@@ -9,14 +9,18 @@ first checked against the float64 product with the decoded weight; a wrong one g
 
 from __future__ import annotations
 
-import time
+import functools
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from icml_kernels.testing import rel_rms_error
+from icml_kernels.trellis.format import hyb_table_bits
 from icml_kernels.trellis.op import trellis_gemv
-from icml_kernels.trellis.reference import decode_reference, hyb_table_bits
+from icml_kernels.trellis.reference import decode_reference
 from icml_kernels.trellis.testing import random_packed
+from icml_kernels_experiments.timing import time_ms
 
 TOLERANCE = {torch.float16: 2e-3, torch.float32: 1e-5}
 SHAPES = {"quick": [(4096, 4096)], "full": [(4096, 4096), (8192, 8192), (28672, 8192), (8192, 28672)]}
@@ -24,31 +28,16 @@ CPU_SHAPES = [(1024, 1024)]  # the reference decodes the whole weight: keep the 
 L, K, T = 16, 2, 256
 
 
-def _time_ms(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        from triton.testing import do_bench
-
-        return float(do_bench(fn, quantiles=[0.5, 0.2, 0.8])[0])
-    fn()
-    samples = []
-    end = time.perf_counter() + 1.0
-    while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 50):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return float(torch.tensor(samples).median())
-
-
 def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     gen = torch.Generator().manual_seed(seed)
-    rows = []
+    rows: list[dict] = []
     shapes = SHAPES[budget] if device.type == "cuda" else CPU_SHAPES
     for m, n in shapes:
         packed = random_packed(m, n // T, K * T // 32, seed=seed).to(device)
         x = torch.randn(1, n, generator=gen).to(device=device, dtype=dtype)
-        for code, V, params in (
+        cases: list[tuple[str, int, dict[str, Any]]] = [
             ("mulbal", 1, {"mulbal": (627361847, 0, 8), "alpha": 0.01, "beta": 0.0}),
             (
                 "hyb",
@@ -59,20 +48,19 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
                     "beta": 0.0,
                 },
             ),
-        ):
+        ]
+        for code, V, params in cases:
             w = decode_reference(packed, code, L, K, V, T, **params).reshape(m, n)  # (m, n) float32
             truth = x.double() @ w.double().T
             dense = w.to(dtype)
-            impls = {
-                "fused-gemv": lambda x=x, w=packed, c=code, v=V, p=params: trellis_gemv(
-                    x, w, c, L, K, v, T, **p
-                ),
-                "dense-linear": lambda x=x, d=dense: torch.nn.functional.linear(x, d),
+            impls: dict[str, Callable[[], torch.Tensor]] = {
+                "fused-gemv": functools.partial(trellis_gemv, x, packed, code, L, K, V, T, **params),
+                "dense-linear": functools.partial(torch.nn.functional.linear, x, dense),
             }
             times = {}
             for name, fn in impls.items():
                 err = rel_rms_error(fn().double(), truth)
-                ms = _time_ms(fn, device)
+                ms = time_ms(fn, device, min_samples=3, max_samples=50)[0]
                 times[name] = ms
                 rows.append(
                     {

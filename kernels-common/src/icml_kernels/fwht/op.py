@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from icml_kernels._dispatch import select_impl
 from icml_kernels.fwht.reference import fwht_reference
+from icml_kernels.validation import check_finite_float, check_power_of_two, check_tensor
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
 
 
-def _check(x: torch.Tensor) -> int:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"x must have a floating dtype (float16, bfloat16, float32, float64), got {x.dtype}")
+def _check(x: Any) -> int:
+    """The length ``n`` of the transformed (last) dimension of a valid input."""
+    check_tensor(x, "x", FLOAT_DTYPES)
     if x.dim() == 0:
         raise ValueError("x must have at least one dimension; the transform runs along the last one")
-    n = x.shape[-1]
-    if n < 1 or n & (n - 1):
-        raise ValueError(f"x.shape[-1] must be a power of two (1, 2, 4, ...), got {n}")
-    return n
+    return check_power_of_two(x.shape[-1], "x.shape[-1]")
 
 
 def _run(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -75,8 +72,4 @@ def fwht(x: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
         (``ICML_KERNELS_IMPL=torch|triton`` forces one).
     """
     n = _check(x)
-    if scale is None:
-        scale = 1.0 / math.sqrt(n)
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite float or None, got {scale!r}")
-    return fwht_op(x, float(scale))
+    return fwht_op(x, 1.0 / math.sqrt(n) if scale is None else check_finite_float(scale, "scale"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from icml_kernels.validation import check_power_of_two
+
 
 def fwht_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
     """``scale * x @ H_n`` along the last dimension, with ``H_n`` the Sylvester–Hadamard matrix.
@@ -26,8 +28,7 @@ def fwht_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 def hadamard_matrix(n: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The unnormalized Sylvester–Hadamard matrix of size ``n`` (a power of two), built by Kronecker products."""
-    if n < 1 or n & (n - 1):
-        raise ValueError(f"n must be a positive power of two, got {n}")
+    check_power_of_two(n, "n")
     h = torch.ones(1, 1, dtype=dtype)
     base = torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=dtype)
     while h.shape[0] < n:

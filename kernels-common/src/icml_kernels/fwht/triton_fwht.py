@@ -40,8 +40,9 @@ def _launch(x2d: torch.Tensor, scale: float) -> torch.Tensor:
     elements = block_m * n
     num_warps = 4 if elements <= 2048 else 8 if elements <= 8192 else 16
     grid = (triton.cdiv(n_rows, block_m),)
-    fwht_fwd_kernel[grid](x2d, y, n_rows, scale, N=n, LOG_N=n.bit_length() - 1, BLOCK_M=block_m,
-                          num_warps=num_warps)
+    fwht_fwd_kernel[grid](
+        x2d, y, n_rows, scale, N=n, LOG_N=n.bit_length() - 1, BLOCK_M=block_m, num_warps=num_warps
+    )
     return y
 
 

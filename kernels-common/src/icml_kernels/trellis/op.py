@@ -2,104 +2,46 @@
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 
 from icml_kernels._dispatch import select_impl
-from icml_kernels.trellis.reference import (
-    CODES,
-    COMPUTED_CODES,
-    decode_reference,
-    gemv_reference,
-    hyb_table_bits,
-)
+from icml_kernels.trellis.format import TrellisFormat, check_code
+from icml_kernels.trellis.reference import decode_reference, gemv_reference
+from icml_kernels.validation import check_finite_float, check_tensor
 
 X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 KERNEL_X_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+NO_MULBAL = (1, 0, 8)  # the ops' (a, b, m) for the codes that take none
 
 
-def _int(value, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be in {low}..{high}, got {value}")
-    return value
+def check_trellis(code: str, L: int, K: int, V: int, T: int) -> TrellisFormat:
+    """Validate a packable trellis and a code name for it (raises ValueError/TypeError naming the argument)."""
+    fmt = TrellisFormat(L, K, V, T)
+    fmt.check_packable()
+    check_code(code, V)
+    return fmt
 
 
-def check_trellis(code: str, L: int, K: int, V: int, T: int) -> None:
-    """Validate a trellis shape and code name (raises ValueError/TypeError naming the argument)."""
-    if code not in CODES:
-        raise ValueError(f"code must be one of {CODES}, got {code!r}")
-    _int(L, "L", 8, 16)
-    _int(K, "K", 1, 4)
-    _int(V, "V", 1, 2)
-    _int(T, "T", 1, 1 << 16)
-    if K * V >= L:
-        raise ValueError(f"K*V must be smaller than L, got K={K}, V={V}, L={L}")
-    if T % V or (K * T) % 32:
-        raise ValueError(
-            f"T must be a multiple of V and K*T a multiple of 32 (whole words per tile), got T={T}"
-        )
-    if code in COMPUTED_CODES and V != 1:
-        raise ValueError(f"code {code!r} gives one value per state: V must be 1, got {V}")
-    if code == "hyb" and V != 2:
-        raise ValueError(f"code 'hyb' gives a 2-vector per state: V must be 2, got {V}")
-
-
-def check_params(code: str, L: int, V: int, alpha, beta, mulbal, table) -> dict:
-    """The code's parameters as keyword arguments of the reference and the kernels."""
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise TypeError(f"{name} must be a finite float, got {value!r}")
-    params: dict = {"alpha": float(alpha), "beta": float(beta)}
-    if code == "mulbal":
-        if not isinstance(mulbal, (tuple, list)) or len(mulbal) != 3:
-            raise TypeError(f"mulbal must be a tuple (a, b, m) for code 'mulbal', got {mulbal!r}")
-        a, b, m = mulbal
-        _int(a, "mulbal a", 1, (1 << 32) - 1)
-        _int(b, "mulbal b", 0, (1 << 32) - 1)
-        _int(m, "mulbal m", 1, 8)
-        params["mulbal"] = (a, b, m)
-    elif mulbal is not None:
-        raise ValueError(f"mulbal parameters apply only to code 'mulbal', not {code!r}")
-    if code in ("hyb", "lut"):
-        rows, cols = (1 << hyb_table_bits(L), 2) if code == "hyb" else (1 << L, V)
-        if not isinstance(table, torch.Tensor) or not table.is_floating_point():
-            raise TypeError(f"code {code!r} needs a floating table tensor of shape ({rows}, {cols})")
-        if tuple(table.shape) != (rows, cols):
-            raise ValueError(
-                f"table must have shape ({rows}, {cols}) for code {code!r}, got {tuple(table.shape)}"
-            )
+def check_params(
+    fmt: TrellisFormat, code: str, alpha: Any, beta: Any, mulbal: Any, table: Any, device: torch.device
+) -> tuple[float, float, int, int, int, torch.Tensor | None]:
+    """The code's parameters as the ops' trailing arguments ``(alpha, beta, a, b, m, table)``, the table as
+    float32 on ``device``."""
+    alpha, beta = check_finite_float(alpha, "alpha"), check_finite_float(beta, "beta")
+    if table is not None and not check_tensor(table, "table").is_floating_point():
+        raise TypeError(f"table must be a floating torch.Tensor, got {table.dtype}")
+    triple = fmt.check_code(code, mulbal=mulbal, table_shape=None if table is None else table.shape)
+    if table is not None:
         if not torch.isfinite(table).all():
             raise ValueError("table must be finite")
-        params["table"] = table
-    elif table is not None:
-        raise ValueError(f"code {code!r} is computed and takes no table")
-    return params
+        table = table.to(device=device, dtype=torch.float32)
+    return (alpha, beta, *(triple or NO_MULBAL), table)
 
 
-def _check_packed(packed, K: int, T: int, dims: int | None = None) -> None:
-    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.int32:
-        raise TypeError(
-            f"packed must be an int32 torch.Tensor, got {getattr(packed, 'dtype', type(packed).__name__)}"
-        )
-    words = K * T // 32
-    if packed.dim() == 0 or packed.shape[-1] != words:
-        raise ValueError(
-            f"packed must hold K*T/32 = {words} words per tile in its last dimension, "
-            f"got shape {tuple(packed.shape)}"
-        )
-    if dims is not None and packed.dim() != dims:
-        raise ValueError(f"packed must have shape (m, n/T, {words}), got {tuple(packed.shape)}")
-
-
-def _split(params: dict) -> tuple:
-    a, b, m = params.get("mulbal", (1, 0, 8))
-    return params["alpha"], params["beta"], a, b, m, params.get("table")
-
-
-def _join(code: str, alpha: float, beta: float, a: int, b: int, m: int, table) -> dict:
+def _params(code: str, alpha: float, beta: float, a: int, b: int, m: int, table: torch.Tensor | None) -> dict:
+    """The keyword arguments of the reference and the kernels from the ops' trailing arguments."""
     params: dict = {"alpha": alpha, "beta": beta}
     if code == "mulbal":
         params["mulbal"] = (a, b, m)
@@ -124,7 +66,7 @@ def trellis_decode_op(
     table: torch.Tensor | None,
 ) -> torch.Tensor:
     """``torch.ops.icml_kernels.trellis_decode``: weights ``(..., T)`` of packed tiles ``(..., K*T/32)``."""
-    params = _join(code, alpha, beta, a, b, m, table)
+    params = _params(code, alpha, beta, a, b, m, table)
     if select_impl("trellis_decode", packed.device) == "triton":
         from icml_kernels.trellis.triton_trellis import decode_triton
 
@@ -154,7 +96,7 @@ def trellis_gemv_op(
     table: torch.Tensor | None,
 ) -> torch.Tensor:
     """``torch.ops.icml_kernels.trellis_gemv``: ``x @ W_hat.T`` straight from packed row tiles."""
-    params = _join(code, alpha, beta, a, b, m, table)
+    params = _params(code, alpha, beta, a, b, m, table)
     reason = None if x.dtype in KERNEL_X_DTYPES else f"the kernel does not take x of dtype {x.dtype}"
     if select_impl("trellis_gemv", x.device, kernel_reason=reason) == "triton":
         from icml_kernels.trellis.triton_trellis import gemv_triton
@@ -185,7 +127,7 @@ def trellis_decode(
 
     Args:
         packed (torch.Tensor): int32 words ``(..., K*T/32)``, one tail-biting tile per row (the format of
-            :mod:`icml_kernels.trellis.reference`, written by ``icml_compress.trellis.BitshiftTrellis.pack``).
+            :class:`icml_kernels.trellis.TrellisFormat`, whose ``pack`` writes it).
         code (str): ``1mad``, ``3inst``, ``mulbal`` (computed, ``V = 1``), ``hyb`` (``V = 2``) or ``lut``.
         L, K, V, T (int): state bits (8..16), bits per weight (1..4), weights per state (1, 2), tile length.
         alpha, beta (float): the affine map applied to the raw code value.
@@ -195,12 +137,10 @@ def trellis_decode(
     Returns:
         float32 weights ``(..., T)``; Triton kernel on CUDA, the torch reference on CPU.
     """
-    check_trellis(code, L, K, V, T)
-    _check_packed(packed, K, T)
-    params = check_params(code, L, V, alpha, beta, mulbal, table)
-    if params.get("table") is not None:
-        params["table"] = params["table"].to(device=packed.device, dtype=torch.float32)
-    return trellis_decode_op(packed, code, L, K, V, T, *_split(params))
+    fmt = check_trellis(code, L, K, V, T)
+    fmt.check_packed(packed)
+    params = check_params(fmt, code, alpha, beta, mulbal, table, packed.device)
+    return trellis_decode_op(packed, code, L, K, V, T, *params)
 
 
 def trellis_gemv(
@@ -221,16 +161,13 @@ def trellis_gemv(
     ``(m, n/T, K*T/32)`` (tile ``(i, j)`` holds ``W_hat[i, j*T:(j+1)*T]``), without materializing ``W_hat``
     on CUDA (the fused kernel decodes in registers). Result ``(..., m)`` in ``x.dtype``, accumulated in
     float32. Other arguments as :func:`trellis_decode`."""
-    check_trellis(code, L, K, V, T)
-    _check_packed(packed, K, T, dims=3)
-    params = check_params(code, L, V, alpha, beta, mulbal, table)
-    if not isinstance(x, torch.Tensor) or x.dtype not in X_DTYPES:
-        raise TypeError(f"x must be a floating torch.Tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    fmt = check_trellis(code, L, K, V, T)
+    fmt.check_packed(packed, dims=3)
+    params = check_params(fmt, code, alpha, beta, mulbal, table, packed.device)
+    check_tensor(x, "x", X_DTYPES)
     n = packed.shape[1] * T
     if x.dim() == 0 or x.shape[-1] != n:
         raise ValueError(f"x must have n = (n/T) * T = {n} in its last dimension, got shape {tuple(x.shape)}")
     if x.device != packed.device:
         raise ValueError(f"x and packed must be on one device, got {x.device} and {packed.device}")
-    if params.get("table") is not None:
-        params["table"] = params["table"].to(device=packed.device, dtype=torch.float32)
-    return trellis_gemv_op(x, packed, code, L, K, V, T, *_split(params))
+    return trellis_gemv_op(x, packed, code, L, K, V, T, *params)

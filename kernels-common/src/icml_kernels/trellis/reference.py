@@ -1,11 +1,7 @@
 """Pure-torch decode of packed bitshift-trellis tiles: the ground truth the Triton kernels are tested against.
 
-Packed format (shared with :mod:`icml_compress.trellis`, which writes it). A tile of ``T`` weights is a
-cyclic (tail-biting) bitstream of exactly ``K*T`` bits, stored most significant bit first in
-``K*T/32`` 32-bit words (``torch.int32`` holding the bit pattern). Step ``t`` (``0 <= t < T/V``) decodes
-the ``L``-bit state formed by the stream bits ``[(t+1)*K*V - L, (t+1)*K*V)`` read cyclically, first bit
-most significant, and emits ``V`` weights ``t*V .. t*V+V-1``. A state is therefore the previous state
-shifted left by ``K*V`` bits with ``K*V`` new low bits: the bitshift trellis.
+The packed format (tiles, states, bit order) is described once, in :mod:`icml_kernels.trellis.format`
+(:class:`~icml_kernels.trellis.format.TrellisFormat`, whose ``unpack`` this module reads states with).
 
 Codes (state -> value, then a per-layer affine ``alpha * raw + beta``):
 
@@ -27,31 +23,44 @@ from __future__ import annotations
 
 import torch
 
-MASK32 = 0xFFFFFFFF
+from icml_kernels.trellis.format import (
+    CODES,
+    COMPUTED_CODES,
+    HYB_MAX_BITS,
+    MASK32,
+    TABLE_CODES,
+    check_code,
+    check_code_params,
+    hyb_table_bits,
+    unpack_states,
+)
+
 ONEMAD_A, ONEMAD_B = 34038481, 76625530
 THREEINST_A, THREEINST_B = 89226354, 64248484
 THREEINST_MASK, THREEINST_XOR = 0x8FFF8FFF, 996162400
-HYB_MAX_BITS = 9  # QTIP's released micro-LUT has 2^9 two-dimensional entries
-TABLE_CODES = ("hyb", "lut")
-COMPUTED_CODES = ("1mad", "3inst", "mulbal")
-CODES = (*COMPUTED_CODES, *TABLE_CODES)
-
-
-def hyb_table_bits(L: int) -> int:
-    """Index bits ``Q`` of the hyb micro-table at state size ``L``: QTIP's 9, fewer for small ``L`` (the
-    index field ``h >> (L-1-Q)`` must skip bit 0 of ``h = (s+1)*s``, which is always 0)."""
-    return min(HYB_MAX_BITS, L - 2)
-
-
-def unpack_states(packed: torch.Tensor, L: int, K: int, V: int, T: int) -> torch.Tensor:
-    """States ``(..., T/V)`` (int64) of packed tail-biting tiles ``(..., K*T/32)`` (int32 words)."""
-    kv, n_words, steps = K * V, K * T // 32, T // V
-    words = packed.to(torch.int64) & MASK32  # (..., W) unsigned bit patterns
-    t = torch.arange(steps, device=packed.device)
-    start = ((t + 1) * kv - L) % (32 * n_words)  # (steps,) first stream bit of each state's window
-    first = start // 32
-    pair = (words[..., first] << 32) | words[..., (first + 1) % n_words]  # (..., steps) 64 stream bits
-    return (pair >> (64 - (start % 32) - L)) & ((1 << L) - 1)
+# the format's names, importable from here as before
+__all__ = [
+    "CODES",
+    "COMPUTED_CODES",
+    "HYB_MAX_BITS",
+    "MASK32",
+    "ONEMAD_A",
+    "ONEMAD_B",
+    "TABLE_CODES",
+    "THREEINST_A",
+    "THREEINST_B",
+    "THREEINST_MASK",
+    "THREEINST_XOR",
+    "code_values",
+    "decode_reference",
+    "gemv_reference",
+    "hyb_lookup",
+    "hyb_table_bits",
+    "mulbal_raw",
+    "onemad_raw",
+    "threeinst_raw",
+    "unpack_states",
+]
 
 
 def onemad_raw(states: torch.Tensor) -> torch.Tensor:
@@ -106,20 +115,22 @@ def code_values(
     """Decoded float32 values ``(..., V)`` of ``states (...)``: ``alpha * raw(state) + beta``.
 
     ``mulbal`` is ``(a, b, m)`` for the mulbal code; ``table`` is the ``(2^Q, 2)`` micro-table of hyb or
-    the ``(2^L, V)`` table of lut. Both are float32.
+    the ``(2^L, V)`` table of lut. Both are float32. Each code takes its own parameters and no other
+    (checked, without reading tensor data).
     """
-    if code == "1mad":
+    check_code(code, V)
+    triple = check_code_params(code, L, V, mulbal=mulbal, table_shape=None if table is None else table.shape)
+    if triple is not None:
+        raw = mulbal_raw(states, *triple).float().unsqueeze(-1)
+    elif table is not None:
+        t = table.float()
+        raw = (
+            hyb_lookup(states, t, L) if code == "hyb" else t[states.to(torch.int64)].reshape(*states.shape, V)
+        )
+    elif code == "1mad":
         raw = onemad_raw(states).float().unsqueeze(-1)
-    elif code == "3inst":
+    else:  # 3inst
         raw = threeinst_raw(states).unsqueeze(-1)
-    elif code == "mulbal":
-        raw = mulbal_raw(states, *mulbal).float().unsqueeze(-1)
-    elif code == "hyb":
-        raw = hyb_lookup(states, table.float(), L)
-    elif code == "lut":
-        raw = table.float()[states.to(torch.int64)].reshape(*states.shape, V)
-    else:
-        raise ValueError(f"code must be one of {CODES}, got {code!r}")
     return raw * alpha + beta
 
 

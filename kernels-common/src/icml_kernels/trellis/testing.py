@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from icml_kernels.trellis.reference import hyb_table_bits
+from icml_kernels.trellis.format import hyb_table_bits
 
 
 def random_packed(*shape: int, seed: int = 0) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 Each program decodes whole tiles: the state of step ``t`` is the ``L``-bit window of the tile's cyclic
 bitstream ending at bit ``(t+1)*K*V``, read from the two 32-bit words it straddles (see
-:mod:`icml_kernels.trellis.reference` for the format). The computed codes (``1mad``, ``3inst``,
+:mod:`icml_kernels.trellis.format` for the format). The computed codes (``1mad``, ``3inst``,
 ``mulbal``) turn the state into a value with integer instructions and one multiply-add (the affine pair);
 their kernels take no table argument at all. ``hyb`` and ``lut`` use the ``*_table_kernel`` variants.
 
@@ -16,15 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
+from icml_kernels.trellis.format import CODES, TABLE_CODES, WORD_BITS, hyb_table_bits
 from icml_kernels.trellis.reference import (
-    CODES,
     ONEMAD_A,
     ONEMAD_B,
     THREEINST_A,
     THREEINST_B,
     THREEINST_MASK,
     THREEINST_XOR,
-    hyb_table_bits,
 )
 
 _ONEMAD_A, _ONEMAD_B = tl.constexpr(ONEMAD_A), tl.constexpr(ONEMAD_B)
@@ -169,12 +168,13 @@ def trellis_gemv_kernel(
     M: tl.constexpr,
     L: tl.constexpr,
     KV: tl.constexpr,
+    V: tl.constexpr,
     N_WORDS: tl.constexpr,
     STEPS: tl.constexpr,
     STEPS_P2: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
-    """Computed codes (V = 1): ``y[batch, i] = sum_k x[batch, k] * W_hat[i, k]`` from packed row tiles. No table."""
+    """Computed codes (``V`` is 1): ``y[batch, i] = sum_k x[batch, k] * W_hat[i, k]`` from packed row tiles. No table."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)  # [BLOCK_M]
     batch = tl.program_id(1).to(tl.int64)
     t = tl.arange(0, STEPS_P2)
@@ -226,15 +226,38 @@ def trellis_gemv_table_kernel(
     tl.store(y_ptr + batch * m + rows, acc.to(y_ptr.dtype.element_ty), mask=rows < m)
 
 
-def _shape_args(L: int, K: int, V: int, T: int) -> dict:
+def _launch_args(
+    code: str,
+    L: int,
+    K: int,
+    V: int,
+    T: int,
+    alpha: float,
+    beta: float,
+    mulbal: tuple[int, int, int] | None,
+    table: torch.Tensor | None,
+) -> dict:
+    """The keyword arguments every kernel launch shares: the trellis shape and the code's parameters (a
+    table pointer for the table codes, the mulbal triple as ``a, b, M`` for the computed ones)."""
     steps = T // V
-    return {
+    args: dict = {
+        "alpha": alpha,
+        "beta": beta,
+        "CODE": CODE_IDS[code],
         "L": L,
         "KV": K * V,
-        "N_WORDS": K * T // 32,
+        "V": V,
+        "N_WORDS": K * T // WORD_BITS,
         "STEPS": steps,
         "STEPS_P2": triton.next_power_of_2(steps),
     }
+    if code in TABLE_CODES:
+        assert table is not None  # checked by the public ops
+        args.update(table_ptr=table.float().contiguous(), Q=hyb_table_bits(L) if code == "hyb" else L)
+    else:
+        a, b, m = mulbal if mulbal is not None else (1, 0, 8)
+        args.update(a=a, b=b, M=m)
+    return args
 
 
 def decode_triton(
@@ -255,39 +278,14 @@ def decode_triton(
     n_tiles = flat.shape[0]
     out = torch.empty(n_tiles, T, dtype=torch.float32, device=packed.device)
     if n_tiles:
-        grid = (triton.cdiv(n_tiles, BLOCK_TILES),)
-        args = _shape_args(L, K, V, T)
-        if code in ("hyb", "lut"):
-            q = hyb_table_bits(L) if code == "hyb" else L
-            trellis_decode_table_kernel[grid](
-                flat,
-                table.float().contiguous(),
-                out,
-                n_tiles,
-                alpha,
-                beta,
-                CODE=CODE_IDS[code],
-                Q=q,
-                V=V,
-                BLOCK=BLOCK_TILES,
-                **args,
-            )
-        else:
-            a, b, m = mulbal if mulbal is not None else (1, 0, 8)
-            trellis_decode_kernel[grid](
-                flat,
-                out,
-                n_tiles,
-                a,
-                b,
-                alpha,
-                beta,
-                CODE=CODE_IDS[code],
-                M=m,
-                V=V,
-                BLOCK=BLOCK_TILES,
-                **args,
-            )
+        kernel = trellis_decode_table_kernel if code in TABLE_CODES else trellis_decode_kernel
+        kernel[(triton.cdiv(n_tiles, BLOCK_TILES),)](
+            packed_ptr=flat,
+            out_ptr=out,
+            n_tiles=n_tiles,
+            BLOCK=BLOCK_TILES,
+            **_launch_args(code, L, K, V, T, alpha, beta, mulbal, table),
+        )
     return out.reshape(*packed.shape[:-1], T)
 
 
@@ -311,43 +309,15 @@ def gemv_triton(
     x2 = x.reshape(-1, n).contiguous()  # (batch, n)
     y = torch.empty(x2.shape[0], m, dtype=x.dtype, device=x.device)
     if x2.shape[0] and m:
-        grid = (triton.cdiv(m, BLOCK_ROWS), x2.shape[0])
-        args = _shape_args(L, K, V, T)
-        p = packed.contiguous()
-        if code in ("hyb", "lut"):
-            q = hyb_table_bits(L) if code == "hyb" else L
-            trellis_gemv_table_kernel[grid](
-                x2,
-                p,
-                table.float().contiguous(),
-                y,
-                m,
-                n,
-                tiles_per_row,
-                alpha,
-                beta,
-                CODE=CODE_IDS[code],
-                Q=q,
-                V=V,
-                BLOCK_M=BLOCK_ROWS,
-                **args,
-            )
-        else:
-            a, b, mb = mulbal if mulbal is not None else (1, 0, 8)
-            trellis_gemv_kernel[grid](
-                x2,
-                p,
-                y,
-                m,
-                n,
-                tiles_per_row,
-                a,
-                b,
-                alpha,
-                beta,
-                CODE=CODE_IDS[code],
-                M=mb,
-                BLOCK_M=BLOCK_ROWS,
-                **args,
-            )
+        kernel = trellis_gemv_table_kernel if code in TABLE_CODES else trellis_gemv_kernel
+        kernel[(triton.cdiv(m, BLOCK_ROWS), x2.shape[0])](
+            x_ptr=x2,
+            packed_ptr=packed.contiguous(),
+            y_ptr=y,
+            m=m,
+            n=n,
+            tiles_per_row=tiles_per_row,
+            BLOCK_M=BLOCK_ROWS,
+            **_launch_args(code, L, K, V, T, alpha, beta, mulbal, table),
+        )
     return y.reshape(*x.shape[:-1], m)

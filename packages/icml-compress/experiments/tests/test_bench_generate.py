@@ -22,9 +22,16 @@ def _tiny_llama():
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
-                                      tie_word_embeddings=True, pad_token_id=2)
+    config = transformers.LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=96,
+        tie_word_embeddings=True,
+        pad_token_id=2,
+    )
     return transformers.LlamaForCausalLM(config).eval()
 
 
@@ -42,4 +49,6 @@ def test_formats_replace_every_block_linear_and_generate():
         out = model.generate(ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=2)
         assert out.shape == (1, 7)
     # the float copy is untouched by building the others
-    assert all(torch.equal(p, q) for p, q in zip(base.parameters(), models["float"].parameters(), strict=True))
+    assert all(
+        torch.equal(p, q) for p, q in zip(base.parameters(), models["float"].parameters(), strict=True)
+    )

@@ -9,8 +9,14 @@ from icml_tools.repro import run_reproduction
 
 def test_methods_share_bits_and_L():
     cfgs = method_configs("full", 0)
-    assert list(cfgs) == ["rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad",
-                          "trellis-hyb"]
+    assert list(cfgs) == [
+        "rtn-2bit-g64",
+        "proteus",
+        "proteus+comp",
+        "proteus+comp+distill",
+        "trellis-1mad",
+        "trellis-hyb",
+    ]
     assert {(c.bits, c.L) for c in cfgs.values()} == {(2, 10)}
     assert method_configs("quick", 0)["proteus"].max_blocks == 4 and cfgs["proteus"].max_blocks is None
 

@@ -5,7 +5,11 @@ from icml_compress_experiments.quantize import proteus_seeds
 
 
 def test_vet_mulbal_writes_the_committed_table():
-    assert vet_mulbal.OUT.is_file() and vet_mulbal.OUT.parts[-3:] == ("icml-compress", "docs", "mulbal_vetting.csv")
+    assert vet_mulbal.OUT.is_file() and vet_mulbal.OUT.parts[-3:] == (
+        "icml-compress",
+        "docs",
+        "mulbal_vetting.csv",
+    )
 
 
 def test_proteus_seeds_parses_seed_ranges():

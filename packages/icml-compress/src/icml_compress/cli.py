@@ -25,7 +25,9 @@ def load_float_model(source: str):
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise SystemExit("loading a Hugging Face model needs transformers: pip install icml-compress[hf]") from None
+        raise SystemExit(
+            "loading a Hugging Face model needs transformers: pip install icml-compress[hf]"
+        ) from None
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype="auto").eval()
     return model, AutoTokenizer.from_pretrained(path, local_files_only=True)
 
@@ -36,18 +38,26 @@ def _parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quantize", help="quantize a causal LM and save it")
     q.add_argument("--model", required=True, help="a local Hugging Face model directory")
     q.add_argument("--method", choices=("rtn", "trellis", "proteus"), default="proteus")
-    q.add_argument("--code", default=None, help="trellis code (trellis: 1mad, 3inst, hyb, lut; proteus: mulbal)")
+    q.add_argument(
+        "--code", default=None, help="trellis code (trellis: 1mad, 3inst, hyb, lut; proteus: mulbal)"
+    )
     q.add_argument("--bits", type=int, default=2)
     q.add_argument("--L", type=int, default=10)
     q.add_argument("--T", type=int, default=64)
     q.add_argument("--group-size", type=int, default=64)
     q.add_argument("--compensation", action="store_true")
     q.add_argument("--distill-steps", type=int, default=0)
-    q.add_argument("--distill-chat", type=int, default=0,
-                   help="chat transcripts (pydoc topics answered by the float model) mixed into distillation")
+    q.add_argument(
+        "--distill-chat",
+        type=int,
+        default=0,
+        help="chat transcripts (pydoc topics answered by the float model) mixed into distillation",
+    )
     q.add_argument("--n-calibration", type=int, default=32)
     q.add_argument("--seq-len", type=int, default=256)
-    q.add_argument("--max-blocks", type=int, default=None, help="quantize only the first N transformer blocks")
+    q.add_argument(
+        "--max-blocks", type=int, default=None, help="quantize only the first N transformer blocks"
+    )
     q.add_argument("--calibration", type=Path, required=True, help="text file to calibrate on")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", type=Path, required=True)
@@ -64,11 +74,21 @@ def _quantize(args) -> dict:
 
     code = args.code or {"proteus": "mulbal", "trellis": "1mad", "rtn": "mulbal"}[args.method]
     try:
-        cfg = QuantConfig(method=args.method, code=code, bits=args.bits, L=args.L, T=args.T,
-                          group_size=args.group_size, compensation=args.compensation,
-                          distill_steps=args.distill_steps, distill_chat=args.distill_chat,
-                          n_calibration=args.n_calibration,
-                          seq_len=args.seq_len, max_blocks=args.max_blocks, seed=args.seed)
+        cfg = QuantConfig(
+            method=args.method,
+            code=code,
+            bits=args.bits,
+            L=args.L,
+            T=args.T,
+            group_size=args.group_size,
+            compensation=args.compensation,
+            distill_steps=args.distill_steps,
+            distill_chat=args.distill_chat,
+            n_calibration=args.n_calibration,
+            seq_len=args.seq_len,
+            max_blocks=args.max_blocks,
+            seed=args.seed,
+        )
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"invalid options: {exc}") from None
     model, tokenizer = load_float_model(args.model)
@@ -97,7 +117,12 @@ def _evaluate(args) -> dict:
     seqs = make_sequences(encode_texts(text, tokenizer), args.n_seq, args.seq_len)
     with torch.no_grad():
         metrics = evaluate(model, seqs, reference=reference)
-    return {"dir": str(args.dir), "config": doc["quantization"]["config"], **metrics, **bytes_per_token(model)}
+    return {
+        "dir": str(args.dir),
+        "config": doc["quantization"]["config"],
+        **metrics,
+        **bytes_per_token(model),
+    }
 
 
 def main(argv=None) -> int:

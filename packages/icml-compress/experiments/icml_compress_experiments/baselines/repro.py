@@ -10,6 +10,7 @@ are relative to the float model we load.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from icml_compress.baselines.lloyd import GAUSSIAN_LLOYD_MAX_MSE, lloyd_max
 from icml_compress.baselines.rtn import rtn_quantize
@@ -33,7 +34,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
 
     model, _ = smollm2()
     layers = _layers(budget, len(model.model.layers))
-    rows = []
+    rows: list[dict[str, Any]] = []
     totals = {"rtn": 0.0, "lloyd": 0.0, "norm": 0.0}
     for k in layers:
         w = model.model.layers[k].mlp.down_proj.weight.detach()  # (out, in) = (576, 1536)
@@ -47,13 +48,15 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         }
         for key, value in sq.items():
             totals[key] += value
-        rows.append({
-            "layer": k,
-            "weight": f"model.layers.{k}.mlp.down_proj.weight",
-            "rtn_rel_rmse": math.sqrt(sq["rtn"] / sq["norm"]),
-            "lloyd_max_rel_rmse": math.sqrt(sq["lloyd"] / sq["norm"]),
-            "gaussian_lloyd_max_rel_rmse": GAUSSIAN_REL_RMSE,
-        })
+        rows.append(
+            {
+                "layer": k,
+                "weight": f"model.layers.{k}.mlp.down_proj.weight",
+                "rtn_rel_rmse": math.sqrt(sq["rtn"] / sq["norm"]),
+                "lloyd_max_rel_rmse": math.sqrt(sq["lloyd"] / sq["norm"]),
+                "gaussian_lloyd_max_rel_rmse": GAUSSIAN_REL_RMSE,
+            }
+        )
     ours = math.sqrt(totals["lloyd"] / totals["norm"])
     baseline = math.sqrt(totals["rtn"] / totals["norm"])
     return {
@@ -68,19 +71,21 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "criterion": "Lloyd-Max relative RMSE < RTN relative RMSE on every measured weight",
         "passed": all(r["lloyd_max_rel_rmse"] < r["rtn_rel_rmse"] for r in rows),
         "rows": rows,
-        "figures": [{
-            "name": "rtn_2bit_rel_rmse",
-            "title": "2-bit quantization error of SmolLM2-135M down_proj weights (group 128)",
-            "xlabel": "layer",
-            "ylabel": "relative RMSE",
-            "x": layers,
-            "series": {
-                "RTN (min-max)": [r["rtn_rel_rmse"] for r in rows],
-                "Lloyd-Max": [r["lloyd_max_rel_rmse"] for r in rows],
-                "Gaussian Lloyd-Max sqrt(0.1175)": [GAUSSIAN_REL_RMSE] * len(rows),
-            },
-            "kind": "bar",
-        }],
+        "figures": [
+            {
+                "name": "rtn_2bit_rel_rmse",
+                "title": "2-bit quantization error of SmolLM2-135M down_proj weights (group 128)",
+                "xlabel": "layer",
+                "ylabel": "relative RMSE",
+                "x": layers,
+                "series": {
+                    "RTN (min-max)": [r["rtn_rel_rmse"] for r in rows],
+                    "Lloyd-Max": [r["lloyd_max_rel_rmse"] for r in rows],
+                    "Gaussian Lloyd-Max sqrt(0.1175)": [GAUSSIAN_REL_RMSE] * len(rows),
+                },
+                "kind": "bar",
+            }
+        ],
         "notes": (
             f"budget={budget}: layers {layers}; Lloyd-Max runs {LLOYD_ITERS} iterations per group, "
             f"started from the RTN grid. Reference: unit-Gaussian 4-level Lloyd-Max relative RMSE "

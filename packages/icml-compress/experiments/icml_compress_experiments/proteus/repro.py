@@ -16,12 +16,16 @@ MSE decreases with L.
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 from icml_compress.proteus.gaussian import LLOYD_MAX_MSE, distortion_rate_bound, gaussian_mse
 from icml_compress.proteus.pool import MULBAL_POOL
 
 K = 2
-BUDGETS = {"quick": {"Ls": (8, 10, 12), "n_tiles": 128}, "full": {"Ls": (8, 10, 12, 14, 16), "n_tiles": 256}}
+BUDGETS: dict[str, dict[str, Any]] = {
+    "quick": {"Ls": (8, 10, 12), "n_tiles": 128},
+    "full": {"Ls": (8, 10, 12, 14, 16), "n_tiles": 256},
+}
 BASE_CODES = ("lut", "1mad", "3inst")
 LLOYD_MARGIN, LUT_MARGIN = 0.30, 0.03
 
@@ -39,7 +43,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         for i in range(len(MULBAL_POOL)):
             table.setdefault(f"mulbal-{i}", {})[L] = gaussian_mse(f"mulbal-{i}", L, K, 1, n_tiles, seed)
     pool_names = [f"mulbal-{i}" for i in range(len(MULBAL_POOL))]
-    best = {L: min(pool_names, key=lambda name, L=L: table[name][L]) for L in Ls}
+    best = {L: min(pool_names, key=lambda name: table[name][L]) for L in Ls}
     table["mulbal"] = {L: table[best[L]][L] for L in Ls}
 
     computed = ("1mad", "3inst", "mulbal")
@@ -58,9 +62,9 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         ),
     }
     order = ["lut", "1mad", "3inst", "hyb", "mulbal", *pool_names]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for code in order:
-        row = {"code": code, "V": 2 if code == "hyb" else 1}
+        row: dict[str, Any] = {"code": code, "V": 2 if code == "hyb" else 1}
         row.update({f"L={L}": round(table[code][L], 5) for L in Ls})
         row["vs_lut_L10"] = round(table[code][10] / table["lut"][10] - 1, 4)
         row["below_lloyd_max_L10"] = round(1 - table[code][10] / lloyd, 4)

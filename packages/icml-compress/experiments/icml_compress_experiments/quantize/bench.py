@@ -32,6 +32,7 @@ import json
 import os
 import statistics
 import time
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -39,18 +40,31 @@ from torch import nn
 from icml_compress.quantize.config import QuantConfig
 from icml_compress.quantize.incoherence import random_signs
 from icml_compress.quantize.linear import ProteusLinear
-from icml_compress.quantize.model import _set_module, bytes_per_token, find_linears, quantize_linear_rtn
+from icml_compress.quantize.model import bytes_per_token, find_linears, quantize_linear_rtn, set_module
 from icml_compress.quantize.select import pool_code
 
 #: The fields of SmolLM2-135M-Instruct's ``config.json`` that fix its shapes and compute.
-SMOLLM2_135M = {
-    "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-    "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152,
-    "max_position_embeddings": 8192, "tie_word_embeddings": True, "hidden_act": "silu",
-    "attention_bias": False, "mlp_bias": False, "rms_norm_eps": 1e-5, "pad_token_id": 2,
+SMOLLM2_135M: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "rms_norm_eps": 1e-5,
+    "pad_token_id": 2,
 }
-BUDGETS = {"quick": {"prompt": 16, "new_tokens": 16, "repeats": 3},
-           "full": {"prompt": 32, "new_tokens": 128, "repeats": 5}}
+BUDGETS = {
+    "quick": {"prompt": 16, "new_tokens": 16, "repeats": 3},
+    "full": {"prompt": 32, "new_tokens": 128, "repeats": 5},
+}
 CHECK_RTOL = 1e-3
 
 
@@ -59,9 +73,8 @@ def random_smollm2(seed: int) -> nn.Module:
     import transformers
 
     torch.manual_seed(seed)
-    cfg = dict(SMOLLM2_135M)
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    return transformers.LlamaForCausalLM(config).eval()
+    cfg = {k: v for k, v in SMOLLM2_135M.items() if k != "model_type"}  # model_type "llama"
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
 
 
 def random_proteus_linear(lin: nn.Linear, config: QuantConfig, generator: torch.Generator) -> ProteusLinear:
@@ -69,17 +82,31 @@ def random_proteus_linear(lin: nn.Linear, config: QuantConfig, generator: torch.
     the first pool member's code and affine pair, ``sv`` scaled to ``lin``'s weight RMS."""
     m, n = lin.weight.shape
     code = pool_code(0, config.L)
-    mod = ProteusLinear(n, m, code=code.name, L=config.L, K=config.bits, V=config.V, T=config.T,
-                        mulbal=(code.mulbal.a, code.mulbal.b, code.mulbal.m), bias=lin.bias is not None,
-                        candidate=0)
+    assert code.mulbal is not None  # a pool member
+    mod = ProteusLinear(
+        n,
+        m,
+        code=code.name,
+        L=config.L,
+        K=config.bits,
+        V=config.V,
+        T=config.T,
+        mulbal=code.mulbal.triple,
+        bias=lin.bias is not None,
+        candidate=0,
+    )
     with torch.no_grad():
-        mod.packed.copy_(torch.randint(-(2**31), 2**31, mod.packed.shape, generator=generator, dtype=torch.int64)
-                         .to(torch.int32))
+        mod.packed.copy_(
+            torch.randint(-(2**31), 2**31, mod.packed.shape, generator=generator, dtype=torch.int64).to(
+                torch.int32
+            )
+        )
         mod.alpha.fill_(code.alpha)
         mod.beta.fill_(code.beta)
         mod.su.copy_(random_signs(n, generator))
         mod.sv.copy_(random_signs(m, generator) * lin.weight.detach().float().pow(2).mean().sqrt())
         if lin.bias is not None:
+            assert mod.bias is not None  # built with bias=True
             mod.bias.copy_(lin.bias.detach().float())
     return mod
 
@@ -88,13 +115,18 @@ def build_formats(base: nn.Module, device: torch.device, float_dtype: torch.dtyp
     """``{label: model}``: the float model and its RTN-2bit-g64 and Proteus versions on ``device``."""
     gen = torch.Generator().manual_seed(seed)
     models = {"float": copy.deepcopy(base).to(device, float_dtype)}
-    for label, config in (("rtn-2bit-g64", QuantConfig(method="rtn", bits=2, group_size=64)),
-                          ("proteus", QuantConfig(method="proteus", bits=2, L=10, T=64))):
+    for label, config in (
+        ("rtn-2bit-g64", QuantConfig(method="rtn", bits=2, group_size=64)),
+        ("proteus", QuantConfig(method="proteus", bits=2, L=10, T=64)),
+    ):
         model = copy.deepcopy(base).to(device, float_dtype)  # quantized modules keep their own dtypes
         for name, lin in find_linears(base, config).items():
-            mod = quantize_linear_rtn(lin, config) if config.method == "rtn" else \
-                random_proteus_linear(lin, config, gen)
-            _set_module(model, name, mod.to(device))
+            mod = (
+                quantize_linear_rtn(lin, config)
+                if config.method == "rtn"
+                else random_proteus_linear(lin, config, gen)
+            )
+            set_module(model, name, mod.to(device))
         models[label] = model
     return models
 
@@ -119,12 +151,19 @@ def _generate_seconds(model: nn.Module, ids: torch.Tensor, new_tokens: int) -> f
     _sync(device)
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=SMOLLM2_135M["pad_token_id"])
+        out = cast(Any, model).generate(
+            ids,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=SMOLLM2_135M["pad_token_id"],
+        )
     _sync(device)
     seconds = time.perf_counter() - start
     if out.shape[1] != ids.shape[1] + new_tokens:
-        raise RuntimeError(f"generate returned {out.shape[1] - ids.shape[1]} new tokens, expected {new_tokens}")
+        raise RuntimeError(
+            f"generate returned {out.shape[1] - ids.shape[1]} new tokens, expected {new_tokens}"
+        )
     return seconds
 
 
@@ -134,8 +173,9 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     float_dtype = torch.float16 if device.type == "cuda" else torch.float32
     models = build_formats(random_smollm2(seed), device, float_dtype, seed)
     error = check_proteus(models["proteus"], device)
-    ids = torch.randint(3, SMOLLM2_135M["vocab_size"], (1, b["prompt"]),
-                        generator=torch.Generator().manual_seed(seed)).to(device)
+    ids = torch.randint(
+        3, SMOLLM2_135M["vocab_size"], (1, b["prompt"]), generator=torch.Generator().manual_seed(seed)
+    ).to(device)
     for model in models.values():  # warm-up (kernel compilation, caches of decoded weights)
         _generate_seconds(model, ids, b["new_tokens"])
     times: dict[str, list[float]] = {label: [] for label in models}
@@ -154,16 +194,22 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
             path = "trellis_gemv (fused)" if device.type == "cuda" else "cached dequantized float32 weight"
         else:
             path = "cached dequantized float32 weight (no kernel)"
-        rows.append({
-            "format": label, "device": device.type, "path": path, "prompt_tokens": b["prompt"],
-            "new_tokens": b["new_tokens"], "repeats": b["repeats"],
-            "median_s": round(statistics.median(times[label]), 4),
-            "tokens_per_s": round(rate, 2) if valid else None,
-            "ratio_to_float": round(rate / base_rate, 3) if valid else None,
-            "weight_bytes_per_token": by["quantized_bytes"] + by["rest_float16_bytes"],
-            "check_rel_error": round(error, 7) if label == "proteus" else None,
-            "load_avg_1m": round(os.getloadavg()[0], 2),
-        })
+        rows.append(
+            {
+                "format": label,
+                "device": device.type,
+                "path": path,
+                "prompt_tokens": b["prompt"],
+                "new_tokens": b["new_tokens"],
+                "repeats": b["repeats"],
+                "median_s": round(statistics.median(times[label]), 4),
+                "tokens_per_s": round(rate, 2) if valid else None,
+                "ratio_to_float": round(rate / base_rate, 3) if valid else None,
+                "weight_bytes_per_token": by["quantized_bytes"] + by["rest_float16_bytes"],
+                "check_rel_error": round(error, 7) if label == "proteus" else None,
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+            }
+        )
     return rows
 
 

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     from icml_tools.assets import smollm2
 
     reference, tokenizer = smollm2()
-    _, held_ids = repro._data(tokenizer)
+    _, held_ids = repro.corpus_ids(tokenizer)
     n_eval = N_EVAL[a.budget] or held_ids.numel() // repro.SEQ_LEN
     seqs = make_sequences(held_ids, n_eval, repro.SEQ_LEN)
     ref_lp = reference_logprobs(reference, seqs)

@@ -34,6 +34,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ from icml_compress.quantize.model import (
     save_quantized,
 )
 
-BUDGETS = {
+BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"max_blocks": 4, "n_eval": 4, "distill_steps": 8},
     "full": {"max_blocks": None, "n_eval": None, "distill_steps": 24},  # None: every held-out sequence (87)
 }
@@ -63,14 +64,22 @@ N_CHAT = 48  # chat transcripts in the distillation set
 
 def method_configs(budget: str, seed: int) -> dict[str, QuantConfig]:
     b = BUDGETS[budget]
-    base = {"bits": 2, "L": 10, "T": 64, "max_blocks": b["max_blocks"], "seed": seed,
-            "n_calibration": N_CAL, "seq_len": SEQ_LEN}
+    base = {
+        "bits": 2,
+        "L": 10,
+        "T": 64,
+        "max_blocks": b["max_blocks"],
+        "seed": seed,
+        "n_calibration": N_CAL,
+        "seq_len": SEQ_LEN,
+    }
     cfgs = [
         QuantConfig(method="rtn", group_size=64, **base),
         QuantConfig(method="proteus", **base),
         QuantConfig(method="proteus", compensation=True, **base),
-        QuantConfig(method="proteus", compensation=True, distill_steps=b["distill_steps"], distill_chat=N_CHAT,
-                    **base),
+        QuantConfig(
+            method="proteus", compensation=True, distill_steps=b["distill_steps"], distill_chat=N_CHAT, **base
+        ),
         QuantConfig(method="trellis", code="1mad", **base),
         QuantConfig(method="trellis", code="hyb", **base),
     ]
@@ -83,7 +92,8 @@ def cache_path(cfg: QuantConfig) -> Path:
     return cache_dir() / "quantized" / f"smollm2-{cfg.label}-{cfg.digest()}"
 
 
-def _data(tokenizer):
+def corpus_ids(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids of the calibration and the held-out part of the English corpus."""
     from icml_tools.assets import english_corpus
 
     calib, held = split_corpus(english_corpus())
@@ -104,7 +114,7 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
     if not todo:
         return {}
     reference, tokenizer = smollm2()
-    calib_ids, _ = _data(tokenizer)
+    calib_ids, _ = corpus_ids(tokenizer)
     timings = {}
     for label in todo:
         cfg = cfgs[label]
@@ -114,20 +124,35 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
         if label == "proteus+comp":
             model = load_quantized(cache_path(cfgs["proteus"]))
             apply_compensation(model, reference, calib_ids, cfg)
-            model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict()}
+            cast(Any, model).icml_quantization = {
+                **cast(Any, model).icml_quantization,
+                "config": cfg.to_dict(),
+            }
         elif label == "proteus+comp+distill":
             model = load_quantized(cache_path(cfgs["proteus+comp"]))
-            seqs = distillation_set(make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference,
-                                    tokenizer, cfg)
+            seqs = distillation_set(
+                make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference, tokenizer, cfg
+            )
             before = packed_hash(model)
             losses = distill(model, reference, seqs, cfg.distill_steps, cfg.distill_lr, progress)
-            model.icml_quantization = {**model.icml_quantization, "config": cfg.to_dict(), "distill": {
-                "kl_first": losses[0], "kl_last": losses[-1], "hash_before": before,
-                "hash_after": packed_hash(model)}}
+            cast(Any, model).icml_quantization = {
+                **cast(Any, model).icml_quantization,
+                "config": cfg.to_dict(),
+                "distill": {
+                    "kl_first": losses[0],
+                    "kl_last": losses[-1],
+                    "hash_before": before,
+                    "hash_after": packed_hash(model),
+                },
+            }
         else:
             model = quantize_model(copy.deepcopy(reference), cfg, calib_ids, progress=progress)
         seconds = time.perf_counter() - t0
-        timings[label] = {"seconds": round(seconds, 1), "loadavg_start": load0, "loadavg_end": os.getloadavg()}
+        timings[label] = {
+            "seconds": round(seconds, 1),
+            "loadavg_start": load0,
+            "loadavg_end": os.getloadavg(),
+        }
         save_quantized(model, cache_path(cfg), tokenizer=tokenizer, extra={"timing": timings[label]})
         log(f"{label}: {seconds:.1f} s, load average {load0} -> {os.getloadavg()}")
         del model
@@ -145,7 +170,7 @@ def _generate(model, tokenizer) -> str:
     ids = chat_prompt_ids(tokenizer, PROMPT)
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=16, do_sample=False)
-    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def t_quantile_975(df: int) -> float:
@@ -183,7 +208,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     torch.set_num_threads(1)
     timings = prepare(budget, seed)
     reference, tokenizer = smollm2()
-    _, held_ids = _data(tokenizer)
+    _, held_ids = corpus_ids(tokenizer)
     eval_seqs = make_sequences(held_ids, BUDGETS[budget]["n_eval"] or held_ids.numel() // SEQ_LEN, SEQ_LEN)
     ref_lp = reference_logprobs(reference, eval_seqs)
     cfgs = method_configs(budget, seed)
@@ -196,26 +221,45 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         from icml_compress.quantize.model import read_quantization
 
         doc = read_quantization(path)
-        res[label] = {**metrics, **b, "hash": packed_hash(model),
-                      "timing": timings.get(label, doc["extra"].get("timing"))}
+        res[label] = {
+            **metrics,
+            **b,
+            "hash": packed_hash(model),
+            "timing": timings.get(label, doc["extra"].get("timing")),
+        }
         if label == "proteus+comp+distill":
             res[label]["roundtrip_identical"] = _roundtrip_identical(model, eval_seqs[:1, :64])
             res[label]["answer"] = _generate(model, tokenizer)
             res[label]["distill"] = doc["quantization"].get("distill")
-        rows.append({"method": label, "kl": round(metrics["kl"], 5), "ppl": round(metrics["ppl"], 3),
-                     "ppl_float": round(metrics["ppl_reference"], 3), "bytes_per_token": b["quantized_bytes"],
-                     "float16_bytes": b["float16_bytes"], "ratio_to_float16": round(b["ratio_to_float16"], 4),
-                     "bits_per_weight": round(b["bits_per_weight"], 3), "table_bytes": b["table_bytes"],
-                     "packed_hash": res[label]["hash"][:16],
-                     "quantize_seconds": (res[label]["timing"] or {}).get("seconds")})
+        rows.append(
+            {
+                "method": label,
+                "kl": round(metrics["kl"], 5),
+                "ppl": round(metrics["ppl"], 3),
+                "ppl_float": round(metrics["ppl_reference"], 3),
+                "bytes_per_token": b["quantized_bytes"],
+                "float16_bytes": b["float16_bytes"],
+                "ratio_to_float16": round(b["ratio_to_float16"], 4),
+                "bits_per_weight": round(b["bits_per_weight"], 3),
+                "table_bytes": b["table_bytes"],
+                "packed_hash": res[label]["hash"][:16],
+                "quantize_seconds": (res[label]["timing"] or {}).get("seconds"),
+            }
+        )
         del model
     kl = {lb: res[lb]["kl"] for lb in ORDER}
     p, pc, pcd = res["proteus"], res["proteus+comp"], res["proteus+comp+distill"]
-    paired = {f"{x} - trellis-1mad": paired_difference(res[x]["kl_per_sequence"], res["trellis-1mad"]["kl_per_sequence"])
-              for x in ("proteus", "proteus+comp+distill")}
+    paired = {
+        f"{x} - trellis-1mad": paired_difference(
+            res[x]["kl_per_sequence"], res["trellis-1mad"]["kl_per_sequence"]
+        )
+        for x in ("proteus", "proteus+comp+distill")
+    }
     checks = {
-        "KL order P+comp+distill < P < trellis-1mad < RTN": kl["proteus+comp+distill"] < kl["proteus"]
-        < kl["trellis-1mad"] < kl["rtn-2bit-g64"],
+        "KL order P+comp+distill < P < trellis-1mad < RTN": kl["proteus+comp+distill"]
+        < kl["proteus"]
+        < kl["trellis-1mad"]
+        < kl["rtn-2bit-g64"],
         "compensation reduces KL": kl["proteus+comp"] < kl["proteus"],
         "distillation reduces KL": kl["proteus+comp+distill"] < kl["proteus+comp"],
         "packed indices unchanged (hash equal)": p["hash"] == pc["hash"] == pcd["hash"],
@@ -239,11 +283,18 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "criterion": "; ".join(checks) + " (all)",
         "passed": all(checks.values()),
         "rows": rows,
-        "figures": [{
-            "name": "proteus_smollm2_kl", "title": f"SmolLM2-135M, 2 bits, L=10 ({blocks})",
-            "xlabel": "method", "ylabel": "KL(float || quantized) per token",
-            "x": list(ORDER), "series": {"KL": [kl[lb] for lb in ORDER]}, "kind": "bar", "logy": True,
-        }],
+        "figures": [
+            {
+                "name": "proteus_smollm2_kl",
+                "title": f"SmolLM2-135M, 2 bits, L=10 ({blocks})",
+                "xlabel": "method",
+                "ylabel": "KL(float || quantized) per token",
+                "x": list(ORDER),
+                "series": {"KL": [kl[lb] for lb in ORDER]},
+                "kind": "bar",
+                "logy": True,
+            }
+        ],
         "notes": (
             f"budget={budget} ({blocks} quantized), seed {seed}; eval {eval_seqs.numel()} held-out tokens; "
             f"checks: {checks}; paired per-sequence KL differences (mean, 95% t half-width, sequences where "

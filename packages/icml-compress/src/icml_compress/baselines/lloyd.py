@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from icml_compress.baselines._checks import check_float_tensor, check_int, compute_dtype
+from icml_compress.baselines.rtn import compute_dtype
+from icml_compress.validation import check_float_tensor, check_int
 
 GAUSSIAN_LLOYD_MAX_MSE = 0.1175  # 4 levels, N(0, 1) (Max, 1960); levels ±0.4528, ±1.510
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from icml_compress.baselines._checks import check_float_tensor, check_int, compute_dtype
+from icml_compress.validation import check_float_tensor, check_int
 
 
 class RTNQuantized(NamedTuple):
@@ -23,6 +23,11 @@ class RTNQuantized(NamedTuple):
     codes: torch.Tensor  # (..., in) uint8 in 0..2^bits - 1
     scale: torch.Tensor  # (..., in / group_size) grid step per group
     offset: torch.Tensor  # (..., in / group_size) group minimum, the grid's first point
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """float64 stays float64; everything else is computed in float32 (half precision rounds too coarsely)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def rtn_quantize(weight: torch.Tensor, bits: int, group_size: int) -> RTNQuantized:
@@ -44,7 +49,9 @@ def rtn_quantize(weight: torch.Tensor, bits: int, group_size: int) -> RTNQuantiz
     if size % group_size:
         raise ValueError(f"group_size must divide weight.shape[-1] = {size}, got {group_size}")
     top = 2**bits - 1
-    w = weight.to(compute_dtype(weight)).reshape(*weight.shape[:-1], size // group_size, group_size)  # (..., G, g)
+    w = weight.to(compute_dtype(weight)).reshape(
+        *weight.shape[:-1], size // group_size, group_size
+    )  # (..., G, g)
     lo = w.amin(dim=-1, keepdim=True)  # (..., G, 1)
     scale = (w.amax(dim=-1, keepdim=True) - lo) / top  # (..., G, 1)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # constant group: every code is 0

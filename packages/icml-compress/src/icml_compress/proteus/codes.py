@@ -1,7 +1,9 @@
 """Trellis codes: the function state -> value (``V = 1``) or 2-vector (``V = 2``) the decoder evaluates.
 
 Every code is ``alpha * raw(state) + beta``, with ``raw`` the code's integer or float function (defined
-once, in :mod:`icml_kernels.trellis.reference`, where the decode kernels are tested against it) and the
+once, in :mod:`icml_kernels.trellis.reference`, where the decode kernels are tested against it; the code
+names, which of them use a table and the ``V`` each gives are the kernels' format,
+:mod:`icml_kernels.trellis.format`) and the
 affine pair chosen so that the ``2^L`` state values have mean 0 and variance 1 (over all states and
 coordinates). For ``mulbal`` that pair is Proteus' per-layer affine Gaussianizer; for the others it is
 the normalization the issue asks for ("all normalized to unit variance").
@@ -21,12 +23,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from icml_compress.baselines._checks import check_int
-from icml_kernels.trellis.reference import code_values as _code_values
-from icml_kernels.trellis.reference import hyb_table_bits
+from icml_compress.validation import check_int
+from icml_kernels.trellis.format import (
+    CODES,
+    L_RANGE,
+    V_RANGE,
+    check_code,
+    check_code_params,
+    check_mulbal,
+    hyb_table_bits,
+    table_shape_of,
+)
+from icml_kernels.trellis.reference import code_values
 
-CODE_NAMES = ("lut", "1mad", "3inst", "hyb", "mulbal")
-V1_CODES = ("1mad", "3inst", "mulbal")
+CODE_NAMES = CODES  # the kernels' tuple: ("1mad", "3inst", "mulbal", "hyb", "lut")
 HYB_KMEANS_SAMPLES = 1 << 14
 HYB_KMEANS_ITERS = 20
 LUT_SEED_OFFSET = 1_000_003  # the lut table's generator is seeded apart from the source's
@@ -41,11 +51,14 @@ class MulBal:
     m: int
 
     def __post_init__(self) -> None:
-        check_int(self.a, "a", 1, (1 << 32) - 1)
-        check_int(self.b, "b", 0, (1 << 32) - 1)
-        check_int(self.m, "m", 1, 8)
+        check_mulbal(self.triple)
         if self.a % 2 == 0:
             raise ValueError(f"a must be odd (a bijection of the states mod 2^32), got {self.a}")
+
+    @property
+    def triple(self) -> tuple[int, int, int]:
+        """``(a, b, m)``, the form the kernels take."""
+        return self.a, self.b, self.m
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,14 +77,14 @@ class TrellisCode:
         """Keyword arguments of :func:`icml_kernels.trellis.reference.code_values` (and the kernels)."""
         params: dict = {"alpha": self.alpha, "beta": self.beta}
         if self.mulbal is not None:
-            params["mulbal"] = (self.mulbal.a, self.mulbal.b, self.mulbal.m)
+            params["mulbal"] = self.mulbal.triple
         if self.table is not None:
             params["table"] = self.table
         return params
 
     def decode(self, states: torch.Tensor) -> torch.Tensor:
         """float32 values ``(..., V)`` of integer states ``(...)``."""
-        return _code_values(states, self.name, self.L, self.V, **self.raw_params())
+        return code_values(states, self.name, self.L, self.V, **self.raw_params())
 
     def values(self) -> torch.Tensor:
         """The value of every state, ``(2^L, V)`` float32 (what the Viterbi encoder needs)."""
@@ -88,22 +101,18 @@ def make_code(name: str, L: int, V: int = 1, *, mulbal: MulBal | None = None, se
         mulbal (MulBal, Optional): parameters for ``mulbal``; default the first member of the vetted pool.
         seed (int): seeds the random ``lut`` table and the ``hyb`` k-means.
     """
-    if name not in CODE_NAMES:
-        raise ValueError(f"code must be one of {CODE_NAMES}, got {name!r}")
-    check_int(L, "L", 8, 16)
-    check_int(V, "V", 1, 2)
+    check_int(L, "L", *L_RANGE)
+    check_int(V, "V", *V_RANGE)
+    check_code(name, V)
     check_int(seed, "seed", 0)
-    if name in V1_CODES and V != 1:
-        raise ValueError(f"code {name!r} gives one value per state: V must be 1, got {V}")
-    if name == "hyb" and V != 2:
-        raise ValueError(f"code 'hyb' gives a 2-vector per state: V must be 2, got {V}")
-    if mulbal is not None and name != "mulbal":
-        raise ValueError(f"mulbal parameters only apply to code 'mulbal', not {name!r}")
-    table = None
     if name == "mulbal" and mulbal is None:
         from icml_compress.proteus.pool import MULBAL_POOL
 
         mulbal = MULBAL_POOL[0]
+    check_code_params(
+        name, L, V, mulbal=None if mulbal is None else mulbal.triple, table_shape=table_shape_of(name, L, V)
+    )  # the table is made here, of that shape
+    table = None
     if name == "lut":
         gen = torch.Generator().manual_seed(seed + LUT_SEED_OFFSET)
         table = torch.randn(1 << L, V, generator=gen)

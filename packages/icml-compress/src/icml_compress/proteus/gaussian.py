@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from icml_compress.baselines._checks import check_int
 from icml_compress.proteus.codes import CODE_NAMES, TrellisCode, make_code
 from icml_compress.trellis import BitshiftTrellis, quantize_tiles
+from icml_compress.validation import check_bool, check_instance, check_int
+from icml_kernels.trellis.format import K_RANGE
 
 TILE = 256
 # MSE of the optimal 2^K-level scalar quantizer of N(0, 1) (Max, 1960, Table I)
@@ -19,15 +20,14 @@ LLOYD_MAX_MSE = {1: 0.3634, 2: 0.1175, 3: 0.03454, 4: 0.009497}
 
 def distortion_rate_bound(K: int) -> float:
     """Shannon's distortion-rate function of a unit Gaussian at ``K`` bits per sample: ``2^(-2K)``."""
-    check_int(K, "K", 1, 4)
+    check_int(K, "K", *K_RANGE)
     return 2.0 ** (-2 * K)
 
 
 def resolve_code(code: str, L: int, V: int, seed: int) -> TrellisCode:
     """A code by name: ``lut``, ``1mad``, ``3inst``, ``hyb``, ``mulbal`` (the first pool member) or
     ``mulbal-<i>`` (pool member ``i``)."""
-    if not isinstance(code, str):
-        raise TypeError(f"code must be a str, got {type(code).__name__}")
+    check_instance(code, "code", str)
     if code.startswith("mulbal-"):
         from icml_compress.proteus.pool import MULBAL_POOL
 
@@ -52,14 +52,10 @@ def gaussian_mse(
     exactly ``K*256`` bits and the MSE is measured on the weights decoded from the packed words;
     otherwise on the unconstrained Viterbi optimum (a free-start stream, ``L - K*V`` bits longer).
     """
-    check_int(L, "L", 8, 16)
-    check_int(K, "K", 1, 4)
-    check_int(V, "V", 1, 2)
+    trellis = BitshiftTrellis(L, K, V, TILE)  # checks L, K, V
     check_int(n_tiles, "n_tiles", 1)
     check_int(seed, "seed", 0)
-    if not isinstance(tail_biting, bool):
-        raise TypeError(f"tail_biting must be a bool, got {tail_biting!r}")
-    trellis = BitshiftTrellis(L, K, V, TILE)
+    check_bool(tail_biting, "tail_biting")
     c = resolve_code(code, L, V, seed)
     x = torch.randn(n_tiles, TILE, generator=torch.Generator().manual_seed(seed))  # (tiles, T)
     states = quantize_tiles(x, c.values(), trellis, tail_biting=tail_biting)  # (tiles, T/V)

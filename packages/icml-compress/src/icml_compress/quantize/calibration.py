@@ -15,7 +15,7 @@ import warnings
 import torch
 from torch import nn
 
-from icml_compress.baselines._checks import check_float_tensor
+from icml_compress.validation import check_float_tensor
 
 
 def encode_texts(texts, tokenizer) -> torch.Tensor:
@@ -69,6 +69,7 @@ def collect_hessians(model: nn.Module, linears: dict[str, nn.Linear], sequences:
                     sums[name] = x.T @ x
             if not counts["first"] and name == order[-1]:
                 raise _StopForward  # nothing after the last hooked layer is needed
+
         return fn
 
     handles = [m.register_forward_pre_hook(hook(n)) for n, m in linears.items()]

@@ -6,8 +6,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 
-from icml_compress.baselines._checks import check_int
 from icml_compress.proteus.codes import CODE_NAMES
+from icml_compress.validation import check_instance, check_int, check_one_of, check_positive
+from icml_kernels.trellis import TrellisFormat
 
 METHODS = ("rtn", "trellis", "proteus")
 
@@ -64,33 +65,32 @@ class QuantConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.code not in CODE_NAMES:
-            raise ValueError(f"code must be one of {CODE_NAMES}, got {self.code!r}")
+        check_one_of(self.method, "method", METHODS)
+        check_one_of(self.code, "code", CODE_NAMES)
         if self.method == "proteus" and self.code != "mulbal":
             raise ValueError(f"method 'proteus' uses code 'mulbal', got code={self.code!r}")
         check_int(self.bits, "bits", 1, 8 if self.method == "rtn" else 4)
-        check_int(self.L, "L", 8, 16)
-        check_int(self.T, "T", 16)
-        check_int(self.group_size, "group_size", 1)
-        check_int(self.n_candidates, "n_candidates", 1)
-        check_int(self.select_rows, "select_rows", 1)
-        check_int(self.distill_steps, "distill_steps", 0)
-        check_int(self.distill_chat, "distill_chat", 0)
-        check_int(self.n_calibration, "n_calibration", 1)
-        check_int(self.seq_len, "seq_len", 2)
-        check_int(self.seed, "seed", 0)
+        if self.method != "rtn":  # L, bits (K), V and T through the packed format (K*T whole words)
+            TrellisFormat(self.L, self.bits, self.V, self.T).check_packable()
+        for name, minimum in (
+            ("T", 16),
+            ("group_size", 1),
+            ("n_candidates", 1),
+            ("select_rows", 1),
+            ("distill_steps", 0),
+            ("distill_chat", 0),
+            ("n_calibration", 1),
+            ("seq_len", 2),
+            ("seed", 0),
+        ):
+            check_int(getattr(self, name), name, minimum)
         if self.max_blocks is not None:
             check_int(self.max_blocks, "max_blocks", 1)
         for name in ("scale_override", "damping", "distill_lr"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if not isinstance(self.skip, tuple) or not all(isinstance(s, str) for s in self.skip):
-            raise TypeError(f"skip must be a tuple of str, got {self.skip!r}")
-        if self.method != "rtn" and (self.bits * self.T) % 32:
-            raise ValueError(f"bits*T must be a multiple of 32 (whole packed words per tile), got T={self.T}")
+            check_positive(getattr(self, name), name)
+        check_instance(self.skip, "skip", tuple, "tuple of str")
+        for s in self.skip:
+            check_instance(s, "skip", str, "tuple of str")
         if self.method != "proteus" and (self.compensation or self.distill_steps):
             raise ValueError("compensation and distill_steps apply to method 'proteus' only")
         if self.distill_chat and not self.distill_steps:

@@ -16,6 +16,7 @@ with the calibration sequences.
 from __future__ import annotations
 
 import hashlib
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 
 from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.linear import ProteusLinear
+from icml_compress.validation import check_int
 
 
 def packed_hash(model: nn.Module) -> str:
@@ -45,28 +47,37 @@ def chat_questions(n: int) -> list[str]:
     from pydoc_data.topics import topics
 
     names = sorted(topics)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(names):
-        raise ValueError(f"n must be an int in 1..{len(names)} (pydoc_data topics), got {n!r}")
-    return [CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)].format(t.replace("-", " ")) for i, t in enumerate(names[:n])]
+    check_int(n, "n (questions, one per pydoc_data topics entry)", 1, len(names))
+    return [
+        CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)].format(t.replace("-", " ")) for i, t in enumerate(names[:n])
+    ]
 
 
 def chat_prompt_ids(tokenizer, question: str) -> torch.Tensor:
     """``(1, n)`` ids of ``question`` as one user turn in ``tokenizer``'s chat template, ready to generate."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("the tokenizer has no chat template (needed for chat prompts and distill_chat)")
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                        return_tensors="pt")
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt"
+    )
     return ids if isinstance(ids, torch.Tensor) else ids["input_ids"]  # transformers 5: a BatchEncoding
 
 
 @torch.no_grad()
-def chat_transcripts(model: nn.Module, tokenizer, questions: list[str], max_new_tokens: int = 48) -> torch.Tensor:
+def chat_transcripts(
+    model: nn.Module, tokenizer, questions: list[str], max_new_tokens: int = 48
+) -> torch.Tensor:
     """Token ids (1-D) of the chat transcripts of ``questions`` answered greedily by ``model``, concatenated."""
     out = []
     for q in questions:
         ids = chat_prompt_ids(tokenizer, q).to(next(model.parameters()).device)
-        gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        gen = cast(Any, model).generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+        )
         out.append(gen[0].cpu())
     return torch.cat(out)
 
@@ -84,7 +95,9 @@ def distillation_set(sequences: torch.Tensor, teacher: nn.Module, tokenizer, con
     if not config.distill_chat:
         return sequences
     chat = chat_transcripts(teacher, tokenizer, chat_questions(config.distill_chat))
-    return interleave(sequences, make_sequences(chat, config.n_calibration, config.seq_len).to(sequences.device))
+    return interleave(
+        sequences, make_sequences(chat, config.n_calibration, config.seq_len).to(sequences.device)
+    )
 
 
 def kl_per_token(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -94,8 +107,14 @@ def kl_per_token(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor
     return (lp.exp() * (lp - lq)).sum(-1)
 
 
-def distill(model: nn.Module, teacher: nn.Module, sequences: torch.Tensor, steps: int, lr: float,
-            progress: bool = True) -> list[float]:
+def distill(
+    model: nn.Module,
+    teacher: nn.Module,
+    sequences: torch.Tensor,
+    steps: int,
+    lr: float,
+    progress: bool = True,
+) -> list[float]:
     """Train the affine statistics of ``model``'s ProteusLinear layers for ``steps`` steps (one sequence
     of ``sequences (n, seq_len)`` per step, cycling). Returns the training KL of each step."""
     mods = [m for m in model.modules() if isinstance(m, ProteusLinear)]

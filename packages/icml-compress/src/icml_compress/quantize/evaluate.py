@@ -29,13 +29,19 @@ def split_corpus(text: str, calibration_fraction: float = 0.8) -> tuple[str, str
 @torch.no_grad()
 def reference_logprobs(reference: nn.Module, sequences: torch.Tensor) -> torch.Tensor:
     """Float16 log-probabilities ``(n, seq_len, vocab)`` of the reference model (reused across methods)."""
-    return torch.stack([torch.log_softmax(reference(s.unsqueeze(0)).logits[0].float(), -1).half()
-                        for s in sequences])
+    return torch.stack(
+        [torch.log_softmax(reference(s.unsqueeze(0)).logits[0].float(), -1).half() for s in sequences]
+    )
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, sequences: torch.Tensor, *, reference: nn.Module | None = None,
-             reference_lp: torch.Tensor | None = None) -> dict:
+def evaluate(
+    model: nn.Module,
+    sequences: torch.Tensor,
+    *,
+    reference: nn.Module | None = None,
+    reference_lp: torch.Tensor | None = None,
+) -> dict:
     """Mean KL(reference || model) per token over all positions (also per sequence, ``kl_per_sequence``, for
     paired comparisons between models), and both perplexities (next token).
 
@@ -53,11 +59,17 @@ def evaluate(model: nn.Module, sequences: torch.Tensor, *, reference: nn.Module 
         if reference_lp is not None:
             lp = reference_lp[i].float()
         else:
+            assert reference is not None  # exactly one of the two is given
             lp = torch.log_softmax(reference(seq.unsqueeze(0)).logits[0].float(), -1)
         kl_seq.append(kl_per_token(lp, lq).mean().item())
         tgt = seq[1:].unsqueeze(-1)
         nll_sum += -lq[:-1].gather(-1, tgt).sum().item()
         ref_nll_sum += -lp[:-1].gather(-1, tgt).sum().item()
         n_nll += seq.numel() - 1
-    return {"kl": sum(kl_seq) / len(kl_seq), "kl_per_sequence": kl_seq, "ppl": math.exp(nll_sum / n_nll),
-            "ppl_reference": math.exp(ref_nll_sum / n_nll), "tokens": sequences.numel()}
+    return {
+        "kl": sum(kl_seq) / len(kl_seq),
+        "kl_per_sequence": kl_seq,
+        "ppl": math.exp(nll_sum / n_nll),
+        "ppl_reference": math.exp(ref_nll_sum / n_nll),
+        "tokens": sequences.numel(),
+    }

@@ -24,13 +24,13 @@ import math
 
 import torch
 
+from icml_compress.validation import check_int
 from icml_kernels.fwht import fwht
 
 
 def split_size(n: int) -> tuple[int, int]:
     """``(m, p)`` with ``n = m * p``, ``m`` odd and ``p`` a power of two."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    check_int(n, "n", 1)
     p = n & -n
     return n // p, p
 
@@ -45,13 +45,20 @@ def dct_matrix(m: int) -> torch.Tensor:
     return d
 
 
+@functools.lru_cache(maxsize=32)
+def dct_on(m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """:func:`dct_matrix` in ``dtype`` on ``device``, kept there: a call on CUDA copies nothing to the device
+    (a copy from host memory would wait for it)."""
+    return dct_matrix(m).to(dtype=dtype, device=device)
+
+
 def rotate(x: torch.Tensor) -> torch.Tensor:
     """``R x`` for each vector along the last dimension (``x @ R^T``), ``R = D_m (x) H_p / sqrt(p)``."""
     n = x.shape[-1]
     m, p = split_size(n)
     y = fwht(x.reshape(*x.shape[:-1], m, p).contiguous())  # (..., m, p)
     if m > 1:
-        y = torch.matmul(dct_matrix(m).to(dtype=y.dtype, device=y.device), y)  # D_m on the m axis
+        y = torch.matmul(dct_on(m, y.dtype, y.device), y)  # D_m on the m axis
     return y.reshape(x.shape)
 
 
@@ -61,7 +68,7 @@ def unrotate(y: torch.Tensor) -> torch.Tensor:
     m, p = split_size(n)
     z = y.reshape(*y.shape[:-1], m, p)
     if m > 1:
-        z = torch.matmul(dct_matrix(m).T.to(dtype=z.dtype, device=z.device), z)
+        z = torch.matmul(dct_on(m, z.dtype, z.device).T, z)
     return fwht(z.contiguous()).reshape(y.shape)
 
 

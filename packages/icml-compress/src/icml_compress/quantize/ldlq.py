@@ -27,9 +27,7 @@ def block_ldl(H: torch.Tensor, block: int) -> torch.Tensor:
     for k in range(0, n, block):
         Gkk = G[k : k + block, k : k + block]
         # M[:, k-block] = G[:, k-block] @ inv(Gkk): solve Gkk^T X^T = G^T
-        M[:, k : k + block] = torch.linalg.solve_triangular(
-            Gkk.T, G[:, k : k + block].T, upper=False
-        ).T
+        M[:, k : k + block] = torch.linalg.solve_triangular(Gkk.T, G[:, k : k + block].T, upper=False).T
     return M
 
 

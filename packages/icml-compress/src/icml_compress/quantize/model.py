@@ -8,7 +8,9 @@ GPT-2's ``Conv1D`` is not ``nn.Linear`` and is left alone). ``lm_head`` is skipp
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import json
 import os
 import re
@@ -17,6 +19,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -33,6 +36,7 @@ from icml_compress.quantize.ldlq import block_ldl, proxy_error
 from icml_compress.quantize.linear import ProteusLinear, RTNLinear, module_bytes
 from icml_compress.quantize.select import pool_code, select_candidate, trellis_quantize
 from icml_compress.trellis import BitshiftTrellis
+from icml_compress.validation import check_instance
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FORMAT = "icml-compress-quantized"
@@ -59,16 +63,16 @@ def find_linears(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]:
     return out
 
 
-def _set_module(model: nn.Module, name: str, new: nn.Module) -> None:
+def set_module(model: nn.Module, name: str, new: nn.Module) -> None:
+    """Replace the submodule ``name`` (dotted) of ``model`` by ``new``."""
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, new)
 
 
 def _check_model(model, config) -> dict[str, nn.Linear]:
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(config, QuantConfig):
-        raise TypeError(f"config must be a QuantConfig, got {type(config).__name__}")
+    """The Linear layers to quantize of a valid ``model`` and ``config``."""
+    check_instance(model, "model", nn.Module, "torch.nn.Module")
+    check_instance(config, "config", QuantConfig)
     linears = find_linears(model, config)
     if not linears:
         raise ValueError(
@@ -86,12 +90,14 @@ def quantize_linear_rtn(lin: nn.Linear, config: QuantConfig) -> RTNLinear:
     """RTN per group: ``bits``-bit codes, float16 scale and offset per group."""
     W = lin.weight.detach().float().cpu()
     q = rtn_quantize(W, config.bits, config.group_size)
-    mod = RTNLinear(W.shape[1], W.shape[0], bits=config.bits, group_size=config.group_size,
-                    bias=lin.bias is not None)
+    mod = RTNLinear(
+        W.shape[1], W.shape[0], bits=config.bits, group_size=config.group_size, bias=lin.bias is not None
+    )
     mod.set_codes(q.codes)
     mod.scale.copy_(q.scale.half())
     mod.offset.copy_(q.offset.half())
     if lin.bias is not None:
+        assert mod.bias is not None  # built with bias=True
         mod.bias.data.copy_(lin.bias.detach().float().cpu())
     return mod
 
@@ -127,19 +133,30 @@ def quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig
         code = make_code(config.code, config.L, config.V, seed=config.seed)
     What, packed = trellis_quantize(Wn, M, code, trellis)
     stats["proxy"] = proxy_error(Wn, What, Hr)
-    mod = ProteusLinear(n, m, code=code.name, L=config.L, K=config.bits, V=config.V, T=config.T,
-                        mulbal=None if code.mulbal is None else (code.mulbal.a, code.mulbal.b, code.mulbal.m),
-                        table_shape=None if code.table is None else tuple(code.table.shape),
-                        bias=lin.bias is not None, candidate=candidate)
+    mod = ProteusLinear(
+        n,
+        m,
+        code=code.name,
+        L=config.L,
+        K=config.bits,
+        V=config.V,
+        T=config.T,
+        mulbal=None if code.mulbal is None else code.mulbal.triple,
+        table_shape=None if code.table is None else tuple(code.table.shape),
+        bias=lin.bias is not None,
+        candidate=candidate,
+    )
     with torch.no_grad():
         mod.packed.copy_(packed)
         if code.table is not None:
+            assert mod.table is not None  # built with table_shape
             mod.table.copy_(code.table)
         mod.alpha.fill_(code.alpha)
         mod.beta.fill_(code.beta)
         mod.su.copy_(su.float())
         mod.sv.copy_((sv * scale).float())
         if lin.bias is not None:
+            assert mod.bias is not None  # built with bias=True
             mod.bias.copy_(lin.bias.detach().float().cpu())
     if config.compensation:
         compensate(mod, W, Hreg)
@@ -149,8 +166,9 @@ def quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig
     return mod, stats
 
 
-def quantize_model(model: nn.Module, config: QuantConfig, calibration_texts, *, tokenizer=None,
-                   progress: bool = True) -> nn.Module:
+def quantize_model(
+    model: nn.Module, config: QuantConfig, calibration_texts, *, tokenizer=None, progress: bool = True
+) -> nn.Module:
     """Quantize the Linear layers of ``model`` in place and return it.
 
     Args:
@@ -166,7 +184,9 @@ def quantize_model(model: nn.Module, config: QuantConfig, calibration_texts, *, 
     """
     linears = _check_model(model, config)
     if config.distill_chat and getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError("config.distill_chat needs the model's tokenizer with a chat template (tokenizer=...)")
+        raise ValueError(
+            "config.distill_chat needs the model's tokenizer with a chat template (tokenizer=...)"
+        )
     ids = encode_texts(calibration_texts, tokenizer)
     sequences = make_sequences(ids, config.n_calibration, config.seq_len)
     device = next(model.parameters()).device
@@ -180,18 +200,22 @@ def quantize_model(model: nn.Module, config: QuantConfig, calibration_texts, *, 
             mod, st = quantize_linear_rtn(lin, config), {}
         else:
             mod, st = quantize_linear_trellis(lin, hessians.pop(name).cpu(), config, name)
-        _set_module(model, name, mod.to(device))
+        set_module(model, name, mod.to(device))
         stats[name] = st
     info: dict = {"config": config.to_dict(), "layers": stats}
     if teacher is not None:
         sequences = distillation_set(sequences, teacher, tokenizer, config)
         before = packed_hash(model)
         losses = distill(model, teacher, sequences, config.distill_steps, config.distill_lr, progress)
-        info["distill"] = {"kl_first": losses[0], "kl_last": losses[-1], "hash_before": before,
-                           "hash_after": packed_hash(model)}
+        info["distill"] = {
+            "kl_first": losses[0],
+            "kl_last": losses[-1],
+            "hash_before": before,
+            "hash_after": packed_hash(model),
+        }
         del teacher
     info["seconds"] = round(time.perf_counter() - t0, 2)
-    model.icml_quantization = info
+    cast(Any, model).icml_quantization = info  # nn.Module.__setattr__ is typed for tensors and modules
     return model
 
 
@@ -207,17 +231,24 @@ def bytes_per_token(model: nn.Module) -> dict:
         if isinstance(mod, QUANTIZED):
             q += module_bytes(mod)
             weights += mod.in_features * mod.out_features
-            f16 += 2 * (mod.in_features * mod.out_features + (mod.out_features if mod.bias is not None else 0))
-            if getattr(mod, "table", None) is not None:
-                tables += mod.table.numel() * mod.table.element_size()
+            f16 += 2 * (
+                mod.in_features * mod.out_features + (mod.out_features if mod.bias is not None else 0)
+            )
+            table = getattr(mod, "table", None)
+            if isinstance(table, torch.Tensor):
+                tables += table.numel() * table.element_size()
         elif isinstance(mod, nn.Embedding):
             rest += 2 * mod.embedding_dim
         else:  # Linear layers left in float (lm_head), norms
             rest += 2 * sum(p.numel() for p in mod.parameters(recurse=False))
     return {
-        "quantized_bytes": q, "float16_bytes": f16, "ratio_to_float16": q / f16 if f16 else float("nan"),
-        "bits_per_weight": 8 * q / weights if weights else float("nan"), "table_bytes": tables,
-        "rest_float16_bytes": rest, "quantized_weights": weights,
+        "quantized_bytes": q,
+        "float16_bytes": f16,
+        "ratio_to_float16": q / f16 if f16 else float("nan"),
+        "bits_per_weight": 8 * q / weights if weights else float("nan"),
+        "table_bytes": tables,
+        "rest_float16_bytes": rest,
+        "quantized_weights": weights,
     }
 
 
@@ -236,16 +267,24 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
         raise ValueError("model must come from quantize_model or load_quantized (no icml_quantization info)")
     path = Path(path)
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / CONFIG_FILE).is_file())):
-        raise ValueError(f"path {path} exists and is not an earlier save_quantized directory; not overwriting")
+        raise ValueError(
+            f"path {path} exists and is not an earlier save_quantized directory; not overwriting"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         layers = {n: m.meta() for n, m in model.named_modules() if isinstance(m, QUANTIZED)}
         first = next(model.parameters())
         doc = {
-            "format": FORMAT, "version": 1, "quantization": info, "layers": layers,
-            "model_class": type(model).__name__, "dtype": str(first.dtype).removeprefix("torch."),
-            "model_config": model.config.to_dict() if hasattr(model, "config") else None,
+            "format": FORMAT,
+            "version": 1,
+            "quantization": info,
+            "layers": layers,
+            "model_class": type(model).__name__,
+            "dtype": str(first.dtype).removeprefix("torch."),
+            "model_config": config.to_dict()
+            if (config := getattr(model, "config", None)) is not None
+            else None,
             "extra": extra or {},
         }
         save_model(model, str(tmp / WEIGHTS_FILE))
@@ -284,37 +323,37 @@ def load_quantized(path) -> nn.Module:
     cfg = dict(doc["model_config"])
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     cls = getattr(transformers, doc["model_class"])
-    try:
-        from transformers.modeling_utils import no_init_weights
-    except ImportError:  # pragma: no cover - older transformers
+    # transformers 4 can skip the random initialization of the weights loaded next; 5 has no such switch here
+    no_init = getattr(importlib.import_module("transformers.modeling_utils"), "no_init_weights", None)
+    with no_init() if no_init is not None else contextlib.nullcontext():
         model = cls(config)
-    else:
-        with no_init_weights():
-            model = cls(config)
     model = model.to(getattr(torch, doc["dtype"]))
     for name, meta in doc["layers"].items():
         kind = ProteusLinear if meta["kind"] == "trellis" else RTNLinear
-        _set_module(model, name, kind.from_meta(meta))
+        set_module(model, name, kind.from_meta(meta))
     load_model(model, str(Path(path) / WEIGHTS_FILE), strict=True)
-    model.icml_quantization = doc["quantization"]
+    model.icml_quantization = doc["quantization"]  # a transformers model: attributes are untyped
     return model.eval()
 
 
-def apply_compensation(model: nn.Module, reference: nn.Module, calibration_ids: torch.Tensor,
-                       config: QuantConfig) -> dict:
+def apply_compensation(
+    model: nn.Module, reference: nn.Module, calibration_ids: torch.Tensor, config: QuantConfig
+) -> dict:
     """Compensate every ProteusLinear of an already quantized ``model`` against the float ``reference``
     (same names), with Hessians collected on ``reference`` from ``calibration_ids`` exactly as
     :func:`quantize_model` does; equivalent to quantizing with ``compensation=True`` (the packed words are
     the same either way). Returns ``{name: proxy after compensation}``."""
-    names = [n for n, m in model.named_modules() if isinstance(m, ProteusLinear)]
-    if not names:
+    mods = {n: m for n, m in model.named_modules() if isinstance(m, ProteusLinear)}
+    if not mods:
         raise ValueError("model has no ProteusLinear layers to compensate")
-    linears = {n: reference.get_submodule(n) for n in names}
+    linears = {
+        n: check_instance(reference.get_submodule(n), f"reference.{n}", nn.Linear, "torch.nn.Linear")
+        for n in mods
+    }
     sequences = make_sequences(encode_texts(calibration_ids, None), config.n_calibration, config.seq_len)
     hessians = collect_hessians(reference, linears, sequences)
     out = {}
-    for n in names:
-        mod = model.get_submodule(n)
+    for n, mod in mods.items():
         Hreg = regularize(hessians.pop(n), config.damping, f"H of {n}")
         W = linears[n].weight.detach().double()
         compensate(mod, W, Hreg)

@@ -39,8 +39,15 @@ def pool_code(index: int, L: int) -> TrellisCode:
     return make_code("mulbal", L, 1, mulbal=MULBAL_POOL[index])
 
 
-def select_candidate(Wn: torch.Tensor, Hr: torch.Tensor, M: torch.Tensor, trellis: BitshiftTrellis,
-                     n_candidates: int, rows: int, generator: torch.Generator) -> tuple[int, list[float]]:
+def select_candidate(
+    Wn: torch.Tensor,
+    Hr: torch.Tensor,
+    M: torch.Tensor,
+    trellis: BitshiftTrellis,
+    n_candidates: int,
+    rows: int,
+    generator: torch.Generator,
+) -> tuple[int, list[float]]:
     """Index of the pool member with the lowest proxy error on a row subsample, and every member's error."""
     n_candidates = min(n_candidates, len(MULBAL_POOL))
     idx = torch.randperm(Wn.shape[0], generator=generator)[: min(rows, Wn.shape[0])]

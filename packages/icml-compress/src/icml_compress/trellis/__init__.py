@@ -1,7 +1,8 @@
 """The bitshift trellis and Viterbi quantization (the encoder of QTIP and Proteus).
 
-:class:`BitshiftTrellis` holds the parameters (``L``, ``K``, ``V``, ``T``), the state transitions, the
-free-start and tail-biting bitstreams and the packing into 32-bit words; :func:`viterbi` finds optimal
+:class:`BitshiftTrellis` extends the kernels' packed format :class:`icml_kernels.trellis.TrellisFormat`
+(the parameters ``L``, ``K``, ``V``, ``T`` and their ranges, tail-biting paths, ``pack``/``unpack``) with the
+state transitions and the free-start and tail-biting bitstreams; :func:`viterbi` finds optimal
 paths for a batch of sequences; :func:`quantize_tiles` quantizes tiles with tail-biting.
 """
 

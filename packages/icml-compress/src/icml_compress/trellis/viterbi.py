@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from icml_compress.baselines._checks import check_float_tensor, check_int
 from icml_compress.trellis.bitshift import BitshiftTrellis
+from icml_compress.validation import check_float_tensor, check_int
 
 BACKPOINTER_BYTES = 1 << 26  # back-pointer memory per chunk of tiles (64 MiB)
 COST_ELEMENTS = 1 << 22  # cost-matrix elements per chunk of tiles (16 MiB in float32)

@@ -1,0 +1,67 @@
+"""Input validation for every module of icml-kernels (and, through :mod:`icml_compress.validation`, of the
+packages built on it).
+
+Conventions: a value of the wrong type raises ``TypeError``, a value of the right type outside its domain
+``ValueError``; every message names the argument and says what was expected. None of these checks reads
+tensor data: they look at Python values and tensor metadata only, so they never wait for a device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TypeVar
+
+import torch
+
+Size = TypeVar("Size", int, torch.SymInt)
+
+
+def _range_text(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"in {minimum}..{maximum}"
+    return f"{minimum} or more" if minimum is not None else f"{maximum} or less"
+
+
+def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An int (bools refused) in ``minimum..maximum`` (either end optional)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {_range_text(minimum, maximum)}, got {value}")
+    return value
+
+
+def check_finite_float(value: Any, name: str) -> float:
+    """A finite Python number (int or float, bools refused), returned as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite float, got {value!r}")
+    return float(value)
+
+
+def check_power_of_two(value: Size, name: str) -> Size:
+    """A positive power of two: 1, 2, 4, ... (a ``torch.SymInt`` too: a traced tensor's size)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, torch.SymInt))
+        or value < 1
+        or value & (value - 1)
+    ):
+        raise ValueError(f"{name} must be a power of two (1, 2, 4, ...), got {value!r}")
+    return value
+
+
+def check_tensor(value: Any, name: str, dtypes: tuple[torch.dtype, ...] | None = None) -> torch.Tensor:
+    """A ``torch.Tensor``, of one of ``dtypes`` when given."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if dtypes is not None and value.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        kind = (
+            f"dtype {names}"
+            if len(dtypes) == 1
+            else f"a floating dtype ({names})"
+            if all(d.is_floating_point for d in dtypes)
+            else f"one of the dtypes ({names})"
+        )
+        raise TypeError(f"{name} must have {kind}, got {value.dtype}")
+    return value
