@@ -65,7 +65,9 @@ def test_no_module_imports_another_modules_private_names(member):
             for i, part in enumerate(parts):
                 if part.startswith("_") and not part.startswith("__"):
                     owner = ".".join(parts[:i])
-                    assert own == owner or own.startswith(owner + "."), f"{path} imports {module}, private to {owner}"
+                    assert own == owner or own.startswith(owner + "."), (
+                        f"{path} imports {module}, private to {owner}"
+                    )
 
 
 @pytest.mark.parametrize("member", EXPERIMENTS, ids=lambda m: m.name)

@@ -213,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = new_report_folder(args.out, now)
     write_report(outcomes, folder, meta)
     print(text_table(summary_rows(outcomes)))
-    print(f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}")
+    print(
+        f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}"
+    )
     errors = [o for o in outcomes if o.error is not None]
     for o in errors:
         print(f"\n{o.name} raised:\n{o.error}", file=sys.stderr)
