@@ -40,12 +40,11 @@ def check_finite_float(value: Any, name: str) -> float:
 
 def check_power_of_two(value: Size, name: str) -> Size:
     """A positive power of two: 1, 2, 4, ... (a ``torch.SymInt`` too: a traced tensor's size)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, torch.SymInt))
-        or value < 1
-        or value & (value - 1)
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        raise ValueError(f"{name} must be a power of two (1, 2, 4, ...), got {value!r}")
+    # SymInts of torch < 2.6 have no bitwise operators: compare with the power of two at or below the
+    # size instead (comparisons and shifts of Python ints only)
+    if value < 1 or value != 1 << (int(value).bit_length() - 1):
         raise ValueError(f"{name} must be a power of two (1, 2, 4, ...), got {value!r}")
     return value
 

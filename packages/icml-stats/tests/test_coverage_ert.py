@@ -136,7 +136,7 @@ def test_default_classifier_runs_with_few_misses():
         ),
         ({"cover": np.ones(10), "loss": "l3"}, "loss must be one of"),
         ({"cover": np.ones(10), "side": "both"}, "side must be one of"),
-        ({"cover": np.ones(10), "cv": 1}, r"cv must be an integer in \[2, 10\]"),
+        ({"cover": np.ones(10), "cv": 1}, r"cv == 1, must be >= 2"),
         ({}, "pass exactly one of cover"),
         ({"y_intervals": np.zeros((10, 2))}, "y_intervals needs the true outcomes y"),
         ({"y": np.zeros(10), "y_intervals": np.zeros((10, 3))}, r"y_intervals must have shape \(10, 2\)"),

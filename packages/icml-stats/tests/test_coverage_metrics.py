@@ -106,7 +106,7 @@ def test_hsic_by_the_trace_formula_and_independence():
 
 
 def test_bad_metric_input():
-    with pytest.raises(ValueError, match="delta must be a number"):
+    with pytest.raises(ValueError, match="delta == 0, must be > 0"):
         worst_slab_coverage(np.zeros((4, 1)), np.ones(4), delta=0)
     with pytest.raises(ValueError, match="groups must have shape"):
         coverage_gap(np.zeros((4, 1)), np.ones(4), groups=[0, 1])
@@ -114,5 +114,5 @@ def test_bad_metric_input():
         size_stratified_coverage(np.ones(4))
     with pytest.raises(ValueError, match="statistic must be"):
         size_stratified_coverage(np.ones(4), np.ones(4), statistic="max")
-    with pytest.raises(ValueError, match="n_groups must be an integer"):
+    with pytest.raises(ValueError, match="n_groups == "):
         auto_groups(np.zeros(4), 0)

@@ -34,7 +34,7 @@ def test_sinusoidal_ci_null_and_alternative():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="n must"):
+    with pytest.raises(ValueError, match="n == 0, must be >= 1"):
         gaussian_ci(0)
     with pytest.raises(ValueError, match="effect"):
         gaussian_ci(10, effect=float("nan"))

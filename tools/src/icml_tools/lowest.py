@@ -80,35 +80,12 @@ def check(root: Path, name: str, python: str, venv: Path, uv: str) -> None:
     )
     override_file = venv / "overrides.txt"
     override_file.write_text("\n".join(overrides) + "\n")
+    install = [uv, "pip", "install", "--quiet", "--python", py]
     run(
-        [
-            uv,
-            "pip",
-            "install",
-            "--quiet",
-            "--python",
-            py,
-            "--resolution",
-            "lowest-direct",
-            "--overrides",
-            str(override_file),
-            *spec["requirements"],
-        ],
+        [*install, "--resolution", "lowest-direct", "--overrides", str(override_file), *spec["requirements"]],
         root,
     )
-    run(
-        [
-            uv,
-            "pip",
-            "install",
-            "--quiet",
-            "--python",
-            py,
-            "--no-deps",
-            *(str(root / p) for p in spec["local"]),
-        ],
-        root,
-    )
+    run([*install, "--no-deps", *(str(root / p) for p in spec["local"])], root)
     run([uv, "pip", "list", "--python", py], root)
     run([py, "-m", "pytest", str(spec["tests"]), "-q", "-p", "no:cacheprovider"], root)
 

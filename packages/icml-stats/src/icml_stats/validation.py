@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import is_classifier
+from sklearn.utils.validation import check_scalar
 
 FINITE = "(-inf, inf)"
 EXTENDED = "[-inf, inf]"  # every number but NaN
@@ -32,31 +33,30 @@ def _inside(value: Any, interval: str) -> Any:
     return above & ((value < high) | ((value == high) & (interval[-1] == "]")))
 
 
-def _range_text(minimum: int | None, maximum: int | None) -> str:
-    if minimum is not None and maximum is not None:
-        return f" in [{minimum}, {maximum}]"
-    return f" >= {minimum}" if minimum is not None else (f" <= {maximum}" if maximum is not None else "")
+# how an interval's brackets read in scikit-learn's check_scalar
+_BOUNDARIES = {("[", "]"): "both", ("[", ")"): "left", ("(", "]"): "right", ("(", ")"): "neither"}
 
 
 def check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An integer (bools refused) in ``[minimum, maximum]`` (either end optional)."""
-    expected = f"an integer{_range_text(minimum, maximum)}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be {expected}, got {value!r}")
-    v = int(value)
-    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
-    return v
+    """An integer (bools refused) in ``[minimum, maximum]`` (either end optional), by scikit-learn's
+    ``check_scalar``, so the messages read like scikit-learn's own parameter checks."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an instance of int, not bool.")
+    return int(check_scalar(value, name, numbers.Integral, min_val=minimum, max_val=maximum))
 
 
 def check_real(value, name: str, interval: str = FINITE) -> float:
-    """A real number (bools refused) inside ``interval``, e.g. ``"(0, 1)"``; the default is any finite number."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number in {interval}, got {value!r}")
-    v = float(value)
-    if not _inside(v, interval):
-        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
-    return v
+    """A real number (bools and NaN refused) inside ``interval``, e.g. ``"(0, 1)"``, by scikit-learn's
+    ``check_scalar``; the default is any finite number."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an instance of float, not bool.")
+    if isinstance(value, numbers.Real) and value != value:  # NaN
+        raise ValueError(f"{name} must be a number in {interval}, got NaN")
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    boundaries = _BOUNDARIES[interval[0], interval[-1]]
+    return float(
+        check_scalar(value, name, numbers.Real, min_val=low, max_val=high, include_boundaries=boundaries)
+    )
 
 
 def check_choice(value, name: str, choices: tuple):

@@ -327,6 +327,7 @@ def load_quantized(path) -> nn.Module:
     no_init = getattr(importlib.import_module("transformers.modeling_utils"), "no_init_weights", None)
     with no_init() if no_init is not None else contextlib.nullcontext():
         model = cls(config)
+    model.tie_weights()  # under transformers 4's no_init_weights the tied embeddings are not tied yet
     model = model.to(getattr(torch, doc["dtype"]))
     for name, meta in doc["layers"].items():
         kind = ProteusLinear if meta["kind"] == "trellis" else RTNLinear
