@@ -138,7 +138,10 @@ class HookedModel:
         self.spec = spec if spec is not None else spec_for(model)
         self.blocks = cast(nn.ModuleList, get_module(model, self.spec.layers))
         self.final_norm = get_module(model, self.spec.final_norm)
-        self.unembed = get_module(model, self.spec.unembed)
+        # the head's name moved between transformers releases (GPT-NeoX: embed_out, then lm_head); the
+        # Hugging Face accessor finds it in each, the spec's path is the fallback for other models
+        head = getattr(model, "get_output_embeddings", lambda: None)()
+        self.unembed = head if isinstance(head, nn.Module) else get_module(model, self.spec.unembed)
         self.embed = cast(nn.Embedding, get_module(model, self.spec.embed))
         cfg: Any = model.config  # a Hugging Face PretrainedConfig
         self.n_layers: int = len(self.blocks)
