@@ -202,10 +202,20 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
 
 
 def run(budget: str = "quick", seed: int = 0) -> dict:
-    """Quantize (or reload) every method, evaluate, and compute the verdict."""
+    """Quantize (or reload) every method, evaluate, and compute the verdict, on one thread as every
+    published run was; the caller's thread count is restored afterwards (it used to leak into the
+    reproductions run after this one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(budget, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(budget: str, seed: int) -> dict:
     from icml_tools.assets import smollm2
 
-    torch.set_num_threads(1)
     timings = prepare(budget, seed)
     reference, tokenizer = smollm2()
     _, held_ids = corpus_ids(tokenizer)
