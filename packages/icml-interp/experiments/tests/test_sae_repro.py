@@ -1,5 +1,5 @@
 """Heavier SAE checks: the ``sae-smollm2`` reproduction at the quick budget (heavy: harvests SmolLM2
-activations and trains two SAEs) and the ``sae-train`` benchmark (slow)."""
+activations and trains the AuxK SAE) and the ``sae-train`` benchmark (slow)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ def test_sae_smollm2_quick_reproduction_follows_the_protocol_and_passes():
     from icml_interp_experiments.sae.repro import FVU_TARGET, K
 
     result = run_reproduction("sae-smollm2", "quick", 0)
-    auxk, no_auxk = result["rows"]
+    (auxk,) = result["rows"]  # the quick budget trains the criterion's run only
     assert result["passed"] == (auxk["fvu"] < FVU_TARGET and abs(auxk["l0"] - K) <= 0.1 * K)
     assert result["passed"], result["rows"]
-    assert auxk["run"] == "auxk" and no_auxk["run"] == "no_auxk"
+    assert auxk["run"] == "auxk" and result["cache"].startswith(("built", "hit"))
 
 
 @pytest.mark.slow

@@ -404,6 +404,9 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         + [dict(kind="balanced_preset", **preset)]
         + [dict(kind="testbed_check", threshold=MOTION_ACCURACY_MIN, passed=testbed_ok, **motion)],
         "figures": figures,
+        "cache": f"built: trained testbed ({info['train_seconds']:.0f} s)"
+        if info["trained_now"]
+        else "hit: testbed",
         "notes": (
             f"testbed {type(cfg).__name__} ({cfg.frames} frames, {cfg.train_steps} training steps) "
             f"{'trained now' if info['trained_now'] else 'loaded from ' + str(info['path'])} "

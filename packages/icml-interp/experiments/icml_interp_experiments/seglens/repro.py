@@ -40,7 +40,7 @@ from icml_interp.diffing import activation_alignment, latent_maps
 from icml_interp.diffing.maps import layer_activations
 from icml_interp_experiments.seglens import repair
 from icml_interp_experiments.seglens.data import make_scans
-from icml_interp_experiments.seglens.train import dice_per_class, predict, pretrained
+from icml_interp_experiments.seglens.train import cached_path, dice_per_class, predict, pretrained
 
 SYSTEM = "seglens-repair"
 CLAIM = (
@@ -299,9 +299,11 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     start = time.perf_counter()
+    seeds = range(seed, seed + BUDGETS[budget]["seeds"])
+    to_train = [(a, s) for s in seeds for a in ARCHS if not cached_path(a, s).is_file()]
     try:
         rows, concept_rows = [], []
-        for s in range(seed, seed + BUDGETS[budget]["seeds"]):
+        for s in seeds:
             r, c = one_seed(s, budget)
             rows += r
             concept_rows += c
@@ -357,6 +359,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "passed": summary["passed"],
         "rows": table + rows_for_json(rows) + concept_rows,
         "figures": figures,
+        "cache": f"built: {len(to_train)} trained segmenters" if to_train else "hit: segmenters",
         "notes": (
             f"checks: {summary['checks']}; concepts (seed means): {summary['concepts']}; "
             f"baseline = the better control (random region or random latents); {time.perf_counter() - start:.0f} s"

@@ -105,6 +105,11 @@ def cache_root() -> Path:
     return cache_dir() / "seglens"
 
 
+def cached_path(arch: str, seed: int = 0, *, n_train: int = 512, steps: int = 400, size: int = 48) -> Path:
+    """Where :func:`pretrained` keeps the weights of that segmenter."""
+    return cache_root() / f"{arch}-s{seed}-n{n_train}-t{steps}-px{size}.safetensors"
+
+
 def pretrained(
     arch: str,
     seed: int = 0,
@@ -121,7 +126,7 @@ def pretrained(
 
     torch.manual_seed(seed)
     model = ARCHITECTURES[arch]()
-    path = cache_root() / f"{arch}-s{seed}-n{n_train}-t{steps}-px{size}.safetensors"
+    path = cached_path(arch, seed, n_train=n_train, steps=steps, size=size)
     if cache and path.is_file():
         model.load_state_dict(load_file(str(path)))
         return model.eval()
