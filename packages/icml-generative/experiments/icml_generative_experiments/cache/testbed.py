@@ -332,10 +332,7 @@ def _tiled_dit_class():
                 image = tile_frames(hidden_states, grid)
             else:
                 image = hidden_states.flatten(1, 2)  # (B, C·F, H, W), channel-major
-            # mypy sees diffusers' dummy DiTTransformer2DModel (no forward), hence the ignore
-            out = super().forward(  # type: ignore[misc]
-                image, timestep=timestep, class_labels=class_labels, return_dict=False
-            )[0]
+            out = super().forward(image, timestep=timestep, class_labels=class_labels, return_dict=False)[0]
             if self.config.layout == "tile":
                 out = untile_frames(out, grid)
             else:

@@ -380,8 +380,7 @@ class StackCacheHook(ModelHook):
                 return io.passthrough(hidden + self.state_manager.get_state().residual, args, kwargs)
         elif self.state_manager.get_state().skip:
             return io.passthrough(hidden, args, kwargs)
-        # diffusers declares original_forward as None; the registry sets it to the module's forward
-        output = self.fn_ref.original_forward(*args, **kwargs)  # type: ignore[misc]
+        output = self.fn_ref.original_forward(*args, **kwargs)
         if self.is_tail:
             self._end_step(io.output_hidden(output))
         return output
@@ -417,8 +416,7 @@ def apply_stack_cache(module: torch.nn.Module, policy: StackPolicy, level: str =
             f"{policy.name}: a stack cache is already applied to {type(module).__name__}; remove it first"
         )
     registry = HookRegistry.check_if_exists_or_initialize(module)  # lets cache_context reach the block hooks
-    # diffusers annotates StateManager's state_cls as an instance; it takes (and instantiates) the class
-    state_manager, shared = StateManager(ContextState), _SharedState()  # type: ignore[arg-type]
+    state_manager, shared = StateManager(ContextState), _SharedState()
     policy.shared = shared
     if level == "model":
         registry.register_hook(
