@@ -20,7 +20,9 @@ optional
     ``rows`` (list of flat dicts: the full result table), ``figures`` (list of figure specs, drawn to PNG
     by the runner), ``notes`` (str), ``cache`` (str: what this run found in or added to the user cache,
     e.g. ``"hit"`` or ``"built: trained testbed"``; the runner's table shows it, so a first run that
-    trains or quantizes for longer than the quick budget says why).
+    trains or quantizes for longer than the quick budget says why), ``threads`` (str: why the run uses torch
+    thread counts other than the default its process started with, which the runner records; the runner
+    flags a run that changes them without saying why).
 
 A figure spec is ``{"name": str, "title": str, "xlabel": str, "ylabel": str, "x": [...],
 "series": {label: [y, ...]}, "kind": "line" | "bar" | "scatter", "logx": bool, "logy": bool}``
@@ -78,8 +80,9 @@ def validate_result(result: Any) -> dict:
                 raise ProtocolError(f"result[{key!r}] must be a number, got {value!r}")
         elif not isinstance(value, kind):
             raise ProtocolError(f"result[{key!r}] must be {kind.__name__}, got {type(value).__name__}")
-    if not isinstance(result.get("cache", ""), str):
-        raise ProtocolError(f"result['cache'] must be a str, got {type(result['cache']).__name__}")
+    for key in ("cache", "threads", "notes"):
+        if not isinstance(result.get(key, ""), str):
+            raise ProtocolError(f"result[{key!r}] must be a str, got {type(result[key]).__name__}")
     rows = result.get("rows", [])
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise ProtocolError("result['rows'] must be a list of dicts")

@@ -3,22 +3,30 @@
 Reproductions are found through the entry-point group ``icml.reproductions``, which the packages'
 unpublished experiments members register (protocol in :mod:`icml_tools.protocol`). The runner owns the
 protocol: it checks budget and seed, times each call, checks each result and writes every report; a
-reproduction only measures and decides. Each selected one runs in turn; the runner prints a table (system,
-claim, metric, ours, baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and
-one PNG per figure. Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised or
-returned something that does not follow the protocol; 2 for a bad command line.
+reproduction only measures and decides. Each selected one runs in turn, in its own process
+(:mod:`icml_tools.child`), so thread counts, RNG state, the default dtype, environment variables and caches
+set by one never reach the next; ``--timeout SECONDS`` stops one that runs longer, and a crash or a timeout is
+reported as that reproduction's error while the others go on. Each result records the torch thread counts,
+torch and numpy versions and device it ran with. The runner prints a table (system, claim, metric, ours,
+baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and one PNG per figure.
+Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised, crashed, timed
+out or returned something that does not follow the protocol; 2 for a bad command line.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import signal
 import sys
-from dataclasses import dataclass
+import tempfile
+import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
+from icml_tools.child import Child, preload
 from icml_tools.plots import draw_figure
 from icml_tools.protocol import ProtocolError, check_run_args, format_number, validate_result
 from icml_tools.runner import (
@@ -28,7 +36,6 @@ from icml_tools.runner import (
     registered_entry,
     run_meta,
     select,
-    timed_call,
 )
 
 GROUP = "icml.reproductions"
@@ -43,12 +50,22 @@ class Outcome:
     seconds: float
     result: dict | None = None
     error: str | None = None
+    env: dict = field(default_factory=dict)  # what it ran with: threads, torch/numpy versions, device
+    timed_out: bool = False
 
     @property
     def verdict(self) -> str:
         if self.result is None:
-            return "ERROR"
+            return "TIMEOUT" if self.timed_out else "ERROR"
         return "PASS" if self.result["passed"] else "FAIL"
+
+    @property
+    def undocumented_threads(self) -> bool:
+        """It ran on a torch thread count other than the one its process started with, and its result has no
+        ``threads`` key saying why."""
+        used = self.env.get("threads", [])
+        default = self.env.get("default_threads")
+        return any(t != default for t in used) and not (self.result or {}).get("threads")
 
 
 def discover(group: str = GROUP) -> dict[str, EntryPoint]:
@@ -63,11 +80,42 @@ def discover(group: str = GROUP) -> dict[str, EntryPoint]:
     return dict(sorted(found.items()))
 
 
-def run_one(ep, budget: str, seed: int) -> Outcome:
-    """Run one registered reproduction under the protocol; what it raises becomes the outcome's error."""
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def run_one(ep, budget: str, seed: int, timeout: float | None = None) -> Outcome:
+    """Run one registered reproduction under the protocol in a process of its own (:class:`Child`), stopped
+    after ``timeout`` seconds when given; what it raises, a crash of its process or the timeout becomes the
+    outcome's error. Ctrl-C reaches it too: it is given a few seconds to end, then killed, and the
+    ``KeyboardInterrupt`` is raised here."""
     check_run_args(budget, seed)
-    result, seconds, error = timed_call(lambda: validate_result(ep.load()(budget=budget, seed=seed)))
-    return Outcome(ep.name, ep.value, distribution(ep), seconds, result, error)
+    with tempfile.TemporaryDirectory(prefix="icml-repro-") as tmp:
+        out = Path(tmp) / "outcome.json"
+        start = time.perf_counter()
+        child = Child(ep.value, budget, seed, out)
+        try:
+            code = child.wait(timeout)
+        except KeyboardInterrupt:
+            if child.wait(5.0) is None:
+                child.kill()
+            raise
+        if code is None:
+            child.kill()
+            seconds = time.perf_counter() - start
+            error = f"stopped after {seconds:.1f} s: it exceeded the time limit (--timeout {timeout:g} s)"
+            return Outcome(ep.name, ep.value, distribution(ep), seconds, error=error, timed_out=True)
+        if not out.is_file():
+            how = f"signal {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+            error = f"its process ended ({how}) without writing a result"
+            return Outcome(ep.name, ep.value, distribution(ep), time.perf_counter() - start, error=error)
+        data = json.loads(out.read_text())
+    return Outcome(
+        ep.name, ep.value, distribution(ep), data["seconds"], data["result"], data["error"], data["env"]
+    )
 
 
 def run_reproduction(name: str, budget: str = "quick", seed: int = 0) -> dict:
@@ -126,6 +174,23 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _env_line(o: Outcome) -> str:
+    """What the reproduction ran with, for its report section."""
+    env = o.env
+    parts = [f"Python {env.get('python', '?')}", f"numpy {env.get('numpy', '-')}"]
+    if "torch" in env:
+        parts.append(f"torch {env['torch']} on {env.get('device', '?')}")
+        threads = ", ".join(str(t) for t in env.get("threads", []))
+        line = f"torch threads used: {threads} (its process started with {env.get('default_threads')})"
+        why = (o.result or {}).get("threads")
+        if why:
+            line += f"; why: {why}"
+        elif o.undocumented_threads:
+            line += "; **not documented** (no `threads` key in the result)"
+        parts.append(line)
+    return "Ran with " + ", ".join(parts) + "."
+
+
 def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     sections = [
@@ -143,6 +208,8 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
             f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), {o.seconds:.1f} s.",
             "",
         ]
+        if o.env:
+            sections += [_env_line(o), ""]
         r = o.result
         if r is None:
             sections += ["Raised:", "", "```", (o.error or "").rstrip(), "```", ""]
@@ -182,6 +249,8 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
                 "verdict": o.verdict,
                 "result": o.result,
                 "error": o.error,
+                "timed_out": o.timed_out,
+                "env": o.env,
             }
             for o in outcomes
         ],
@@ -192,7 +261,8 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
-    args = parse_run_args("icml-repro", __doc__, "reports", argv)
+    tqdm.monitor_interval = 0  # no monitor thread: the runner forks each reproduction from one thread
+    args = parse_run_args("icml-repro", __doc__, "reports", argv, timeout=True)
     registered = discover()
     names = select(registered, args, "icml-repro")
     if isinstance(names, int):
@@ -204,11 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     now = datetime.now(timezone.utc)
     meta = run_meta(args, now)
     meta["platform"] = f"{platform.system()} {platform.machine()}, Python {meta['python']}"
+    meta["timeout"] = args.timeout
+    preload()
     outcomes = []
     bar = tqdm(selected, desc="reproductions", unit="system", file=sys.stderr)
     for ep in bar:
         bar.set_postfix_str(ep.name)
-        outcomes.append(run_one(ep, args.budget, args.seed))
+        outcomes.append(run_one(ep, args.budget, args.seed, args.timeout))
     bar.close()
     folder = new_report_folder(args.out, now)
     write_report(outcomes, folder, meta)
@@ -216,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}"
     )
+    for o in outcomes:
+        if o.undocumented_threads:
+            print(
+                f"icml-repro: {o.name} ran on torch threads {o.env['threads']} (its process started with "
+                f"{o.env['default_threads']}) and its result has no 'threads' key saying why",
+                file=sys.stderr,
+            )
     errors = [o for o in outcomes if o.error is not None]
     for o in errors:
         print(f"\n{o.name} raised:\n{o.error}", file=sys.stderr)

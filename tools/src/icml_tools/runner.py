@@ -32,8 +32,18 @@ def distribution(ep: Any) -> str:
     return ep.dist.name if getattr(ep, "dist", None) is not None else "?"
 
 
-def parse_run_args(prog: str, doc: str | None, out: str, argv: list[str] | None) -> argparse.Namespace:
-    """Parse the runners' common options; a bad budget or seed exits with status 2, like any bad option."""
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+def parse_run_args(
+    prog: str, doc: str | None, out: str, argv: list[str] | None, timeout: bool = False
+) -> argparse.Namespace:
+    """Parse the runners' common options (and ``--timeout`` when ``timeout``); a bad budget, seed or timeout
+    exits with status 2, like any bad option."""
     parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="list what is registered and exit")
     parser.add_argument(
@@ -55,6 +65,14 @@ def parse_run_args(prog: str, doc: str | None, out: str, argv: list[str] | None)
     parser.set_defaults(budget="quick")
     parser.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
     parser.add_argument("--out", type=Path, default=Path(out), help=f"output folder (default ./{out})")
+    if timeout:
+        parser.add_argument(
+            "--timeout",
+            type=_positive_seconds,
+            default=None,
+            metavar="SECONDS",
+            help="stop a reproduction that runs longer and report it as timed out (default: no limit)",
+        )
     args = parser.parse_args(argv)
     try:
         check_run_args(args.budget, args.seed)

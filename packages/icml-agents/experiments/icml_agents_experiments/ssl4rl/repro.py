@@ -333,6 +333,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "baseline": rnd["probe_accuracy"],
         "criterion": CRITERION,
         "passed": bool(reward_ok and probe_ok and text_ok),
+        "threads": "1: small networks trained seed by seed on one torch thread, so the numbers do not depend on "
+        "the machine's core count",
         "rows": rows,
         "figures": figures,
         "notes": notes,

@@ -303,6 +303,11 @@ def _run(budget: str, seed: int) -> dict:
         "ours": kl["proteus+comp+distill"],
         "baseline": kl["trellis-1mad"],
         "cache": cache,
+        **(
+            {"threads": "1 at the full budget: every published full run quantized on one torch thread"}
+            if budget == "full"
+            else {}
+        ),
         "criterion": "; ".join(checks) + " (all)",
         "passed": all(checks.values()),
         "rows": rows,

@@ -407,6 +407,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "cache": f"built: trained testbed ({info['train_seconds']:.0f} s)"
         if info["trained_now"]
         else "hit: testbed",
+        "threads": "min(default, $ICML_NAVICACHE_THREADS), 1 unless set: the testbed trains and the wall-clock "
+        "speed-ups are timed on one torch thread, so neither depends on the core count or on load beside it",
         "notes": (
             f"testbed {type(cfg).__name__} ({cfg.frames} frames, {cfg.train_steps} training steps) "
             f"{'trained now' if info['trained_now'] else 'loaded from ' + str(info['path'])} "

@@ -183,6 +183,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "baseline": -mean("d_leaked_random_x0"),
         "criterion": CRITERION,
         "passed": bool(all(checks.values())),
+        "threads": "1: tiny matrices, where one torch thread is faster than two fighting other processes",
         "rows": rows,
         "figures": figures,
         "notes": (

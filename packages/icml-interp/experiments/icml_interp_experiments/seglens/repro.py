@@ -360,6 +360,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "rows": table + rows_for_json(rows) + concept_rows,
         "figures": figures,
         "cache": f"built: {len(to_train)} trained segmenters" if to_train else "hit: segmenters",
+        "threads": "1: the segmenters train on one torch thread, so their weights (cached and reused) and the "
+        "verdict do not depend on the machine's core count",
         "notes": (
             f"checks: {summary['checks']}; concepts (seed means): {summary['concepts']}; "
             f"baseline = the better control (random region or random latents); {time.perf_counter() - start:.0f} s"

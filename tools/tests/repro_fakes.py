@@ -1,0 +1,88 @@
+"""Reproductions the runner's tests register (not collected as tests). The runner starts each in a process of
+its own by its ``module:function`` target, so they live in a module the child process can import: the tests put
+this folder on ``PYTHONPATH``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def passing(budget, seed):
+    return {
+        "system": "Pass",
+        "claim": "claim A",
+        "metric": "error (lower is better)",
+        "ours": 0.1,
+        "baseline": 0.2 + seed,
+        "criterion": "ours < baseline",
+        "passed": 0.1 < 0.2 + seed,
+        "rows": [{"budget": budget, "seed": seed}],
+        "figures": [
+            {
+                "name": "curve",
+                "title": "t",
+                "xlabel": "x",
+                "ylabel": "y",
+                "x": [1, 2, 3],
+                "series": {"ours": [3, 2, 1], "baseline": [3, 3, 3]},
+            }
+        ],
+    }
+
+
+def failing(budget, seed):
+    return {**passing(budget, seed), "system": "Fail", "ours": 0.5, "passed": False, "figures": []}
+
+
+def raising(budget, seed):
+    raise RuntimeError("boom in the reproduction")
+
+
+def bad_protocol(budget, seed):
+    return {"claim": "no other keys"}
+
+
+def recording(budget, seed):
+    """Appends its arguments to the file named by ``ICML_TEST_CALLS``, so a test sees calls made in a child."""
+    with Path(os.environ["ICML_TEST_CALLS"]).open("a") as handle:
+        handle.write(f"{budget} {seed}\n")
+    return passing(budget, seed)
+
+
+def messing(budget, seed):
+    """Changes process-wide state: torch threads, default dtype and seed, numpy's global RNG, the environment."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads() + 1)
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(123)
+    np.random.seed(123)  # noqa: NPY002 (the legacy global RNG is the state under test)
+    os.environ["ICML_TEST_LEAK"] = "leaked"
+    return passing(budget, seed)
+
+
+def checking(budget, seed):
+    """Asserts from inside a run that it sees a fresh process's defaults, whatever ran before it; its row holds
+    the torch thread count it found (the test compares it with a run before the one that changed it)."""
+    import numpy as np
+    import torch
+
+    assert torch.get_default_dtype() == torch.float32, torch.get_default_dtype()
+    assert torch.initial_seed() != 123  # a fresh process's torch seed is drawn at random
+    # numpy's global RNG is seeded from the OS in a fresh process: its first draw is not the seed-123 one
+    assert np.random.random() != np.random.RandomState(123).random()  # noqa: NPY002
+    assert "ICML_TEST_LEAK" not in os.environ
+    return {**passing(budget, seed), "rows": [{"threads": torch.get_num_threads()}]}
+
+
+def crashing(budget, seed):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleeping(budget, seed):
+    time.sleep(120)
+    return passing(budget, seed)
