@@ -7,7 +7,37 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint
 from pathlib import Path
+
+GROUP = "icml.reproductions"
+
+
+@dataclass(frozen=True)
+class FakeDist:
+    name: str
+
+
+@dataclass
+class FakeEntryPoint:
+    """A registered reproduction whose target is a function of this module."""
+
+    name: str
+    function: str
+    dist: FakeDist = FakeDist("icml-fake-experiments")
+
+    @property
+    def value(self) -> str:
+        return f"repro_fakes:{self.function}"
+
+    def load(self):
+        return EntryPoint(self.name, self.value, GROUP).load()
+
+
+def registry(functions: dict[str, str]) -> dict[str, FakeEntryPoint]:
+    """``{name: function}`` as the registered entry points a runner's ``discover`` returns."""
+    return {name: FakeEntryPoint(name, function) for name, function in functions.items()}
 
 
 def passing(budget, seed):

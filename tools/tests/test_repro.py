@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
-from importlib.metadata import EntryPoint
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,27 +14,9 @@ import pytest
 from icml_tools import child, repro
 
 HERE = Path(__file__).parent
-
-
-@dataclass(frozen=True)
-class FakeDist:
-    name: str
-
-
-@dataclass
-class FakeEntryPoint:
-    """A registered reproduction: its target is a function of :mod:`repro_fakes`."""
-
-    name: str
-    function: str
-    dist: FakeDist = FakeDist("icml-fake")
-
-    @property
-    def value(self) -> str:
-        return f"repro_fakes:{self.function}"
-
-    def load(self):
-        return EntryPoint(self.name, self.value, repro.GROUP).load()
+if str(HERE) not in sys.path:  # the fake reproductions' module, importable here and in the runner's children
+    sys.path.insert(0, str(HERE))
+from repro_fakes import FakeDist, FakeEntryPoint  # noqa: E402
 
 
 @pytest.fixture
@@ -184,3 +169,100 @@ def test_a_crash_or_a_timeout_is_that_reproductions_error_and_the_next_still_run
             repro.main(bad)
         assert exc.value.code == 2
     assert "--timeout" in capsys.readouterr().err
+
+
+def test_only_accepts_package_names(registry, tmp_path, capsys):
+    registry.update(
+        a=FakeEntryPoint("a", "passing"),
+        b=FakeEntryPoint("b", "failing"),
+        c=FakeEntryPoint("c", "passing", FakeDist("icml-other-experiments")),
+    )
+    assert repro.main(["--only", "icml-fake", "--out", str(tmp_path / "1")]) == 0
+    assert repro.main(["--only", "c,icml-fake", "--out", str(tmp_path / "2")]) == 0
+    ((one,), (two,)) = ((tmp_path / "1").iterdir(), (tmp_path / "2").iterdir())
+    assert list(results(one)) == ["a", "b"] and list(results(two)) == ["c", "a", "b"]
+    assert repro.main(["--only", "icml-nope", "--out", str(tmp_path / "3")]) == 2
+    assert "packages: icml-fake, icml-other" in capsys.readouterr().err
+
+
+def test_resume_runs_only_the_missing_and_gives_the_same_table(registry, tmp_path, capsys, monkeypatch):
+    log = tmp_path / "calls.txt"
+    monkeypatch.setenv("ICML_TEST_CALLS", str(log))
+    registry.update(a=FakeEntryPoint("a", "recording"), b=FakeEntryPoint("b", "failing"))
+    assert repro.main(["--out", str(tmp_path / "whole")]) == 0
+    (whole,) = (tmp_path / "whole").iterdir()
+    # a run that ended after "a" (as Ctrl-C leaves it), then resumed: "a" is not run again
+    assert repro.main(["--only", "a", "--out", str(tmp_path / "part")]) == 0
+    (part,) = (tmp_path / "part").iterdir()
+    capsys.readouterr()
+    assert repro.main(["--resume", str(part)]) == 0
+    assert "holds 1 finished; running the 1 missing" in capsys.readouterr().err
+    assert log.read_text().splitlines() == [
+        "quick 0",
+        "quick 0",
+    ]  # "whole" and "part" ran it, --resume did not
+
+    def table(folder):  # the summary table without its time column
+        return [row[:6] + row[7:] for row in repro.summary_rows(repro.read_report(folder)[1])]
+
+    assert table(part) == table(whole) and len(table(part)) == 2
+    for bad in (["--resume", str(part), "--full"], ["--resume", str(tmp_path / "none")]):
+        assert repro.main(bad) == 2
+    assert "ran budget 'quick' seed 0; pass the same" in capsys.readouterr().err
+
+
+def test_the_eta_comes_from_the_last_report(registry, tmp_path, capsys):
+    registry.update(a=FakeEntryPoint("a", "passing"))
+    assert repro.main(["--out", str(tmp_path)]) == 0
+    assert "left by the last report" not in capsys.readouterr().err  # no earlier report: no ETA
+    assert repro.main(["--out", str(tmp_path)]) == 0
+    assert "[1/1] a, about 0 min left by the last report" in capsys.readouterr().err
+
+
+DRIVER = """
+import sys
+import repro_fakes
+from icml_tools import repro
+
+repro.discover = lambda group=repro.GROUP: repro_fakes.registry({"first": "passing", "slow": "sleeping"})
+sys.exit(repro.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_keeps_what_finished_and_exits_130(tmp_path):
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, "--out", str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("*/results.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (folder,) = tmp_path.iterdir()
+    time.sleep(0.5)  # "slow" has started
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at a terminal does: the runner and its child get it
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert f"stopped by Ctrl-C; 1 of 2 finished this run, 1 in the report {folder / 'report.md'}" in err
+    assert f"continue with --resume {folder}" in err
+    assert "PASS    first" in out  # printed the moment it finished
+    assert {n: r["verdict"] for n, r in results(folder).items()} == {"first": "PASS"}
+    assert "## Pass" in (folder / "report.md").read_text()
+    assert not list(folder.glob(".*.tmp"))
+
+
+def test_status_lines_go_to_standard_error_at_once(capsys):
+    from icml_tools.progress import status
+
+    status("quantizing 4 blocks")
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert re.fullmatch(r"  · \d\d:\d\d:\d\d quantizing 4 blocks\n", captured.err)

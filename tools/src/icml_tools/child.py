@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from icml_tools.protocol import check_run_args, validate_result
+from icml_tools.runner import write_text_atomic
 
 FORK = sys.platform.startswith("linux") and hasattr(os, "fork")
 
@@ -106,13 +107,6 @@ class _TorchThreads:
 _THREADS = _TorchThreads()
 
 
-def write_json(path: Path, payload: dict) -> None:
-    """Write ``payload`` to ``path`` whole or not at all (a temporary file beside it, then a rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, allow_nan=True))
-    os.replace(tmp, path)
-
-
 def run(target: str, budget: str, seed: int, out: Path) -> None:
     """In this process: run the reproduction at ``target`` and write its outcome to ``out``."""
     _THREADS.watch()
@@ -125,7 +119,8 @@ def run(target: str, budget: str, seed: int, out: Path) -> None:
     except Exception:
         error = traceback.format_exc()
     seconds = time.perf_counter() - start
-    write_json(out, {"result": result, "error": error, "seconds": seconds, "env": _THREADS.env()})
+    payload = {"result": result, "error": error, "seconds": seconds, "env": _THREADS.env()}
+    write_text_atomic(out, json.dumps(payload, indent=2, allow_nan=True))
 
 
 def preload() -> None:

@@ -36,6 +36,7 @@ from icml_tools.runner import (
     registered_entry,
     run_meta,
     select,
+    write_text_atomic,
 )
 
 GROUP = "icml.reproductions"
@@ -233,11 +234,12 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
         for fig in r.get("figures", []):
             png = f"{o.name}__{fig['name']}.png"
             try:
-                draw_figure(fig, folder / png)
+                if not (folder / png).is_file():  # drawn once, when its reproduction finished
+                    draw_figure(fig, folder / png)
                 sections += [f"![{fig['title']}]({png})", ""]
             except Exception as exc:  # a figure that cannot be drawn is reported, not fatal
                 sections += [f"(figure {fig['name']!r} could not be drawn: {exc})", ""]
-    (folder / "report.md").write_text("\n".join(sections))
+    write_text_atomic(folder / "report.md", "\n".join(sections))
     payload = {
         "meta": meta,
         "results": [
@@ -255,35 +257,127 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
             for o in outcomes
         ],
     }
-    (folder / "results.json").write_text(json.dumps(payload, indent=2, allow_nan=True))
+    write_text_atomic(folder / "results.json", json.dumps(payload, indent=2, allow_nan=True))
+
+
+def read_report(folder: Path) -> tuple[dict, list[Outcome]]:
+    """The meta and outcomes of the report in ``folder`` (its ``results.json``)."""
+    payload = json.loads((folder / "results.json").read_text())
+    outcomes = [
+        Outcome(
+            r["name"],
+            r["target"],
+            r["distribution"],
+            r["seconds"],
+            r["result"],
+            r["error"],
+            r.get("env", {}),
+            r.get("timed_out", False),
+        )
+        for r in payload["results"]
+    ]
+    return payload["meta"], outcomes
+
+
+def earlier_seconds(out: Path, budget: str, exclude: Path | None = None) -> dict[str, float]:
+    """Each reproduction's seconds in the newest earlier report under ``out`` that ran it on ``budget`` (what
+    the overall ETA is computed from); empty when there is none."""
+    seconds: dict[str, float] = {}
+    for results in sorted(out.glob("*/results.json"), reverse=True):
+        if exclude is not None and results.parent.resolve() == exclude.resolve():
+            continue
+        try:
+            meta, outcomes = read_report(results.parent)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if meta.get("budget") == budget:
+            for o in outcomes:
+                if o.error is None:
+                    seconds.setdefault(o.name, o.seconds)
+    return seconds
+
+
+def result_line(o: Outcome) -> str:
+    """One finished reproduction, as printed the moment it finishes."""
+    r = o.result
+    if r is None:
+        return f"{o.verdict:7s} {o.name} ({o.seconds:.1f} s): {(o.error or '').strip().splitlines()[-1]}"
+    cache = f", cache {r['cache']}" if r.get("cache") else ""
+    return (
+        f"{o.verdict:7s} {o.name}: ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])} "
+        f"({o.seconds:.1f} s{cache})"
+    )
+
+
+def _eta(names: list[str], expected: dict[str, float]) -> str:
+    if not names or any(n not in expected for n in names):
+        return ""
+    return f", about {sum(expected[n] for n in names) / 60:.0f} min left by the last report"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tqdm import tqdm
-
-    tqdm.monitor_interval = 0  # no monitor thread: the runner forks each reproduction from one thread
-    args = parse_run_args("icml-repro", __doc__, "reports", argv, timeout=True)
+    args = parse_run_args("icml-repro", __doc__, "reports", argv, repro=True)
     registered = discover()
     names = select(registered, args, "icml-repro")
     if isinstance(names, int):
         return names
-    selected = [registered[n] for n in names]
-    if not selected:
+    if not names:
         print("icml-repro: no reproductions are registered (is the workspace synced?)", file=sys.stderr)
         return 1
     now = datetime.now(timezone.utc)
-    meta = run_meta(args, now)
-    meta["platform"] = f"{platform.system()} {platform.machine()}, Python {meta['python']}"
-    meta["timeout"] = args.timeout
+    outcomes: list[Outcome] = []
+    if args.resume is not None:
+        try:
+            meta, outcomes = read_report(args.resume)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(
+                f"icml-repro: --resume {args.resume}: no readable results.json there ({exc})", file=sys.stderr
+            )
+            return 2
+        if (meta.get("budget"), meta.get("seed")) != (args.budget, args.seed):
+            print(
+                f"icml-repro: --resume {args.resume} ran budget {meta.get('budget')!r} seed {meta.get('seed')}; "
+                f"pass the same (got {args.budget!r} seed {args.seed})",
+                file=sys.stderr,
+            )
+            return 2
+        folder = args.resume
+    else:
+        meta = run_meta(args, now)
+        meta["platform"] = f"{platform.system()} {platform.machine()}, Python {meta['python']}"
+        meta["timeout"] = args.timeout
+        folder = new_report_folder(args.out, now)
+        folder.mkdir(parents=True)
+    done = {o.name for o in outcomes}
+    todo = [n for n in names if n not in done]
+    if done:
+        print(
+            f"icml-repro: {folder} holds {len(done)} finished; running the {len(todo)} missing",
+            file=sys.stderr,
+        )
+    expected = earlier_seconds(args.out if args.resume is None else args.resume.parent, args.budget, folder)
     preload()
-    outcomes = []
-    bar = tqdm(selected, desc="reproductions", unit="system", file=sys.stderr)
-    for ep in bar:
-        bar.set_postfix_str(ep.name)
-        outcomes.append(run_one(ep, args.budget, args.seed, args.timeout))
-    bar.close()
-    folder = new_report_folder(args.out, now)
+    finished = 0
+    try:
+        for k, name in enumerate(todo):
+            print(f"[{k + 1}/{len(todo)}] {name}{_eta(todo[k:], expected)}", file=sys.stderr, flush=True)
+            outcome = run_one(registered[name], args.budget, args.seed, args.timeout)
+            outcomes.append(outcome)
+            write_report(outcomes, folder, meta)
+            finished += 1
+            print(result_line(outcome), flush=True)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the runner at once
+        write_report(outcomes, folder, meta)
+        print(
+            f"\nicml-repro: stopped by Ctrl-C; {finished} of {len(todo)} finished this run, "
+            f"{len(outcomes)} in the report {folder / 'report.md'}"
+            + (f" (continue with --resume {folder})" if finished < len(todo) else ""),
+            file=sys.stderr,
+        )
+        return 130
     write_report(outcomes, folder, meta)
+    print()
     print(text_table(summary_rows(outcomes)))
     print(
         f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}"

@@ -6,7 +6,9 @@ output folder."""
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import subprocess
 import sys
 import time
 import traceback
@@ -40,10 +42,10 @@ def _positive_seconds(text: str) -> float:
 
 
 def parse_run_args(
-    prog: str, doc: str | None, out: str, argv: list[str] | None, timeout: bool = False
+    prog: str, doc: str | None, out: str, argv: list[str] | None, repro: bool = False
 ) -> argparse.Namespace:
-    """Parse the runners' common options (and ``--timeout`` when ``timeout``); a bad budget, seed or timeout
-    exits with status 2, like any bad option."""
+    """Parse the runners' common options (and ``--timeout``, ``--resume`` when ``repro``); a bad budget, seed
+    or timeout exits with status 2, like any bad option."""
     parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="list what is registered and exit")
     parser.add_argument(
@@ -51,7 +53,7 @@ def parse_run_args(
         action="append",
         default=[],
         metavar="NAME",
-        help="run only this one (repeat or comma-separate for several)",
+        help="run only this one, or every one of this package (icml-stats); repeat or comma-separate for several",
     )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
@@ -65,13 +67,20 @@ def parse_run_args(
     parser.set_defaults(budget="quick")
     parser.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
     parser.add_argument("--out", type=Path, default=Path(out), help=f"output folder (default ./{out})")
-    if timeout:
+    if repro:
         parser.add_argument(
             "--timeout",
             type=_positive_seconds,
             default=None,
             metavar="SECONDS",
             help="stop a reproduction that runs longer and report it as timed out (default: no limit)",
+        )
+        parser.add_argument(
+            "--resume",
+            type=Path,
+            default=None,
+            metavar="REPORT_DIR",
+            help="continue the run reported in REPORT_DIR: skip what it holds, add the rest to it",
         )
     args = parser.parse_args(argv)
     try:
@@ -81,22 +90,43 @@ def parse_run_args(
     return args
 
 
+def package(ep: Any) -> str:
+    """The published distribution whose experiments registered ``ep`` (``icml-stats`` for
+    ``icml-stats-experiments``)."""
+    return distribution(ep).removesuffix("-experiments")
+
+
 def select(registered: dict, args: argparse.Namespace, prog: str) -> list[str] | int:
-    """The names to run (``--only``, all when empty), or the exit code when there is nothing to run: 0 after
-    printing the ``--list``, 2 after reporting unknown ``--only`` names."""
+    """The names to run (``--only``: registered names or package names, all when empty), or the exit code when
+    there is nothing to run: 0 after printing the ``--list``, 2 after reporting unknown ``--only`` names."""
     if args.list:
         for name, ep in registered.items():
             print(f"{name:24s} {distribution(ep):28s} {ep.value}")
         return 0
-    wanted = [n for item in args.only for n in item.split(",") if n]
-    unknown = [n for n in wanted if n not in registered]
+    wanted: list[str] = []
+    unknown = []
+    for item in (n for arg in args.only for n in arg.split(",") if n):
+        members = [item] if item in registered else [n for n, ep in registered.items() if item == package(ep)]
+        if not members:
+            unknown.append(item)
+        wanted += [n for n in members if n not in wanted]
     if unknown:
+        packages = sorted({package(ep) for ep in registered.values()})
         print(
-            f"{prog}: unknown name(s) {', '.join(unknown)}; registered: {', '.join(registered)}",
+            f"{prog}: unknown name(s) {', '.join(unknown)}; registered: {', '.join(registered)}; "
+            f"packages: {', '.join(packages)}",
             file=sys.stderr,
         )
         return 2
     return wanted or list(registered)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, then a rename), so a run
+    stopped at any moment leaves the previous version or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def timed_call(fn: Callable[..., T], *args: Any) -> tuple[T | None, float, str | None]:
@@ -109,13 +139,27 @@ def timed_call(fn: Callable[..., T], *args: Any) -> tuple[T | None, float, str |
     return value, time.perf_counter() - start, None
 
 
+def git_commit() -> str | None:
+    """The checked-out commit (with ``+dirty`` when the tree has changes), or None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
 def run_meta(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
-    """The run's budget, seed, start time and Python version, for the reports."""
+    """The run's budget, seed, start time, Python version, CPU count and commit, for the reports."""
     return {
         "budget": args.budget,
         "seed": args.seed,
         "started": now.isoformat(timespec="seconds"),
         "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "commit": git_commit(),
     }
 
 

@@ -49,6 +49,7 @@ import torch
 from icml_agents.rl.grpo import GRPOConfig
 from icml_agents.ssl4rl.tasks import canonical
 from icml_agents_experiments.ssl4rl import cnn, vlm
+from icml_tools.progress import status
 
 SYSTEM = "ssl4rl-digits"
 CLAIM = (
@@ -210,6 +211,7 @@ def fast_tier(budget: str, seed: int) -> tuple[dict, dict]:
     over seeds, and the text tier's result."""
     cfg = BUDGETS[budget]
     seeds = [1000 * seed + s for s in range(cfg["seeds"])]
+    status(f"fast tier ({len(seeds)} seeds) and text tier, {cfg['workers']} process(es); a line as each ends")
     if cfg["workers"] > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
@@ -230,6 +232,7 @@ def fast_tier(budget: str, seed: int) -> tuple[dict, dict]:
 
 def _text_run(budget: str, seed: int) -> dict:
     torch.set_num_threads(1)
+    status("text tier: GRPO warm-up and training of the small language model")
     t0 = time.perf_counter()
     out = vlm.run_text_tier(budget, seed)
     out["seconds"] = time.perf_counter() - t0

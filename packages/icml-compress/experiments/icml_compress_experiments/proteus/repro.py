@@ -20,6 +20,7 @@ from typing import Any
 
 from icml_compress.proteus.gaussian import LLOYD_MAX_MSE, distortion_rate_bound, gaussian_mse
 from icml_compress.proteus.pool import MULBAL_POOL
+from icml_tools.progress import status
 
 K = 2
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -37,6 +38,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     lloyd, bound = LLOYD_MAX_MSE[K], distortion_rate_bound(K)
     table: dict[str, dict[int, float]] = {}
     for L in Ls:
+        status(f"L = {L}: MSE of every code on {n_tiles} Gaussian tiles")
         for code in BASE_CODES:
             table.setdefault(code, {})[L] = gaussian_mse(code, L, K, 1, n_tiles, seed)
         table.setdefault("hyb", {})[L] = gaussian_mse("hyb", L, K, 2, n_tiles, seed)

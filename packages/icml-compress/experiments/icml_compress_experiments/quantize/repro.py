@@ -52,6 +52,7 @@ from icml_compress.quantize.model import (
     quantize_model,
     save_quantized,
 )
+from icml_tools.progress import status
 
 BUDGETS: dict[str, dict[str, Any]] = {
     # quick: 16 chat transcripts and the machine's threads (48 and one thread until 2026-12-01, when the quick
@@ -129,6 +130,7 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
         cfg = cfgs[label]
         if label in ("proteus+comp", "proteus+comp+distill"):  # the model they start from, timed on its own
             prepare(budget, seed, ["proteus" if label == "proteus+comp" else "proteus+comp"], progress, log)
+        status(f"building {label} (cached for later runs)")
         load0, t0 = os.getloadavg(), time.perf_counter()
         if label == "proteus+comp":
             model = load_quantized(cache_path(cfgs["proteus"]))
@@ -225,14 +227,16 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
 def _run(budget: str, seed: int) -> dict:
     from icml_tools.assets import smollm2
 
-    timings = prepare(budget, seed)
+    timings = prepare(budget, seed, progress=True)
     reference, tokenizer = smollm2()
     _, held_ids = corpus_ids(tokenizer)
     eval_seqs = make_sequences(held_ids, BUDGETS[budget]["n_eval"] or held_ids.numel() // SEQ_LEN, SEQ_LEN)
+    status(f"float reference log-probabilities on {len(eval_seqs)} held-out sequences")
     ref_lp = reference_logprobs(reference, eval_seqs)
     cfgs = method_configs(budget, seed)
     rows, res = [], {}
     for label in ORDER:
+        status(f"evaluating {label}")
         path = cache_path(cfgs[label])
         model = load_quantized(path)
         metrics = evaluate(model, eval_seqs, reference_lp=ref_lp)

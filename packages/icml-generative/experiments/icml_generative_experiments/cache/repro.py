@@ -65,6 +65,7 @@ from icml_generative_experiments.cache.testbed import (
     pretrained_testbed,
     sample_flow_euler,
 )
+from icml_tools.progress import status
 
 SYSTEM = "navicache-frontier"
 CLAIM = (
@@ -259,10 +260,12 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         model, info = pretrained_testbed(cfg, cache_dir())
         num_blocks = len(find_transformer_blocks(model, SYSTEM))
         # the testbed check: the uncached model's clips must move as their labels say
+        status("checking the testbed: motion accuracy of its samples")
         motion = motion_accuracy(model, cfg, n=b["motion_clips"], num_steps=steps, guidance_scale=GUIDANCE)
         shadow = _Shadow(model)
 
         # calibration of the offline baselines, on clips of their own
+        status("calibrating TeaCache and MagCache")
         noise, cond, uncond = sampling_inputs(cfg, b["calib_batch"], 10_000 + seed)
         apply_teacache(model, TeaCacheConfig(calibrate=True, num_inference_steps=steps))
         mag = calibrate_mag_ratios(
@@ -290,6 +293,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             )
             curves = {}
             for method, grid in THRESHOLDS.items():
+                status(f"seed {s}: sweeping {method}'s threshold ({len(b['sweep'])} runs)")
                 points = []
                 for threshold in (grid[i] for i in b["sweep"]):
                     _apply(model, method, threshold, steps, calib)

@@ -36,6 +36,7 @@ from icml_interp.patching import cross_model_layer_patching, logit_diff
 from icml_interp.perplexity import split_perplexity
 from icml_interp.steering import neuron_scores, random_neurons, scale_mlp_keys, top_neurons
 from icml_interp_experiments.anchor_adapter.toy import ToyConfig, accuracy, train_pair
+from icml_tools.progress import status
 
 SYSTEM = "anchor-adapter-planted"
 CLAIM = (
@@ -121,7 +122,12 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster than two fighting other processes
     try:
-        results = [one_seed(seed + i) for i in range(N_SEEDS[budget])]
+        results = []
+        for i in range(N_SEEDS[budget]):
+            status(
+                f"seed {seed + i} ({i + 1}/{N_SEEDS[budget]}): training the anchor-adapter pair, scanning, steering"
+            )
+            results.append(one_seed(seed + i))
     finally:
         torch.set_num_threads(threads)
     rows = [r for r, _ in results]

@@ -28,6 +28,7 @@ from icml_interp.sae.config import SAEConfig
 from icml_interp.sae.metrics import evaluate_sae, spliced_loss
 from icml_interp.sae.source import ActivationSource
 from icml_interp.sae.train import train_sae
+from icml_tools.progress import status
 
 SYSTEM = "sae-smollm2"
 HOOK = "blocks.15.hook_resid_post"
@@ -130,6 +131,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     model, tok = smollm2()
     hooked = HookedModel(model)
     start = time.perf_counter()
+    status(f"SmolLM2 middle-layer activations of {b['sequences']} sequences")
     seqs, acts, harvested = smollm2_activations(hooked, tok, b["sequences"])
     harvest_s = time.perf_counter() - start
     n_eval = max(1, round(seqs.shape[0] * EVAL_FRACTION))
@@ -153,7 +155,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             seed=seed,
         )
         t0 = time.perf_counter()
-        sae, log = train_sae(ActivationSource.from_activations(train_acts, seed=seed), cfg, progress=False)
+        sae, log = train_sae(ActivationSource.from_activations(train_acts, seed=seed), cfg, progress=True)
         train_s = time.perf_counter() - t0
         ev = evaluate_sae(sae, eval_acts)
         ce = spliced_loss(sae, (hooked, HOOK), seqs[-n_eval:][: b["ce_sequences"]].split(4))

@@ -41,6 +41,7 @@ from icml_interp.diffing.maps import layer_activations
 from icml_interp_experiments.seglens import repair
 from icml_interp_experiments.seglens.data import make_scans
 from icml_interp_experiments.seglens.train import cached_path, dice_per_class, predict, pretrained
+from icml_tools.progress import status
 
 SYSTEM = "seglens-repair"
 CLAIM = (
@@ -244,6 +245,7 @@ def one_seed(seed: int, budget: str = "quick", data_offset: int = 0) -> tuple[li
     )
     rows, states = [], {}
     for arch in ARCHS:
+        status(f"seed {seed}, {arch}: segmenter, layer SAEs, four repair arms")
         row, states[arch] = analyse_model(arch, seed, cfg, data)
         rows.append(row)
     return rows, align_concepts(states, data["probe"], seed)

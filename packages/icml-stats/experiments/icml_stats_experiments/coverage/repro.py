@@ -27,6 +27,7 @@ from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
 from icml_stats.coverage.ert import cross_fit_proba, default_classifier, ert_from_proba
 from icml_stats.coverage.metrics import slab_minima
+from icml_tools.progress import status
 
 TARGET = 0.9
 EFFECT = 0.08
@@ -179,6 +180,7 @@ def _simulate(cfg: dict, sizes: list[int], seed: int) -> list[dict]:
         truth = true_miscoverage(scenario, cfg["mc"], seed)
         for n in sizes:
             reps = cfg["reps"][n]
+            status(f"scenario {scenario}, n = {n}: {reps} repetitions")
             results = [
                 one_repetition(scenario, n, cfg["perms"], np.random.default_rng([seed, si, n, r]))
                 for r in range(reps)

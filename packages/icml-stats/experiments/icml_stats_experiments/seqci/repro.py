@@ -31,6 +31,7 @@ from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 from icml_stats.seqci.baselines import ECRT
 from icml_stats.seqci.datasets import gaussian_ci
 from icml_stats.seqci.skci import SKCI, run_ablation
+from icml_tools.progress import status
 
 D, BATCH, N, ALPHA = 5, 20, 1000, 0.05
 EFFECTS = (0.1, 0.25, 0.5, 1.0)
@@ -133,7 +134,11 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     cfg = BUDGETS[budget]
     jobs: list[tuple[str, tuple]] = [("null", (seed, r)) for r in range(cfg["null"])]
     jobs += [("power", (seed, a, r)) for a in EFFECTS for r in range(cfg["power"])]
-    results = _map(jobs, min(2, os.cpu_count() or 1))
+    workers = min(2, os.cpu_count() or 1)
+    status(
+        f"{len(jobs)} streams ({cfg['null']} null, {len(jobs) - cfg['null']} alternative) on {workers} processes"
+    )
+    results = _map(jobs, workers)
     null_runs, power_runs = results[: cfg["null"]], results[cfg["null"] :]
     type1 = {m: rate([r[m] for r in null_runs]) for m in NULL_METHODS}
     power = {}
