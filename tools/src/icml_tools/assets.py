@@ -73,6 +73,9 @@ def _build_smollm2_cache(gguf: Path, target: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from icml_tools.progress import status
+
+    status(f"converting SmolLM2 from {gguf.name} to float32 in {target.parent} (once, about 30 s)")
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The weights are dequantized floats now, but transformers still flags the model as GGUF-quantized

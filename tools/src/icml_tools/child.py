@@ -125,7 +125,8 @@ def run(target: str, budget: str, seed: int, out: Path) -> None:
 
 def preload() -> None:
     """Import torch (when installed) in the runner, patched to record threads, so forked children share it.
-    Importing torch starts no threads and sets no state the runner changes later."""
+    The runner never changes torch's state afterwards; the one thread the import starts (numpy's OpenBLAS
+    pool) is re-created in a forked child."""
     if FORK and find_spec("torch") is not None:
         _THREADS.watch()
         import torch  # noqa: F401

@@ -280,8 +280,8 @@ def read_report(folder: Path) -> tuple[dict, list[Outcome]]:
 
 
 def earlier_seconds(out: Path, budget: str, exclude: Path | None = None) -> dict[str, float]:
-    """Each reproduction's seconds in the newest earlier report under ``out`` that ran it on ``budget`` (what
-    the overall ETA is computed from); empty when there is none."""
+    """Each reproduction's seconds in the newest report under ``out`` (other than ``exclude``) that ran it on
+    ``budget`` without error: what the time left is computed from; empty when there is none."""
     seconds: dict[str, float] = {}
     for results in sorted(out.glob("*/results.json"), reverse=True):
         if exclude is not None and results.parent.resolve() == exclude.resolve():

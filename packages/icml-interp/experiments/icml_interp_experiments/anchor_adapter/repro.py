@@ -64,10 +64,12 @@ def one_seed(seed: int, cfg: ToyConfig | None = None) -> tuple[dict, dict]:
         int(torch.randint(len(LAYER_CHOICES), (1,), generator=torch.Generator().manual_seed(seed)))
     ]
     start = time.perf_counter()
+    status(f"seed {seed}: training the anchor and the adapter-tuned model")
     model_a, model_b, data, info = train_pair(cfg, seed, layer_star)
     leaked, clean = data.prompts[data.leaked], data.prompts[~data.leaked]
     leaked_ans, clean_ans = data.answers[data.leaked], data.answers[~data.leaked]
     computed = data.computed[data.leaked]  # what the arithmetic answers
+    status(f"seed {seed}: cross-model patching scan, neuron scores, steering")
     scan = cross_model_layer_patching(model_a, model_b, leaked, logit_diff(leaked_ans, computed))
     effects = {(r["component"], r["layer"]): r["effect"] for r in scan.rows}
     top = scan.top(1)[0]
@@ -122,12 +124,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matrices: one thread is faster than two fighting other processes
     try:
-        results = []
-        for i in range(N_SEEDS[budget]):
-            status(
-                f"seed {seed + i} ({i + 1}/{N_SEEDS[budget]}): training the anchor-adapter pair, scanning, steering"
-            )
-            results.append(one_seed(seed + i))
+        results = [one_seed(seed + i) for i in range(N_SEEDS[budget])]
     finally:
         torch.set_num_threads(threads)
     rows = [r for r, _ in results]

@@ -44,7 +44,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
         "sequences": 320,
         "d_sae": 576 * 16,
         "batch_size": 1024,
-        "steps": 300,
+        "steps": 200,  # 300 until 2026-12-01: 98-120 s of training alone left no margin under 2 minutes
         "lr": 2e-3,
         "dead_steps": 30,
         "ce_sequences": 8,

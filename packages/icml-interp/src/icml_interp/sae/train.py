@@ -231,7 +231,7 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
             log.lr.append(opt.param_groups[0]["lr"])
         if progress and step % 10 == 0:
             bar.set_postfix(
-                fvu=f"{float(fvu):.3f}", l0=f"{l0:.1f}", dead=f"{float(dead.double().mean()):.3f}"
+                fvu=f"{float(fvu.detach()):.3f}", l0=f"{l0:.1f}", dead=f"{float(dead.double().mean()):.3f}"
             )
         bar.update(1)
         step += 1
