@@ -18,7 +18,7 @@ from icml_tools.repro import Outcome, discover, read_report
 from icml_tools.runner import package, write_text_atomic
 
 START, END = "<!-- repro-table:start -->", "<!-- repro-table:end -->"
-HEADER = ["reproduction", "package", "system", "metric", "ours", "baseline", "verdict", "time (s)"]
+HEADER = ["reproduction", "package", "metric", "ours", "baseline", "verdict", "time (s)", "cache"]
 
 
 def _cell(text: object) -> str:
@@ -46,16 +46,15 @@ def render(meta: dict, outcomes: list[Outcome], registered: dict) -> str:
             cells = [f"`{name}`", pkg, "(not in this report)", "", "", "", "", ""]
         else:
             r = o.result or {}
-            cache = f" ({r['cache']})" if r.get("cache") else ""
             cells = [
                 f"`{name}`",
                 pkg,
-                _cell(r.get("system", "")),
                 _cell(r.get("metric", "")),
                 format_number(r["ours"]) if r else "",
                 format_number(r["baseline"]) if r else "",
                 o.verdict.lower(),
-                f"{o.seconds:.0f}{_cell(cache)}",
+                f"{o.seconds:.0f}",
+                _cell(r.get("cache", "")),
             ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

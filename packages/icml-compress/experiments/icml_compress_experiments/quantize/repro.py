@@ -141,6 +141,7 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
             }
         elif label == "proteus+comp+distill":
             model = load_quantized(cache_path(cfgs["proteus+comp"]))
+            status(f"{label}: chat transcripts from the float model for distillation")
             seqs = distillation_set(
                 make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference, tokenizer, cfg
             )

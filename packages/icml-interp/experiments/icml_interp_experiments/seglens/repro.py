@@ -102,7 +102,10 @@ def _sae(acts_a, acts_b, expansion, cfg, seed, aux=True):
 
 def analyse_model(arch: str, seed: int, cfg: dict, data: dict) -> tuple[dict, dict]:
     """Train the SAEs of one model and run the four repair arms; returns (row, state for the alignment)."""
+    if not cached_path(arch, seed).is_file():
+        status(f"seed {seed}, {arch}: training the segmenter (cached for later runs)")
     model = pretrained(arch, seed)
+    status(f"seed {seed}, {arch}: layer SAEs and the four repair arms")
     fit_a, fit_b, test_b, probe = data["fit_a"], data["fit_b"], data["test_b"], data["probe"]
     row = {"arch": arch, "seed": seed, **{f"layer_{r}": name for r, name in LAYERS[arch].items()}, "k": K}
     saes, acts = {}, {}
@@ -245,7 +248,6 @@ def one_seed(seed: int, budget: str = "quick", data_offset: int = 0) -> tuple[li
     )
     rows, states = [], {}
     for arch in ARCHS:
-        status(f"seed {seed}, {arch}: segmenter, layer SAEs, four repair arms")
         row, states[arch] = analyse_model(arch, seed, cfg, data)
         rows.append(row)
     return rows, align_concepts(states, data["probe"], seed)
