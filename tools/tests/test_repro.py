@@ -164,7 +164,7 @@ def test_a_crash_or_a_timeout_is_that_reproductions_error_and_the_next_still_run
     assert "signal SIGKILL" in got["crash"]["error"] and "signal SIGKILL" in err
     assert got["slow"]["timed_out"] and "--timeout 3 s" in got["slow"]["error"]
     assert 3 <= got["slow"]["seconds"] < 60
-    for bad in (["--timeout", "0"], ["--timeout", "soon"]):
+    for bad in (["--timeout", "0"], ["--timeout", "soon"], ["--timeout", "inf"], ["--timeout", "nan"]):
         with pytest.raises(SystemExit) as exc:
             repro.main(bad)
         assert exc.value.code == 2

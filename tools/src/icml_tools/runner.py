@@ -6,6 +6,7 @@ output folder."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import subprocess
@@ -36,8 +37,8 @@ def distribution(ep: Any) -> str:
 
 def _positive_seconds(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
     return value
 
 
