@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -138,6 +139,7 @@ class Child:
     def __init__(self, target: str, budget: str, seed: int, out: Path, fork: bool | None = None) -> None:
         check_run_args(budget, seed)
         self.proc: subprocess.Popen | None = None
+        self.returncode: int | None = None
         if not (FORK if fork is None else fork):
             cmd = [sys.executable, "-m", "icml_tools.child", target, budget, str(seed), str(out)]
             self.proc = subprocess.Popen(cmd)
@@ -171,6 +173,8 @@ class Child:
                 return self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 return None
+        if self.returncode is not None:  # reaped already
+            return self.returncode
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             pid, status = os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG)
@@ -187,8 +191,8 @@ class Child:
             self.proc.kill()
             self.proc.wait()
             return
-        if getattr(self, "returncode", None) is None:
-            os.kill(self.pid, 9)
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
             self.wait()
 
 
