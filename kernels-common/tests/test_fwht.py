@@ -14,7 +14,7 @@ from icml_kernels import fwht, fwht_reference, hadamard_matrix
 from icml_kernels.testing import rel_rms_error
 
 
-@pytest.mark.parametrize("n", [1, 2, 4, 8, 64, 1024])
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 32, 64, 1024, 2048, 8192])  # 1, 2 or 3 blocks of 5 bits, partial
 def test_reference_matches_explicit_hadamard_product(n):
     torch.manual_seed(n)
     x = torch.randn(5, n, dtype=torch.float64)
