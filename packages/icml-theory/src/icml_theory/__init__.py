@@ -1,7 +1,7 @@
 """icml-theory: learning theory from ICML 2026: optimal RDP to f-DP accounting, stability, attention dynamics, bandits.
 
 The privacy accountants need only numpy and scipy (``pip install icml-theory``). The parts built on torch
-(:mod:`icml_theory.boolean`, and the systems that train networks) need the ``torch`` extra
+(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, and the systems that train networks) need the ``torch`` extra
 (``pip install 'icml-theory[torch]'``); they are imported when first used, so the accountant never pulls
 torch in.
 """
@@ -24,6 +24,7 @@ _LAZY = {
         "spectral_weights",
         "subset_sizes",
     ),
+    "ca": (),
 }
 _LAZY_NAMES = {name: sub for sub, names in _LAZY.items() for name in names}
 

@@ -1,0 +1,143 @@
+"""Running a 2-D cellular automaton: on a torus, and on a finite window whose ``k``-step image is one cell.
+
+States are integer or bool tensors of 0/1 (any leading batch dimensions, the last two are rows and
+columns). One step is a table lookup: the 9 cells of each neighbourhood form the index into the rule's
+512-entry table (numbering of :mod:`icml_theory.ca.rules`).
+
+The ``k``-step map ``F^k`` is local too: the state of a cell after ``k`` steps is a function of the
+``(2k + 1) x (2k + 1)`` window around it at the start. :func:`local_table` writes that function as a truth
+table (``2^((2k+1)^2)`` entries: 512 for ``k = 1``, 33,554,432 for ``k = 2``), indexed row-major like the
+rule table; :func:`local_map` evaluates it on sampled windows for any ``k`` (``k = 3`` has 49 inputs).
+In the ±1 convention of :mod:`icml_theory.boolean` a live cell (bit 1) is ``-1``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from icml_theory.ca.rules import CELLS, Rule
+from icml_theory.validation import check_int
+
+MAX_TABLE_INPUTS = 25  # k <= 2: 2^25 entries (32 MiB as uint8)
+_CHUNK = 1 << 22
+
+
+def _check_state(state, name: str = "state") -> torch.Tensor:
+    if not isinstance(state, torch.Tensor):
+        state = torch.as_tensor(state)
+    if state.dim() < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dimensions (rows, columns), got shape {tuple(state.shape)}"
+        )
+    if state.is_floating_point() or state.is_complex() or not bool(((state == 0) | (state == 1)).all()):
+        raise ValueError(f"{name} must hold cell states 0 or 1 (an integer or bool tensor)")
+    return state.to(torch.uint8)
+
+
+def _check_rule(rule) -> Rule:
+    if not isinstance(rule, Rule):
+        raise TypeError(f"rule must be an icml_theory.ca.Rule, got {type(rule).__name__}")
+    return rule
+
+
+def step(state, rule: Rule) -> torch.Tensor:
+    """One synchronous update on the torus (rows and columns wrap around). Returns uint8 of ``state``'s shape."""
+    s, rule = _check_state(state), _check_rule(rule)
+    index = torch.zeros(s.shape, dtype=torch.long)
+    for j in range(CELLS):
+        dy, dx = j // 3 - 1, j % 3 - 1
+        index |= torch.roll(s, shifts=(-dy, -dx), dims=(-2, -1)).long() << j  # cell (r + dy, c + dx)
+    return rule.table[index]
+
+
+def simulate(state, rule: Rule, steps: int, *, history: bool = False) -> torch.Tensor:
+    """``steps`` updates on the torus; the final state, or with ``history=True`` all ``steps + 1`` states
+    stacked on a new first dimension."""
+    s, rule = _check_state(state), _check_rule(rule)
+    steps = check_int(steps, "steps", 0)
+    states = [s]
+    for _ in range(steps):
+        states.append(step(states[-1], rule))
+    return torch.stack(states) if history else states[-1]
+
+
+def window_step(windows, rule: Rule) -> torch.Tensor:
+    """One update of finite windows without wrapping: ``(..., h, w) -> (..., h - 2, w - 2)``, each output
+    cell the rule applied to its full 3 x 3 neighbourhood inside the window."""
+    s, rule = _check_state(windows, "windows"), _check_rule(rule)
+    h, w = s.shape[-2:]
+    if h < 3 or w < 3:
+        raise ValueError(f"windows must be at least 3 x 3, got {h} x {w}")
+    index = torch.zeros((*s.shape[:-2], h - 2, w - 2), dtype=torch.long)
+    for j in range(CELLS):
+        dy, dx = j // 3, j % 3
+        index |= s[..., dy : dy + h - 2, dx : dx + w - 2].long() << j
+    return rule.table[index]
+
+
+def window_image(windows, rule: Rule, k: int) -> torch.Tensor:
+    """The centre cell after ``k`` steps of each ``(2k + 1) x (2k + 1)`` window: ``(..., 2k+1, 2k+1) -> (...)``."""
+    k = check_int(k, "k", 1)
+    s = _check_state(windows, "windows")
+    if s.shape[-2:] != (2 * k + 1, 2 * k + 1):
+        raise ValueError(f"windows must be {2 * k + 1} x {2 * k + 1} for k = {k}, got {tuple(s.shape[-2:])}")
+    for _ in range(k):
+        s = window_step(s, rule)
+    return s[..., 0, 0]
+
+
+def local_table(rule: Rule, k: int) -> torch.Tensor:
+    """Truth table of the ``k``-step local map: uint8 ``(2^((2k+1)^2),)``, entry ``j`` the centre after ``k``
+    steps of the window whose row-major cell ``i`` is bit ``i`` of ``j``.
+
+    Exact for ``k <= 2`` (at most 25 inputs; for ``k = 2`` one step is tabulated on every band of 3 window rows,
+    then composed: about a second); for larger ``k`` use :func:`local_map` with the Monte-Carlo
+    estimators of :mod:`icml_theory.boolean.sampling`.
+    """
+    _check_rule(rule)
+    k = check_int(k, "k", 1)
+    side = 2 * k + 1
+    inputs = side * side
+    if inputs > MAX_TABLE_INPUTS:
+        raise ValueError(
+            f"k must be 1 or 2 for an exact truth table (2^{inputs} entries at k = {k}); "
+            "use local_map(rule, k) with icml_theory.boolean's Monte-Carlo estimators"
+        )
+    if k == 1:
+        return rule.table.clone()  # the 3 x 3 window is the neighbourhood, numbered alike
+    # k = 2: a band of 3 window rows (15 bits) determines 3 of the 9 intermediate cells; tabulate that
+    # once (2^15 bands), then each 25-bit window needs 3 band lookups and one rule lookup.
+    bands = torch.arange(1 << 15)
+    band_cells = ((bands[:, None] >> torch.arange(15)) & 1).to(torch.uint8).reshape(-1, 3, 5)
+    band_out = window_step(band_cells, rule)[:, 0, :].long()  # (2^15, 3): intermediate cells of row 0
+    band_code = (band_out << torch.arange(3)).sum(1)  # (2^15,) 3-bit code
+    out = torch.empty(1 << inputs, dtype=torch.uint8)
+    for start in range(0, 1 << inputs, _CHUNK):
+        index = torch.arange(start, min(start + _CHUNK, 1 << inputs))
+        middle = torch.zeros_like(index)
+        for row in range(3):  # intermediate row `row` comes from window rows row..row+2 (bits 5 row..)
+            middle |= band_code[(index >> (5 * row)) & 0x7FFF] << (3 * row)
+        out[start : start + index.numel()] = rule.table[middle]
+    return out
+
+
+def local_map(rule: Rule, k: int):
+    """The ``k``-step local map as a function of ±1 points ``(m, (2k+1)^2) -> (m,)`` (live = -1 in and out),
+    for the estimators of :mod:`icml_theory.boolean.sampling`; any ``k >= 1``."""
+    _check_rule(rule)
+    k = check_int(k, "k", 1)
+    side = 2 * k + 1
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != side * side:
+            raise ValueError(f"x must be (m, {side * side}) ±1 points, got shape {tuple(x.shape)}")
+        cells = (x < 0).to(torch.uint8).reshape(-1, side, side)
+        return 1.0 - 2.0 * window_image(cells, rule, k).to(torch.float64)
+
+    return f
+
+
+def as_pm1(table) -> torch.Tensor:
+    """A 0/1 table as the ±1 function of :mod:`icml_theory.boolean` (0 -> +1, 1 -> -1), float64."""
+    t = torch.as_tensor(table)
+    return 1.0 - 2.0 * t.to(torch.float64)
