@@ -5,6 +5,8 @@ import functools
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icml_theory.boolean import (
     fourier_coefficients,
@@ -463,3 +465,25 @@ def test_bad_windows_rules_and_steps():
         for not_a_rule in ("B3/S23", LIFE.table, None):
             with pytest.raises(TypeError, match=r"rule must be an icml_theory\.ca\.Rule"):
                 call(not_a_rule)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    table=st.lists(st.integers(0, 1), min_size=512, max_size=512),
+    rows=st.integers(3, 9),
+    cols=st.integers(3, 9),
+    shift=st.tuples(st.integers(-4, 4), st.integers(-4, 4)),
+    seed=st.integers(0, 2**16),
+)
+def test_any_rule_is_a_translation_equivariant_table_lookup(table, rows, cols, shift, seed):
+    """Fuzz: for any 512-entry rule and grid, a step commutes with translations of the torus and each cell
+    is the rule's entry at its 3 x 3 neighbourhood's index (row-major, wrapped)."""
+    rule = Rule.from_table(table)
+    state = (torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed)) < 0.5).to(torch.uint8)
+    out = step(state, rule)
+    moved = torch.roll(state, shifts=shift, dims=(0, 1))
+    assert torch.equal(step(moved, rule), torch.roll(out, shifts=shift, dims=(0, 1)))
+    r, c = seed % rows, (seed // rows) % cols
+    index = sum(int(state[(r + j // 3 - 1) % rows, (c + j % 3 - 1) % cols]) << j for j in range(9))
+    assert int(out[r, c]) == table[index]
+    assert torch.equal(local_table(rule, 1), rule.table)

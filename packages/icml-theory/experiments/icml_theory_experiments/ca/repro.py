@@ -43,12 +43,16 @@ DEGREE = 3
 MIN_IQR = 0.10
 MAX_PREDICTOR_RHO = 0.8
 BOOTSTRAP = 2000
+DIAGNOSTIC_MAX = 9  # degree and junta-size cut-offs 0..9 in the diagnostics
 THREADS = 2
 
 
-def _rho(x, y) -> float:
-    value = spearmanr(x, y)[0]
-    return 0.0 if np.isnan(value) else float(value)  # a constant accuracy column predicts nothing
+def spearman(x, y) -> float:
+    """Spearman's rho; 0 when either side is constant (a constant accuracy column ranks nothing)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return 0.0
+    return float(spearmanr(x, y)[0])
 
 
 def _bootstrap_difference(w, i, acc, seed: int) -> tuple[float, float]:
@@ -58,7 +62,7 @@ def _bootstrap_difference(w, i, acc, seed: int) -> tuple[float, float]:
     diffs = []
     for _ in range(BOOTSTRAP):
         idx = rng.integers(0, len(acc), len(acc))
-        diffs.append(_rho(w[idx], acc[idx]) - _rho(i[idx], acc[idx]))
+        diffs.append(spearman(w[idx], acc[idx]) - spearman(i[idx], acc[idx]))
     low, high = np.quantile(diffs, [0.025, 0.975])
     return float(low), float(high)
 
@@ -103,7 +107,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     predictor_rho = {}
     for k in KS:
         sub = [spectra[rule.name, k] for rule in REPRO_RULES]
-        predictor_rho[k] = _rho([m["W_le"][DEGREE] for m in sub], [-m["total_influence"] for m in sub])
+        predictor_rho[k] = spearman([m["W_le"][DEGREE] for m in sub], [-m["total_influence"] for m in sub])
     iqr = {}
     for arch in archs:
         acc = [row["accuracy"] for row in rows if row["arch"] == arch]
@@ -120,7 +124,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             w = [row["W_le_3"] for row in sub]
             neg_i = [-row["total_influence"] for row in sub]
             acc = [row["accuracy"] for row in sub]
-            rho_w, rho_i = _rho(w, acc), _rho(neg_i, acc)
+            rho_w, rho_i = spearman(w, acc), spearman(neg_i, acc)
+            measures = [spectra[row["rule"], k] for row in sub]
             low, high = _bootstrap_difference(w, neg_i, acc, seed=seed * 100 + k)
             cells.append(
                 {
@@ -134,9 +139,18 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                     "I_positive": rho_i > 0,
                     "resolved": low > 0,
                     "accuracy_iqr": float(np.subtract(*np.quantile(acc, [0.75, 0.25]))),
+                    # diagnostics, not the criterion (added after the first full run): the whole profile
+                    # of cut-offs, so no single d or j is picked after the fact
+                    "diagnostic_rho_W_le_d": [
+                        spearman([m["W_le"][d] for m in measures], acc) for d in range(DIAGNOSTIC_MAX + 1)
+                    ],
+                    "diagnostic_rho_best_junta_j": [
+                        spearman([m["junta"][j] for m in measures], acc) for j in range(DIAGNOSTIC_MAX + 1)
+                    ],
                 }
             )
     holds = all(c["W_beats_I"] and c["I_positive"] for c in cells)
+    flat = [f"{c['arch']} k={c['k']}" for c in cells if c["accuracy_iqr"] < MIN_IQR]
     passed = bool(headroom and holds)
 
     mean_w = float(np.mean([c["rho_W_le_3"] for c in cells]))
@@ -198,6 +212,11 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "notes": (
             f"budget={budget}, training seeds {train_seeds}; "
             + ("headroom holds; " if headroom else "NO HEADROOM: the run cannot decide; ")
+            + (
+                f"cells with accuracy IQR < {MIN_IQR:.2f} (no spread to rank): {', '.join(flat)}; "
+                if flat
+                else ""
+            )
             + summary
         ),
     }

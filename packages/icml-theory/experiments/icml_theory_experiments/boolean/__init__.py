@@ -1,1 +1,0 @@
-"""Experiments for :mod:`icml_theory.boolean`."""
