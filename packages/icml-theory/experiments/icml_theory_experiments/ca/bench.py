@@ -8,7 +8,7 @@ Rows:
   and the ratio; both are checked against each other first (a wrong one gets no ratio).
 - ``spectrum-25``: the exact spectrum of Life's 2-step map (25 inputs) in float32 and float64: building the
   truth table, the transform, and the peak resident memory of a fresh process doing both (each measured in
-  its own subprocess, so earlier rows do not raise the high-water mark), next to the process's memory
+  its own subprocess, so earlier rows do not raise the high-water mark: ``VmHWM``), next to the process's memory
   after importing torch.
 """
 
@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -40,19 +41,31 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory: ``VmHWM`` of ``/proc/self/status`` (reset at exec, unlike
+    ``ru_maxrss``, which keeps the forking parent's peak on Linux), else ``ru_maxrss``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
 def _spectrum_child(dtype_name: str) -> None:
     """Run in a subprocess: print JSON with the seconds and the peak memory of one exact 25-input spectrum."""
     from icml_theory.ca import Rule, as_pm1, local_table
 
     dtype = getattr(torch, dtype_name)
     fourier_coefficients(torch.ones(8))  # load the op (the first call imports torch's compiler stack)
-    base_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base_mib = _peak_rss_mib()
     start = time.perf_counter()
     table = local_table(Rule.life_like("B3/S23"), 2)
     built = time.perf_counter()
     coeffs = fourier_coefficients(as_pm1(table), dtype=dtype)
     done = time.perf_counter()
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = _peak_rss_mib()
     print(
         json.dumps(
             {

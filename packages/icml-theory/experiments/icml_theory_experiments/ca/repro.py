@@ -117,7 +117,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         abs(v) <= MAX_PREDICTOR_RHO for v in predictor_rho.values()
     )
 
-    cells = []
+    cells: list[dict] = []
     for arch in archs:
         for k in KS:
             sub = [row for row in rows if row["arch"] == arch and row["k"] == k]
