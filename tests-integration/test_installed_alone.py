@@ -138,5 +138,11 @@ except ImportError as exc:
     assert "icml-theory[torch]" in str(exc), exc
 else:
     raise AssertionError("icml_theory.boolean imported without torch")
+try:
+    icml_theory.ca
+except ImportError as exc:
+    assert "icml-theory[torch]" in str(exc), exc
+else:
+    raise AssertionError("icml_theory.ca imported without torch")
 """
     run(str(python), "-c", script, cwd=tmp_path)
