@@ -4,11 +4,15 @@ import numpy as np
 import pytest
 
 from icml_theory.privacy import (
+    DEFAULT_ORDERS,
     ComposedRDP,
     GaussianRDP,
+    OptimalConverter,
     OptimalRDPAccountant,
     SubsampledGaussianRDP,
+    cks_delta,
     get_noise_multiplier,
+    mironov_delta,
     optimal_epsilon,
     optimal_tradeoff,
 )
@@ -92,3 +96,28 @@ def test_get_noise_multiplier_meets_the_target():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize(
+    "sigma, q, steps, delta, cks_value",
+    [(1.0, 0.01, 10**7, 1e-5, 1036.23), (0.1, 0.5, 100, 1e-5, 4842.34), (1.0, 0.01, 1000, 1e-300, 87.24)],
+)
+def test_epsilon_is_finite_and_never_above_the_classical_conversions(sigma, q, steps, delta, cks_value):
+    """Regression (issue 22, item 4): at these edges the optimal search alone returned inf (its optimal
+    alpha lies below 1e-40), although the CKS and Mironov conversions of the same RDP values are finite."""
+    acc = OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=q, num_steps=steps)
+    eps = acc.get_epsilon(delta)
+    cks, mironov = acc.get_epsilon(delta, method="cks"), acc.get_epsilon(delta, method="mironov")
+    assert np.isfinite(eps) and eps <= min(cks, mironov)
+    assert cks == pytest.approx(cks_value, abs=0.01)
+    # delta(eps) is consistent: at the reported eps the guarantee holds with at most the asked delta
+    assert acc.get_delta(eps) <= delta * (1 + 1e-6)
+
+
+def test_delta_is_never_above_the_classical_conversions():
+    profile = SubsampledGaussianRDP(0.5, 0.1, 100)
+    conv = OptimalConverter(profile)
+    t = DEFAULT_ORDERS[DEFAULT_ORDERS > 1]
+    for eps in (10.0, 1000.0, 3000.0):
+        classical = min(cks_delta(t, profile(t), eps)[0], mironov_delta(t, profile(t), eps)[0])
+        assert conv.delta([eps])[0] <= classical

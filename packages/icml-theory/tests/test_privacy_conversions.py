@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from icml_theory.privacy import (
+    DEFAULT_ORDERS,
     GaussianRDP,
     OptimalConverter,
     SubsampledGaussianRDP,
@@ -72,9 +73,13 @@ def test_dominance_dp_sgd_and_inverse_consistency():
         assert e <= cks_epsilon(ORDERS, prof(ORDERS), d)[0] + 1e-9
     back = conv.delta(eps)  # delta(eps(delta)) = delta: 1 - f is carried as -expm1(log beta)
     np.testing.assert_allclose(back, DELTAS, rtol=1e-9)
-    # far below 1e-16 too (beta within 1e-20 of 1), and deltas under the alpha grid's floor give inf
+    # far below 1e-16 too (beta within 1e-20 of 1); a delta under the alpha grid's floor gets the classical
+    # conversions' value instead of inf (issue 22, item 4)
     tiny = conv.epsilon([1e-20, 1e-30, 1e-60])
-    assert tiny[0] > eps[-1] and np.isfinite(tiny[1]) and tiny[2] == np.inf
+    assert tiny[0] > eps[-1] and np.isfinite(tiny[1]) and tiny[1] > tiny[0]
+    own = DEFAULT_ORDERS[DEFAULT_ORDERS > 1]  # the converter's orders
+    classical = min(cks_epsilon(own, prof(own), 1e-60)[0], mironov_epsilon(own, prof(own), 1e-60)[0])
+    assert tiny[2] == classical < np.inf
     np.testing.assert_allclose(conv.delta(tiny[:2]), [1e-20, 1e-30], rtol=1e-9)
 
 

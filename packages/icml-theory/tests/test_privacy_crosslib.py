@@ -71,3 +71,14 @@ def test_opacus_rdp_accountant():
         OptimalRDPAccountant().step(noise_multiplier=SIGMA, sample_rate=Q, num_steps=STEPS).get_epsilon(1e-5)
     )
     assert ours <= theirs
+
+
+def test_edge_epsilon_is_not_below_the_pld_accountant():
+    """sigma = 0.1, q = 0.5, 100 steps: the repaired epsilon (issue 22, item 4) stays above dp_accounting's
+    PLD value (pessimistic discretization, so an upper bound on the true epsilon that is close to it)."""
+    from dp_accounting import dp_event, pld
+
+    pld_acc = pld.PLDAccountant(value_discretization_interval=0.1)
+    pld_acc.compose(dp_event.PoissonSampledDpEvent(0.5, dp_event.GaussianDpEvent(0.1)), 100)
+    ours = OptimalRDPAccountant().step(noise_multiplier=0.1, sample_rate=0.5, num_steps=100).get_epsilon(1e-5)
+    assert pld_acc.get_epsilon(1e-5) <= ours < np.inf

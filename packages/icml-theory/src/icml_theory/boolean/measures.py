@@ -89,7 +89,7 @@ def best_junta(coeffs, k: int) -> tuple[float, tuple[int, ...]]:
         raise ValueError(f"coeffs must be one function's spectrum of shape (2^n,), got {tuple(zeta.shape)}")
     n = zeta.shape[-1].bit_length() - 1
     k = check_int(k, "k", 0, n)
-    masked = torch.where(subset_sizes(n).to(zeta.device) == k, zeta, torch.tensor(-1.0, dtype=zeta.dtype))
+    masked = torch.where(subset_sizes(n).to(zeta.device) == k, zeta, zeta.new_tensor(-1.0))
     best = int(masked.argmax())
     return float(zeta[best]), tuple(i for i in range(n) if best >> i & 1)
 

@@ -11,6 +11,15 @@ locate the maximizer on a coarse log grid of ``alpha`` (our design: ``0`` and 20
 ``1 - f(alpha) - e^eps alpha <= 1 - f(b) - e^eps a``), so it stays valid while the bracket shrinks. Below the first grid point (1e-40) we only use ``f >= f(1e-40)``:
 ``delta(eps) >= 1 - f(1e-40)`` always, and a ``delta`` below that floor (about ``e^eps * 1e-40``) gets ``eps = inf``.
 
+Never looser than the classical conversions: ``epsilon`` and ``delta`` return the smaller of the optimal
+rule's value and the CKS and Mironov values on the converter's own orders and RDP values. Each of the three
+is a valid bound on the same mechanism (the two classical ones by the cited theorems, the optimal one by
+the paper's), so their minimum is valid; in exact arithmetic the optimal rule is never above the others
+(it is the tightest rule for every profile), so the minimum only repairs the numerical limits of our
+search: an ``epsilon`` whose optimal ``alpha`` lies below ``1e-40`` (large ``epsilon``, tiny ``delta``),
+where the optimal search alone returns ``inf``, e.g. 10^7 DP-SGD steps at ``q = 0.01, sigma = 1``
+(CKS 1036.2) or ``delta = 1e-300``.
+
 Classical conversions on the same inputs (orders ``> 1`` only; they have no use for lower orders):
 
 - Mironov (2017, Prop. 3): ``eps = min_tau rho(tau) + log(1/delta) / (tau - 1)``.
@@ -97,7 +106,12 @@ class OptimalConverter:
 
         # on [0, alpha_1] (below the coarse grid) f >= f(alpha_1), so the objective is <= 1 - f(alpha_1)
         first = -math.expm1(self.coarse.log_beta[1])
-        return np.clip(np.maximum(self._maximize(objective, bound, e.size), first), 0.0, 1.0)
+        optimal = np.clip(np.maximum(self._maximize(objective, bound, e.size), first), 0.0, 1.0)
+        t, r = self._classical_inputs()
+        classical = np.array(
+            [min(cks_delta(t, r, x)[0], mironov_delta(t, r, x)[0]) if np.isfinite(x) else 0.0 for x in eps]
+        )
+        return np.minimum(optimal, classical)
 
     def epsilon(self, deltas) -> np.ndarray:
         """``eps(delta)`` of the optimal trade-off for each ``delta`` (array); 0 when ``delta >= delta(0)``."""
@@ -113,8 +127,19 @@ class OptimalConverter:
         ratio = self._maximize(objective, bound, d.size)
         with np.errstate(divide="ignore", invalid="ignore"):
             eps = np.where(ratio > 1, np.log(np.maximum(ratio, 1.0)), 0.0)
-        # below the coarse grid's first alpha the ratio is not bounded: such tiny deltas get eps = inf
-        return np.where(-math.expm1(self.coarse.log_beta[1]) - d > 0, np.inf, eps)
+        # below the coarse grid's first alpha the ratio is not bounded: such tiny deltas get eps = inf here,
+        # and the classical conversions' value below
+        optimal = np.where(-math.expm1(self.coarse.log_beta[1]) - d > 0, np.inf, eps)
+        t, r = self._classical_inputs()
+        classical = np.array(
+            [min(cks_epsilon(t, r, x)[0], mironov_epsilon(t, r, x)[0]) if 0 < x < 1 else 0.0 for x in d]
+        )
+        return np.minimum(optimal, classical)
+
+    def _classical_inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The orders ``> 1`` of the grid and their RDP values: what the classical conversions use."""
+        keep = self.grid > 1
+        return self.grid[keep], self.rho_grid[keep]
 
 
 def optimal_epsilon(profile, delta: float, *, orders=None) -> float:
