@@ -164,6 +164,27 @@ def test_bad_input_raises():
         grpo_loss([[0.0]], lp, torch.zeros(2))
     with pytest.raises(ValueError, match="mask"):
         grpo_loss(lp, lp, torch.zeros(2), mask=torch.ones(2, 2))
+    # issue 22, item 8: a negative clip range gave loss 0, NaN log-probs a NaN loss, without a word
+    with pytest.raises(ValueError, match="epsilon must be"):
+        grpo_loss(lp, lp, torch.zeros(2), epsilon=-0.1)
+    with pytest.raises(ValueError, match="epsilon_high must be"):
+        grpo_loss(lp, lp, torch.zeros(2), epsilon_high=float("nan"))
+    with pytest.raises(ValueError, match="beta must be"):
+        grpo_loss(lp, lp, torch.zeros(2), beta=-1.0)
+    nan = lp.clone()
+    nan[0, 1] = float("nan")
+    with pytest.raises(ValueError, match="logp must be finite"):
+        grpo_loss(nan, lp, torch.zeros(2))
+    with pytest.raises(ValueError, match="old_logp must be finite"):
+        grpo_loss(lp, nan, torch.zeros(2))
+    with pytest.raises(ValueError, match="advantages must be finite"):
+        grpo_loss(lp, lp, torch.tensor([0.0, float("inf")]))
+    padded = torch.ones(2, 3)
+    padded[0, 1] = 0.0  # a NaN on a padding token is ignored
+    nan.requires_grad_(True)
+    loss, _ = grpo_loss(nan, lp, torch.ones(2), mask=padded)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(nan.grad).all() and nan.grad[0, 1] == 0
     with pytest.raises(ValueError, match="scale_rewards"):
         GRPOConfig(scale_rewards="token")
     with pytest.raises(ValueError, match="num_generations"):

@@ -102,17 +102,32 @@ def grpo_loss(
     advantages = check_tensor(advantages, "advantages", logp.shape[:1])
     mask = torch.ones_like(logp) if mask is None else check_tensor(mask, "mask", logp.shape)
     check_choice(loss_type, "loss_type", LOSS_TYPES)
+    epsilon = check_real(epsilon, "epsilon", "[0, inf)")  # as GRPOConfig: a negative range inverts the clip
+    eps_high = epsilon if epsilon_high is None else check_real(epsilon_high, "epsilon_high", "[0, inf)")
+    beta = check_real(beta, "beta", "[0, inf)")
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
+    if ref_logp is not None:
+        ref_logp = check_tensor(ref_logp, "ref_logp", logp.shape, floating=True).detach()
+    # padding may hold anything (it is zeroed before use, so a NaN there reaches neither the loss nor the
+    # gradient); completion tokens must be finite
+    completion = mask.detach() != 0
+    for name, t in (("logp", logp), ("old_logp", old_logp), ("ref_logp", ref_logp)):
+        if t is not None and not bool(torch.isfinite(t.detach()[completion]).all()):
+            raise ValueError(f"{name} must be finite on the completion tokens (mask != 0), got NaN or inf")
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError("advantages must be finite, got NaN or inf")
+    logp, old_logp = (torch.where(completion, t, torch.zeros_like(t)) for t in (logp, old_logp))
+    if ref_logp is not None:
+        ref_logp = torch.where(completion, ref_logp, torch.zeros_like(ref_logp))
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
-    eps_high = epsilon if epsilon_high is None else epsilon_high
     ratio = torch.exp(logp - old_logp.detach())  # (B, T)
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)  # (B, T)
     kl = None
     if ref_logp is not None:
-        kl = k3_kl(logp, check_tensor(ref_logp, "ref_logp", logp.shape, floating=True).detach())
+        kl = k3_kl(logp, ref_logp)
         if beta > 0:
             per_token = per_token + beta * kl
     masked = per_token * mask
