@@ -15,7 +15,8 @@ def test_quantile_by_hand():
     assert conformal_quantile(scores, 0.2) == 5.0  # ceil(6 * 0.8) = ceil(4.8) = 5
     assert conformal_quantile(scores, 0.4) == 4.0  # ceil(6 * 0.6) = ceil(3.6) = 4
     assert conformal_quantile(scores, 0.5) == 3.0  # ceil(6 * 0.5) = 3 exactly, no float push to 4
-    assert conformal_quantile(scores, 0.1) == math.inf  # ceil(5.4) = 6 > n
+    with pytest.warns(UserWarning, match=r"alpha = 0.1 is below 1/\(n \+ 1\) = 0.167 for n = 5"):
+        assert conformal_quantile(scores, 0.1) == math.inf  # ceil(5.4) = 6 > n: trivial sets, said aloud
     assert conformal_quantile(np.arange(1.0, 20.0), 0.1) == 18.0  # n = 19: ceil(20 * 0.9) = 18
 
 

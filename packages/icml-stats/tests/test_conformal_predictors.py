@@ -98,3 +98,22 @@ def test_bad_classification_input():
         lac_sets(LogisticRegression(), x, [0, 1, 1, 0], x, [0, 5, 0, 0], x)
     with pytest.raises(ValueError, match="alpha"):
         cqr_interval(x, np.zeros(4), x, np.zeros(4), x, alpha=1.0)
+
+
+@pytest.mark.parametrize("method", [lac_sets, aps_sets])
+def test_string_labels_give_the_sets_of_their_sorted_indices(method):
+    """Issue 22, item 8: string labels failed with "could not convert string to float"."""
+    rng = np.random.default_rng(4)
+    x, y = _classification(rng, 300)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]  # sorted, so column k is names' k-th
+    by_index = method(LogisticRegression(), x[:100], y[:100], x[100:200], y[100:200], x[200:], alpha=0.1)
+    by_name = method(
+        LogisticRegression(), x[:100], names[:100], x[100:200], names[100:200], x[200:], alpha=0.1
+    )
+    np.testing.assert_array_equal(by_name, by_index)
+    with pytest.raises(ValueError, match="y_calib has the label 'daisy', unseen in y_fit"):
+        method(LogisticRegression(), x[:100], names[:100], x[100:102], ["setosa", "daisy"], x[200:])
+    with pytest.raises(TypeError, match="one sortable kind"):
+        method(
+            LogisticRegression(), x[:4], np.array(["a", 1, "b", 2], dtype=object), x[:2], ["a", "b"], x[:2]
+        )

@@ -7,8 +7,10 @@
   only a uniform fraction ``U`` of the true class's own probability (one ``U`` per test point), the
   randomised version with exact coverage; the default is the deterministic, conservative version.
 
-Sets come in MAPIE's layout: booleans ``(n_test, n_classes)``, column ``k`` for class ``k``. Labels
-must be the integers ``0 .. n_classes - 1``.
+Sets come in MAPIE's layout: booleans ``(n_test, n_classes)``, column ``k`` for class ``k``. Numeric labels
+must be the integers ``0 .. n_classes - 1``; labels of any other kind (strings, objects) are allowed too, and
+column ``k`` is then the ``k``-th of the sorted distinct labels of ``y_fit`` (the order of scikit-learn's
+``classes_``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,28 @@ def _aps_scores(proba: np.ndarray, u: np.ndarray) -> np.ndarray:
     return scores
 
 
+def _encode_labels(y_fit, y_calib):
+    """Non-numeric labels (strings, objects) as indices into the sorted distinct labels of ``y_fit``;
+    numeric labels pass unchanged (they must already be class indices)."""
+    yf, yc = np.asarray(y_fit), np.asarray(y_calib)
+    if yf.dtype.kind in "biuf" and yc.dtype.kind in "biuf":
+        return y_fit, y_calib
+    try:
+        classes = np.unique(yf)
+        unseen = np.setdiff1d(np.unique(yc), classes)
+    except TypeError:  # e.g. strings mixed with numbers: no order
+        raise TypeError(
+            "y_fit and y_calib must hold labels of one sortable kind (all numbers or all strings)"
+        ) from None
+    if unseen.size:
+        raise ValueError(
+            f"y_calib has the label {unseen.tolist()[0]!r}, unseen in y_fit (labels {classes.tolist()})"
+        )
+    return np.searchsorted(classes, yf), np.searchsorted(classes, yc)
+
+
 def _fit_proba(classifier, X_fit, y_fit, X_calib, y_calib, X_test):
+    y_fit, y_calib = _encode_labels(y_fit, y_calib)
     X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test, labels=True)
     n_classes = int(y_fit.max()) + 1
     if not np.array_equal(np.unique(y_fit), np.arange(n_classes)):

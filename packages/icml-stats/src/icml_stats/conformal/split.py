@@ -11,6 +11,7 @@ not at each x, which is the gap conditional-coverage diagnostics (ERT) measure.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from sklearn.base import clone
@@ -22,7 +23,8 @@ def conformal_quantile(scores, alpha: float) -> float:
     """The split-conformal threshold: the ``ceil((n + 1)(1 - alpha))``-th smallest of ``n`` scores.
 
     That is the empirical quantile at level ``ceil((n + 1)(1 - alpha)) / n``; it is ``inf`` when that
-    rank exceeds ``n`` (too few calibration points for this ``alpha``).
+    rank exceeds ``n`` (``alpha < 1/(n + 1)``: too few calibration points for this ``alpha``), with a
+    ``UserWarning`` saying so, since every set or interval built on it is then trivial.
     """
     alpha = check_real(alpha, "alpha", "(0, 1)")
     s = as_array(scores, "scores", ("n",))
@@ -30,6 +32,13 @@ def conformal_quantile(scores, alpha: float) -> float:
     # the tolerance keeps float noise in (n + 1)(1 - alpha) from pushing an integer rank up by one
     rank = math.ceil((n + 1) * (1 - alpha) - 1e-9)
     if rank > n:
+        warnings.warn(
+            f"alpha = {alpha:g} is below 1/(n + 1) = {1 / (n + 1):.3g} for n = {n} calibration scores: no finite "
+            "threshold guarantees coverage 1 - alpha, so the threshold is inf (every prediction set or interval "
+            f"is trivial); use alpha >= {1 / (n + 1):.3g} or at least {math.ceil(1 / alpha) - 1} calibration points",
+            UserWarning,
+            stacklevel=2,
+        )
         return math.inf
     return float(np.partition(s, rank - 1)[rank - 1])
 
