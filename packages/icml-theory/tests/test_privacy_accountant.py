@@ -121,3 +121,18 @@ def test_delta_is_never_above_the_classical_conversions():
     for eps in (10.0, 1000.0, 3000.0):
         classical = min(cks_delta(t, profile(t), eps)[0], mironov_delta(t, profile(t), eps)[0])
         assert conv.delta([eps])[0] <= classical
+
+
+@pytest.mark.parametrize("sigma, q, steps", [(1.0, 0.01, 10**7), (0.1, 0.5, 100), (1.0, 0.01, 1000)])
+def test_beta_is_never_below_the_classical_tradeoffs(sigma, q, steps):
+    """Issue 22, item 4, for beta: at the edges where epsilon was inf, the optimal trade-off is still at least
+    the curves the CKS and Mironov (eps, delta) families imply, down to alpha = 1e-300."""
+    from icml_theory.privacy.compare import classical_tradeoff
+
+    alphas = np.concatenate([[0.0, 1e-300, 1e-100], np.geomspace(1e-40, 0.99, 30)])
+    beta = (
+        OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=q, num_steps=steps).get_beta(alphas)
+    )
+    profile = SubsampledGaussianRDP(q, sigma, steps)
+    for method in ("cks", "mironov"):
+        assert np.all(beta >= classical_tradeoff(profile, alphas, method) - 1e-15)
