@@ -4,8 +4,9 @@
 ``mulbal`` with per-layer pool choice, QTIP's ``1mad``/``3inst``/``hyb``) or :class:`RTNLinear`, after
 calibration (:mod:`.calibration`), incoherence processing (:mod:`.incoherence`) and block LDLQ
 (:mod:`.ldlq`); optional channel compensation (:mod:`.compensate`) and few-shot distillation
-(:mod:`.distill`). :func:`save_quantized`/:func:`load_quantized` round-trip exactly; :func:`evaluate`
-measures KL to the float model and perplexity; :func:`bytes_per_token` the bytes a token reads.
+(:mod:`.distill`). :func:`save_quantized`/:func:`load_quantized` round-trip exactly (a missing, truncated
+or inconsistent save raises :class:`CorruptQuantizedModelError`); :func:`evaluate` measures KL to the float
+model and perplexity; :func:`bytes_per_token` the bytes a token reads.
 """
 
 from icml_compress.quantize.config import QuantConfig
@@ -13,6 +14,7 @@ from icml_compress.quantize.distill import packed_hash
 from icml_compress.quantize.evaluate import evaluate, split_corpus
 from icml_compress.quantize.linear import ProteusLinear, RTNLinear
 from icml_compress.quantize.model import (
+    CorruptQuantizedModelError,
     apply_compensation,
     bytes_per_token,
     load_quantized,
@@ -21,6 +23,7 @@ from icml_compress.quantize.model import (
 )
 
 __all__ = [
+    "CorruptQuantizedModelError",
     "ProteusLinear",
     "QuantConfig",
     "RTNLinear",

@@ -21,7 +21,7 @@ from icml_compress.validation import check_float_tensor
 def encode_texts(texts, tokenizer) -> torch.Tensor:
     """Token ids (1-D int64) of one text, a list of texts (concatenated) or already-encoded ids."""
     if isinstance(texts, torch.Tensor):
-        if texts.is_floating_point() or texts.is_complex():
+        if texts.is_floating_point() or texts.is_complex() or texts.dtype == torch.bool:
             raise TypeError(f"calibration ids must be an integer tensor, got {texts.dtype}")
         return texts.reshape(-1).to(torch.int64)
     if isinstance(texts, str):
@@ -34,6 +34,22 @@ def encode_texts(texts, tokenizer) -> torch.Tensor:
     for text in texts:
         ids.extend(tokenizer.encode(text, add_special_tokens=False))
     return torch.tensor(ids, dtype=torch.int64)
+
+
+def check_token_ids(ids: torch.Tensor, name: str, vocab_size: int | None) -> torch.Tensor:
+    """``ids`` (integer token ids, as :func:`encode_texts` returns them), checked to index the model's
+    embedding: every id in ``0 .. vocab_size - 1`` (only ``>= 0`` when ``vocab_size`` is None). An id out of
+    range would otherwise fail as a bare IndexError deep in the first forward pass."""
+    low = ids < 0
+    bad = low if vocab_size is None else low | (ids >= vocab_size)
+    count = int(bad.sum())
+    if count:
+        allowed = "0 or more" if vocab_size is None else f"0..{vocab_size - 1} (the model's vocabulary)"
+        raise ValueError(
+            f"{name} must hold token ids in {allowed}; {count} of {ids.numel()} ids are outside it "
+            f"(min {int(ids.min())}, max {int(ids.max())})"
+        )
+    return ids
 
 
 def make_sequences(ids: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:

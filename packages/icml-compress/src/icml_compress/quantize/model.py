@@ -27,7 +27,13 @@ from tqdm.auto import tqdm
 
 from icml_compress.baselines.rtn import rtn_quantize
 from icml_compress.proteus.codes import make_code
-from icml_compress.quantize.calibration import collect_hessians, encode_texts, make_sequences, regularize
+from icml_compress.quantize.calibration import (
+    check_token_ids,
+    collect_hessians,
+    encode_texts,
+    make_sequences,
+    regularize,
+)
 from icml_compress.quantize.compensate import compensate
 from icml_compress.quantize.config import QuantConfig
 from icml_compress.quantize.distill import distill, distillation_set, packed_hash
@@ -42,6 +48,13 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FORMAT = "icml-compress-quantized"
 CONFIG_FILE, WEIGHTS_FILE = "quantization.json", "model.safetensors"
 QUANTIZED = (ProteusLinear, RTNLinear)
+LAYER_KINDS: dict[str, type[ProteusLinear] | type[RTNLinear]] = {"trellis": ProteusLinear, "rtn": RTNLinear}
+
+
+class CorruptQuantizedModelError(ValueError):
+    """A directory that :func:`load_quantized` (or :func:`read_quantization`) cannot load: a missing,
+    truncated or corrupted ``quantization.json`` or ``model.safetensors``, or metadata that disagrees with
+    the stored tensors. The message names the file."""
 
 
 def _block_index(name: str) -> int | None:
@@ -69,8 +82,23 @@ def set_module(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, new)
 
 
+def vocab_size(model: nn.Module) -> int | None:
+    """Rows of the model's input embedding (``get_input_embeddings()``, else ``config.vocab_size``); None
+    when the model has neither."""
+    get = getattr(model, "get_input_embeddings", None)
+    if callable(get):
+        with contextlib.suppress(NotImplementedError):
+            emb = get()
+            if isinstance(emb, nn.Embedding):
+                return emb.num_embeddings
+    n = getattr(getattr(model, "config", None), "vocab_size", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 def _check_model(model, config) -> dict[str, nn.Linear]:
-    """The Linear layers to quantize of a valid ``model`` and ``config``."""
+    """The Linear layers to quantize of a valid ``model`` and ``config``: float weights, and for the
+    trellis methods ``config.T`` dividing every input size (checked here, before calibration, instead of
+    when the layer's turn comes)."""
     check_instance(model, "model", nn.Module, "torch.nn.Module")
     check_instance(config, "config", QuantConfig)
     linears = find_linears(model, config)
@@ -83,6 +111,8 @@ def _check_model(model, config) -> dict[str, nn.Linear]:
             raise TypeError(
                 f"model weights must be float32, float16 or bfloat16; {name}.weight is {lin.weight.dtype}"
             )
+        if config.method != "rtn" and lin.in_features % config.T:
+            raise ValueError(f"T={config.T} must divide the input size of {name} ({lin.in_features})")
     return linears
 
 
@@ -175,7 +205,8 @@ def quantize_model(
         model: a causal LM (``model(ids).logits``), float32/float16/bfloat16 Linear weights.
         config: :class:`QuantConfig` (method, code, bits, L, ...).
         calibration_texts: a str, a list of str (encoded with ``tokenizer``) or integer token ids; cut
-            into ``config.n_calibration`` sequences of ``config.seq_len`` tokens (at least one).
+            into ``config.n_calibration`` sequences of ``config.seq_len`` tokens (at least one). Every id
+            must be in ``0 .. vocab_size - 1`` of the model's input embedding (checked before any work).
         tokenizer: anything with ``encode(text, add_special_tokens=False)`` (a Hugging Face tokenizer).
         progress: show a tqdm bar over layers.
 
@@ -187,7 +218,7 @@ def quantize_model(
         raise ValueError(
             "config.distill_chat needs the model's tokenizer with a chat template (tokenizer=...)"
         )
-    ids = encode_texts(calibration_texts, tokenizer)
+    ids = check_token_ids(encode_texts(calibration_texts, tokenizer), "calibration_texts", vocab_size(model))
     sequences = make_sequences(ids, config.n_calibration, config.seq_len)
     device = next(model.parameters()).device
     sequences = sequences.to(device)
@@ -257,8 +288,10 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     (every tensor, tied ones once), ``quantization.json`` (config, per-layer module metadata, the model's
     Hugging Face config) and the tokenizer if given.
 
-    Atomic: everything is written to a temporary directory beside ``path`` and moved into place at the
-    end; a failure leaves ``path`` as it was. An existing ``path`` must be empty or an earlier save.
+    Atomic: everything is written to a temporary directory beside ``path``, flushed to disk (fsync) and
+    moved into place at the end (``os.replace``); a failure leaves ``path`` as it was, and a crash cannot
+    leave a renamed directory whose files are still unwritten. An existing ``path`` must be empty or an
+    earlier save.
     """
     from safetensors.torch import save_model
 
@@ -291,6 +324,7 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=1, default=str))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
+        _fsync_tree(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)
@@ -298,43 +332,192 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+        _fsync_dir(path.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
+def _fsync_tree(directory: Path) -> None:
+    """Flush every file under ``directory``, then the directory itself, to disk."""
+    for f in sorted(directory.rglob("*")):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Flush a directory's entries (the renames into it) to disk; a no-op where directories cannot be
+    opened (Windows)."""
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def read_quantization(path) -> dict:
-    """The ``quantization.json`` document of a saved model."""
-    f = Path(path) / CONFIG_FILE
+    """The ``quantization.json`` document of a saved model, checked: a JSON object of this format with a
+    ``quantization`` object, a ``layers`` object of layer objects whose ``kind`` is ``trellis`` or ``rtn``,
+    a ``model_class`` name, a ``dtype`` among float32/float16/bfloat16 and an ``extra`` object (if any).
+
+    Raises :class:`CorruptQuantizedModelError` naming the file when ``path`` is not a directory, the file is
+    missing, is not valid UTF-8 JSON (truncated or corrupted) or fails a check.
+    """
+    path = Path(path)
+    f = path / CONFIG_FILE
     if not f.is_file():
-        raise FileNotFoundError(f"{path} is not a save_quantized directory (no {CONFIG_FILE})")
-    doc = json.loads(f.read_text())
+        what = (
+            f"no {CONFIG_FILE}"
+            if path.is_dir()
+            else "not a directory"
+            if path.exists()
+            else "no such directory"
+        )
+        raise CorruptQuantizedModelError(f"{path} is not a save_quantized directory ({what})")
+    try:
+        doc = json.loads(f.read_bytes())
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptQuantizedModelError(f"{f} is not valid JSON (truncated or corrupted?): {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CorruptQuantizedModelError(f"{f} must hold a JSON object, got {type(doc).__name__}")
     if doc.get("format") != FORMAT:
-        raise ValueError(f"{f} has format {doc.get('format')!r}, expected {FORMAT!r}")
+        raise CorruptQuantizedModelError(f"{f} has format {doc.get('format')!r}, expected {FORMAT!r}")
+    for key, kind in (("quantization", dict), ("layers", dict), ("model_class", str), ("dtype", str)):
+        if key not in doc:
+            raise CorruptQuantizedModelError(f"{f} lacks {key!r}")
+        if not isinstance(doc[key], kind):
+            what = "a JSON object" if kind is dict else "a string"
+            raise CorruptQuantizedModelError(f"{f}: {key} must be {what}, got {type(doc[key]).__name__}")
+    if not isinstance(doc.get("extra", {}), dict):
+        raise CorruptQuantizedModelError(
+            f"{f}: extra must be a JSON object, got {type(doc['extra']).__name__}"
+        )
+    dtypes = tuple(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+    if doc["dtype"] not in dtypes:
+        raise CorruptQuantizedModelError(f"{f}: dtype must be one of {dtypes}, got {doc['dtype']!r}")
+    for name, meta in doc["layers"].items():
+        if not isinstance(meta, dict) or meta.get("kind") not in LAYER_KINDS:
+            raise CorruptQuantizedModelError(
+                f"{f}: layer {name}: kind must be one of {tuple(LAYER_KINDS)} in a JSON object, got {meta!r}"
+            )
     return doc
 
 
 def load_quantized(path) -> nn.Module:
-    """Rebuild a model saved by :func:`save_quantized` (needs transformers); outputs are bit-identical."""
-    import transformers
-    from safetensors.torch import load_model
+    """Rebuild a model saved by :func:`save_quantized` (needs transformers); outputs are bit-identical.
 
+    Checked before any stored value is used: ``quantization.json`` (as :func:`read_quantization` checks it)
+    and ``model.safetensors`` exist and are complete (a truncated file fails the safetensors header
+    check); the model is built from ``model_config``/``model_class`` and every quantized layer from its
+    metadata, each replacing an ``nn.Linear`` of the same size; the stored tensors are exactly the model's:
+    same names (tied weights stored once), shapes and dtypes. Any failure raises
+    :class:`CorruptQuantizedModelError` naming the file (a ``ValueError``).
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
     doc = read_quantization(path)
-    cfg = dict(doc["model_config"])
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    cls = getattr(transformers, doc["model_class"])
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        raise CorruptQuantizedModelError(
+            f"{path} is not a complete save_quantized directory (no {WEIGHTS_FILE})"
+        )
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as exc:
+        raise CorruptQuantizedModelError(
+            f"{weights} is not a readable safetensors file (truncated or corrupted?): {exc}"
+        ) from exc
+    model = _build_model(doc, path / CONFIG_FILE)
+    _load_tensors(model, state, weights)
+    model.icml_quantization = doc["quantization"]  # a transformers model: attributes are untyped
+    return model.eval()
+
+
+def _build_model(doc: dict, f: Path) -> nn.Module:
+    """The empty model described by a checked ``quantization.json`` document ``doc`` (the file ``f``)."""
+    import transformers
+
+    cfg = doc.get("model_config")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        raise CorruptQuantizedModelError(
+            f"{f}: model_config must be a JSON object with a model_type (the Hugging Face config the model "
+            f"was saved with), got {type(cfg).__name__}"
+        )
+    if cfg["model_type"] not in transformers.CONFIG_MAPPING:
+        raise CorruptQuantizedModelError(
+            f"{f}: model_config has model_type {cfg['model_type']!r}, which transformers does not know"
+        )
+    cls = getattr(transformers, doc["model_class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        raise CorruptQuantizedModelError(
+            f"{f}: model_class {doc['model_class']!r} is not a transformers model class"
+        )
+    cfg = dict(cfg)
     # transformers 4 can skip the random initialization of the weights loaded next; 5 has no such switch here
     no_init = getattr(importlib.import_module("transformers.modeling_utils"), "no_init_weights", None)
-    with no_init() if no_init is not None else contextlib.nullcontext():
-        model = cls(config)
+    try:
+        config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+        with no_init() if no_init is not None else contextlib.nullcontext():
+            model = cls(config)
+    except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
+        raise CorruptQuantizedModelError(
+            f"{f}: model_config does not describe a {doc['model_class']}: {type(exc).__name__}: {exc}"
+        ) from exc
     model.tie_weights()  # under transformers 4's no_init_weights the tied embeddings are not tied yet
     model = model.to(getattr(torch, doc["dtype"]))
     for name, meta in doc["layers"].items():
-        kind = ProteusLinear if meta["kind"] == "trellis" else RTNLinear
-        set_module(model, name, kind.from_meta(meta))
-    load_model(model, str(Path(path) / WEIGHTS_FILE), strict=True)
-    model.icml_quantization = doc["quantization"]  # a transformers model: attributes are untyped
-    return model.eval()
+        try:
+            old = model.get_submodule(name)
+        except AttributeError:
+            old = None
+        if not isinstance(old, nn.Linear):
+            raise CorruptQuantizedModelError(f"{f}: layer {name} is not an nn.Linear of the model")
+        try:
+            new = LAYER_KINDS[meta["kind"]].from_meta(meta)
+        except (TypeError, ValueError, KeyError, RuntimeError) as exc:
+            raise CorruptQuantizedModelError(f"{f}: layer {name}: {type(exc).__name__}: {exc}") from exc
+        for attr in ("in_features", "out_features"):
+            if getattr(new, attr) != getattr(old, attr):
+                raise CorruptQuantizedModelError(
+                    f"{f}: layer {name} has {attr}={getattr(new, attr)}, the model's layer has "
+                    f"{getattr(old, attr)} (layers and model_config disagree)"
+                )
+        set_module(model, name, new)
+    return model
+
+
+def _load_tensors(model: nn.Module, state: dict[str, torch.Tensor], weights: Path) -> None:
+    """Copy ``state`` (read from ``weights``) into ``model`` after checking that it holds exactly the
+    model's tensors: no unknown name, the same shape and dtype (no silent cast), and every tensor of the
+    model either stored or tied to a stored one (safetensors stores shared tensors once)."""
+    expected = model.state_dict()
+    for name, t in state.items():
+        e = expected.get(name)
+        if e is None:
+            raise CorruptQuantizedModelError(
+                f"{weights} holds tensor {name!r}, which the model described by {CONFIG_FILE} does not have"
+            )
+        if t.shape != e.shape or t.dtype != e.dtype:
+            raise CorruptQuantizedModelError(
+                f"{weights}: tensor {name!r} is {t.dtype} {tuple(t.shape)}, but {CONFIG_FILE} describes "
+                f"{e.dtype} {tuple(e.shape)}"
+            )
+    stored = {expected[n].untyped_storage().data_ptr() for n in state}
+    missing = [
+        n for n, t in expected.items() if n not in state and t.untyped_storage().data_ptr() not in stored
+    ]
+    if missing:
+        raise CorruptQuantizedModelError(
+            f"{weights} lacks tensors {missing[:8]}{' ...' if len(missing) > 8 else ''} of the model "
+            f"described by {CONFIG_FILE}"
+        )
+    model.load_state_dict(state, strict=False)
 
 
 def apply_compensation(
@@ -351,7 +534,8 @@ def apply_compensation(
         n: check_instance(reference.get_submodule(n), f"reference.{n}", nn.Linear, "torch.nn.Linear")
         for n in mods
     }
-    sequences = make_sequences(encode_texts(calibration_ids, None), config.n_calibration, config.seq_len)
+    ids = check_token_ids(encode_texts(calibration_ids, None), "calibration_ids", vocab_size(reference))
+    sequences = make_sequences(ids, config.n_calibration, config.seq_len)
     hessians = collect_hessians(reference, linears, sequences)
     out = {}
     for n, mod in mods.items():
