@@ -3,10 +3,13 @@ import copy
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icml_interp.hooks import HookedModel
 from icml_interp.patching import (
     activation_patching,
+    answer_logprob,
     attribution_patching,
     cross_model_layer_patching,
     logit_diff,
@@ -175,3 +178,90 @@ def test_bad_patching_input_raises(hooked):
         run_with_patches(
             hooked, clean, hooked.run_with_cache(corrupt)[1], ["blocks.0.hook_resid_pre"], heads=[0]
         )
+
+
+# ---------------------------------------------------------------------------------------------- issue 22, item 8a
+def _count_forward_passes(hooked):
+    calls = []
+    handle = hooked.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls, handle
+
+
+@pytest.mark.parametrize(
+    ("metric", "message"),
+    [
+        (
+            lambda: logit_diff(256, 5),
+            r"correct must be token ids in \[0, 256\) \(the model's vocabulary\), got 256$",
+        ),
+        (lambda: logit_diff(3, [5, 10**6]), r"wrong must be token ids in \[0, 256\)"),
+        (lambda: answer_logprob(300), r"target must be token ids in \[0, 256\)"),
+        (
+            lambda: logit_diff([1, 2, 3], 5),
+            r"correct must hold one token id or one per prompt \(2 prompts\), got 3",
+        ),
+        (
+            lambda: logit_diff(3, 5, position=6),
+            r"position must be in \[-6, 6\) \(the prompts have 6 tokens\), got 6",
+        ),
+        (lambda: answer_logprob(3, position=-7), r"position must be in \[-6, 6\)"),
+    ],
+)
+def test_metric_indices_are_checked_before_any_forward_pass(hooked, metric, message):
+    """A token id >= the vocabulary raised a raw IndexError from inside the scan before the fix."""
+    clean, corrupt = pair(seed=7)
+    calls, handle = _count_forward_passes(hooked)
+    try:
+        for scan in (activation_patching, attribution_patching, path_patching):
+            with pytest.raises(ValueError, match=message):
+                scan(hooked, clean, corrupt, metric())
+        with pytest.raises(ValueError, match=message):
+            cross_model_layer_patching(hooked, hooked, clean, metric())
+    finally:
+        handle.remove()
+    assert calls == []  # refused before running the model
+    with pytest.raises(ValueError, match=message):  # and the metric itself checks the logits it gets
+        metric()(torch.zeros(2, 6, 256))
+
+
+def test_metric_token_ids_must_be_non_negative_ints(hooked):
+    with pytest.raises(ValueError, match=r"correct must be token ids >= 0, got -1$"):
+        logit_diff(-1, 5)
+    with pytest.raises(TypeError, match=r"wrong must be integer token ids, got 5\.5"):
+        logit_diff(3, 5.5)
+    with pytest.raises(TypeError, match="target must be integer token ids"):
+        answer_logprob(True)
+    with pytest.raises(TypeError, match="position must be an int"):
+        logit_diff(3, 5, position=1.0)
+    with pytest.raises(ValueError, match="correct must be one token id or a non-empty 1-d sequence"):
+        logit_diff([], 5)
+    with pytest.raises(TypeError, match="metric must be callable"):
+        activation_patching(hooked, *pair(seed=8), "logit_diff")
+    with pytest.raises(ValueError, match=r"layers must be ints in \[-3, 3\), got 3"):
+        attribution_patching(hooked, *pair(seed=8), METRIC, layers=[3])
+    # per-prompt ids, tensors and numpy ints still work
+    clean, corrupt = pair(seed=8)
+    per_prompt = logit_diff(torch.tensor([3, 4]), np.array([5, 6]))
+    result = activation_patching(hooked, clean, corrupt, per_prompt, components=("resid_pre",), layers=[0])
+    assert len(result.rows) == 6
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    argument=st.sampled_from(["correct", "wrong", "target"]),
+    token=st.integers(256, 2**62) | st.integers(-(2**62), -1),
+    per_prompt=st.booleans(),
+)
+def test_random_bad_token_ids_always_raise_value_error_naming_the_argument(
+    hooked, argument, token, per_prompt
+):
+    clean, corrupt = pair(seed=9)
+    ids = {"correct": 3, "wrong": 5, "target": 3}
+    ids[argument] = [7, token] if per_prompt else token
+    with pytest.raises(ValueError, match=rf"^{argument} must be token ids"):
+        metric = (
+            answer_logprob(ids["target"])
+            if argument == "target"
+            else logit_diff(ids["correct"], ids["wrong"])
+        )
+        activation_patching(hooked, clean, corrupt, metric, components=("resid_pre",), layers=[0])

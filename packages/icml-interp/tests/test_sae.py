@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from icml_interp.hooks import HookedModel
@@ -14,6 +19,7 @@ from icml_interp.sae import (
     SAE,
     ActivationSource,
     SAEConfig,
+    SAEFileError,
     auxk_ablation,
     evaluate_sae,
     from_tokens,
@@ -419,3 +425,177 @@ def test_empty_sources_are_clear_errors():
         ActivationSource((net, "nope"), torch.randn(2, 1, 4, 4))
     with pytest.raises(TypeError, match="inputs must be a tensor, a list or an iterable"):
         ActivationSource(net, 3)
+
+
+# ---------------------------------------------------------------------------------------------- issue 22, item 5
+def finite(sae: SAE) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in sae.parameters())
+
+
+@pytest.mark.parametrize("normalize", ["expected_average_only_in", "none"])
+@pytest.mark.parametrize("b_dec_init", ["geometric_median", "mean", "zeros"])
+@pytest.mark.parametrize("value", [3.7, 0.0])
+def test_constant_activations_are_refused_instead_of_nan_parameters(normalize, b_dec_init, value):
+    """The FVU divides by the batch's variance: 0 for constant activations (0 / 0 -> NaN parameters after one
+    step before the fix, or a ratio of rounding errors -> garbage)."""
+    cfg = SAEConfig(
+        d_in=8, d_sae=16, k=2, batch_size=100, total_tokens=500, normalize_activations=normalize,
+        b_dec_init=b_dec_init,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="source's activations have zero variance"):
+        train_sae(torch.full((2000, 8), value), cfg, progress=False)
+
+
+def test_a_batch_of_identical_tokens_is_skipped_with_a_warning():
+    """Unshuffled data whose third batch repeats one vector: that batch is skipped (it made every parameter
+    NaN before the fix); a source that yields only such batches raises."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(200, 8, generator=gen), torch.randn(8, generator=gen).expand(100, 8)])
+    x = torch.cat([x, torch.randn(100, 8, generator=gen)])
+    cfg = SAEConfig(d_in=8, d_sae=16, k=2, batch_size=100, total_tokens=400, lr=1e-3)
+    with pytest.warns(RuntimeWarning, match="skipped 1 batches of source whose 100 tokens were all the same"):
+        sae, log = train_sae(ActivationSource.from_activations(x, shuffle=False), cfg, progress=False)
+    assert finite(sae) and log.step == [0, 1, 2, 3] and all(map(torch.isfinite, torch.tensor(log.fvu)))
+    blocks = torch.randn(4, 8, generator=gen).repeat_interleave(100, 0)  # varied overall, constant per batch
+    with pytest.raises(ValueError, match="batches whose batch_size=100 tokens are all the same vector"):
+        train_sae(ActivationSource.from_activations(blocks, shuffle=False), cfg, progress=False)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("where", [5, 18_000])  # in the initialization batches / only seen later
+def test_non_finite_activations_are_refused(bad, where):
+    x = torch.randn(20_000, 4, generator=torch.Generator().manual_seed(1))
+    x[where, 2] = bad
+    cfg = SAEConfig(d_in=4, d_sae=8, k=2, batch_size=1000, total_tokens=20_000)
+    with pytest.raises(ValueError, match="source's activations contain NaN or inf"):
+        train_sae(ActivationSource.from_activations(x, shuffle=False), cfg, progress=False)
+    with pytest.raises(ValueError, match="x must hold finite values"):
+        geometric_median(x[where - 5 : where + 5])
+
+
+def test_divergence_raises_instead_of_nan_parameters():
+    cfg = SAEConfig(d_in=8, d_sae=16, k=2, batch_size=100, total_tokens=1000, lr=1e30)
+    with pytest.raises(ValueError, match=r"training diverged at step \d+.*lower cfg\.lr"):
+        train_sae(sparse_data(1000, d=8), cfg, progress=False)
+
+
+def test_batch_size_and_total_tokens_are_checked():
+    with pytest.raises(
+        ValueError, match=r"total_tokens must be >= batch_size.*total_tokens=50 and batch_size=100"
+    ):
+        SAEConfig(d_in=8, d_sae=16, k=2, batch_size=100, total_tokens=50)
+    with pytest.raises(ValueError, match="batch_size must be >= 2"):
+        SAEConfig(d_in=8, d_sae=16, k=2, batch_size=1, total_tokens=50)
+    cfg = SAEConfig(d_in=8, d_sae=16, k=2, batch_size=100, total_tokens=100)
+    cfg.total_tokens = 10  # edited after construction: train_sae checks again
+    with pytest.raises(ValueError, match="total_tokens must be >= batch_size"):
+        train_sae(sparse_data(200, d=8), cfg, progress=False)
+
+
+def _edit_cfg(folder: Path, edit) -> None:
+    data = json.loads((folder / "cfg.json").read_text())
+    edit(data)
+    (folder / "cfg.json").write_text(json.dumps(data))
+
+
+def _set_d_in(data, value):
+    data["d_in"] = value
+
+
+def _set_both_d_in(data, value):
+    data["d_in"] = data["icml_interp"]["config"]["d_in"] = value
+
+
+def _set_saelens_d_sae(data, value):
+    del data["icml_interp"]
+    data["d_sae"] = value
+
+
+@pytest.mark.parametrize(
+    ("edit", "file", "message"),
+    [
+        (
+            lambda d: _set_d_in(d, 9),
+            "cfg.json",
+            r"says d_in=9 at the top level .* but d_in=16 in icml_interp",
+        ),
+        (lambda d: _set_d_in(d, "16"), "cfg.json", "d_in must be an int"),
+        (
+            lambda d: _set_both_d_in(d, 9),
+            "sae_weights.safetensors",
+            r"W_dec has shape \(48, 16\), but .*cfg.json says d_in=9, d_sae=48, which needs \(48, 9\)",
+        ),
+        (
+            lambda d: _set_saelens_d_sae(d, 40),
+            "sae_weights.safetensors",
+            r"W_dec has shape \(48, 16\), but .* says d_in=16, d_sae=40, which needs \(40, 16\)",
+        ),
+        (lambda d: d.update(dtype="float16"), "cfg.json", "says dtype='float16'.*holds float32"),
+        (lambda d: d.update(architecture="standard"), "cfg.json", "architecture='standard' at the top level"),
+        (lambda d: d.pop("k"), "cfg.json", "k must be an int, got None"),
+        (lambda d: d["icml_interp"].update(config=[1]), "cfg.json", "icml_interp.config is invalid"),
+    ],
+)
+def test_load_refuses_a_config_that_disagrees_with_itself_or_the_tensors(tmp_path, edit, file, message):
+    """Before the fix an edited top-level d_in was ignored (the SAE loaded as if nothing had happened)."""
+    folder = random_sae("topk").save(tmp_path / "sae")
+    _edit_cfg(folder, edit)
+    with pytest.raises(SAEFileError, match=message) as info:
+        load_sae(folder)
+    assert str(folder / file) in str(info.value)
+
+
+def test_load_refuses_missing_and_non_finite_files_and_save_refuses_nan(tmp_path):
+    sae = random_sae("jumprelu")
+    folder = sae.save(tmp_path / "sae")
+    (folder / "sae_weights.safetensors").unlink()
+    with pytest.raises(SAEFileError, match=r"sae_weights\.safetensors is missing") as info:
+        load_sae(folder)
+    assert isinstance(info.value, FileNotFoundError)  # also what an `except FileNotFoundError` catches
+    from safetensors.torch import save_file
+
+    tensors = {k: v.clone() for k, v in sae.state_dict().items()}
+    tensors["threshold"][3] = float("nan")
+    save_file(tensors, str(folder / "sae_weights.safetensors"))
+    with pytest.raises(SAEFileError, match=r"\['threshold'\] hold NaN or inf"):
+        load_sae(folder)
+    with torch.no_grad():
+        sae.b_dec[0] = float("inf")
+    with pytest.raises(ValueError, match=r"sae must have finite parameters.*\['b_dec'\]"):
+        sae.save(tmp_path / "nan")
+    assert not (tmp_path / "nan").exists()
+
+
+def test_a_failed_save_leaves_the_old_folder_and_no_temporary_files(tmp_path, monkeypatch):
+    import icml_interp.sae.io as io
+
+    old = random_sae("topk", seed=0)
+    folder = old.save(tmp_path / "sae")
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(io, "save_file", broken)
+    with pytest.raises(OSError, match="disk full"):
+        random_sae("topk", seed=1).save(folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sae"]
+    assert torch.equal(load_sae(folder).W_enc, old.W_enc)
+
+
+@pytest.fixture(scope="module")
+def saved_sae(tmp_path_factory):
+    return random_sae("batchtopk").save(tmp_path_factory.mktemp("saved") / "sae")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    name=st.sampled_from(["cfg.json", "sae_weights.safetensors"]), fraction=st.floats(0, 1, exclude_max=True)
+)
+def test_a_save_truncated_anywhere_raises_the_one_error_naming_the_file(saved_sae, name, fraction):
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(shutil.copytree(saved_sae, Path(tmp) / "sae"))
+        data = (folder / name).read_bytes()
+        (folder / name).write_bytes(data[: int(fraction * len(data))])
+        with pytest.raises(SAEFileError, match="truncated or corrupt") as info:
+            load_sae(folder)
+        assert str(folder / name) in str(info.value)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from icml_interp.hooks import ActivationCache, act_name, wrap
-from icml_interp.patching.result import Metric, PatchingResult
+from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
 from icml_interp.validation import check_indices, check_int
 
 HEAD_COMPONENTS = ("z", "q", "k", "v")
@@ -125,10 +125,16 @@ def activation_patching(
     are short hook names (``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``post``
     (MLP keys), ``z``/``q``/``k``/``v`` per head). ``per_head`` splits the per-head components by head.
     Returns a :class:`PatchingResult` with one row per unit.
+
+    Checked before any forward pass (``ValueError`` naming the argument): the token ids of ``clean_ids`` and
+    ``corrupt_ids`` (same shape, in ``[0, vocab)``), ``layers`` (in ``[-n_layers, n_layers)``), the hook names
+    of ``components``, ``batch_size >= 1``, and for :func:`logit_diff` / :func:`answer_logprob` metrics their
+    token ids (in ``[0, vocab)``, one or one per prompt) and position (inside the prompt).
     """
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
     n, seq = clean.shape
+    check_metric(metric, n, seq, logits_width(hooked))
     layers = check_indices(range(hooked.n_layers) if layers is None else layers, hooked.n_layers, "layers")
     check_int(batch_size, "batch_size", minimum=1)
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}

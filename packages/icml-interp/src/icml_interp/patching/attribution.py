@@ -12,7 +12,8 @@ import torch
 
 from icml_interp.hooks import act_name, wrap
 from icml_interp.patching.activation import HEAD_COMPONENTS, check_pair
-from icml_interp.patching.result import Metric, PatchingResult
+from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
+from icml_interp.validation import check_indices
 
 
 def attribution_patching(
@@ -33,7 +34,8 @@ def attribution_patching(
     """
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
-    layers = list(range(hooked.n_layers)) if layers is None else list(layers)
+    check_metric(metric, clean.shape[0], clean.shape[1], logits_width(hooked))
+    layers = check_indices(range(hooked.n_layers) if layers is None else layers, hooked.n_layers, "layers")
     for c in components:
         if c in ("resid_mid", "pattern"):
             raise ValueError(

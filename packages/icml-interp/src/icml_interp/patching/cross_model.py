@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import torch
 
 from icml_interp.hooks import ActivationCache, act_name, wrap
-from icml_interp.patching.result import Metric, PatchingResult
+from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
 from icml_interp.validation import check_indices
 
 
@@ -60,6 +60,7 @@ def cross_model_layer_patching(
             f"got {shape_a} and {shape_b}"
         )
     ids = a.token_ids(input_ids)
+    check_metric(metric, ids.shape[0], ids.shape[1], logits_width(a))
     layers = check_indices(range(a.n_layers) if layers is None else layers, a.n_layers, "layers")
     positions = check_indices(positions, ids.shape[1], "positions")
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}

@@ -21,7 +21,7 @@ import torch
 
 from icml_interp.hooks import act_name, wrap
 from icml_interp.patching.activation import check_pair
-from icml_interp.patching.result import Metric, PatchingResult
+from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
 from icml_interp.validation import check_head
 
 RESID_FINAL = "resid_final"
@@ -47,6 +47,7 @@ def path_patching(
     """
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
+    check_metric(metric, clean.shape[0], clean.shape[1], logits_width(hooked))
     if isinstance(receivers, str):
         if receivers != RESID_FINAL:
             raise ValueError(

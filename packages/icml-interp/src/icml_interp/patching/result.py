@@ -9,16 +9,97 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from icml_interp.validation import check_int
+
 Metric = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _metric_ids(value, name: str) -> torch.Tensor:
+    """Token ids for a metric: one int, or a sequence / 1-d tensor of ints, all >= 0; as a long tensor."""
+    try:
+        ids = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"{name} must be a token id (an int) or a sequence of them, one per prompt, got {value!r}"
+        ) from None
+    if ids.ndim > 1 or ids.numel() == 0:
+        raise ValueError(
+            f"{name} must be one token id or a non-empty 1-d sequence of them (one per prompt), "
+            f"got shape {tuple(ids.shape)}"
+        )
+    if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+        raise TypeError(f"{name} must be integer token ids, got {value!r} ({ids.dtype})")
+    if int(ids.min()) < 0:
+        raise ValueError(f"{name} must be token ids >= 0, got {ids.tolist()}")
+    return ids.long()
+
+
+class TokenMetric:
+    """A metric over the logits at one ``position`` that reads the token ids ``ids`` (argument name -> ids).
+
+    Called on logits ``(n_prompts, seq, vocab)`` it first runs :meth:`check` with their shape, so a token id
+    outside the vocabulary or a position outside the prompt raises ``ValueError`` naming the argument (not an
+    ``IndexError`` from deep inside the scan); the patching scans call :meth:`check` before any forward pass.
+    """
+
+    def __init__(self, fn, ids: dict[str, torch.Tensor], position: int, description: str):
+        self.fn, self.ids, self.position, self.description = fn, ids, position, description
+
+    def check(self, n_prompts: int, seq: int, vocab: int) -> None:
+        """Every id in ``[0, vocab)`` with one id or one per prompt, and ``position`` in ``[-seq, seq)``."""
+        for name, ids in self.ids.items():
+            if int(ids.max()) >= vocab:
+                raise ValueError(
+                    f"{name} must be token ids in [0, {vocab}) (the model's vocabulary), got {ids.tolist()}"
+                )
+            if ids.ndim == 1 and ids.shape[0] not in (1, n_prompts):
+                raise ValueError(
+                    f"{name} must hold one token id or one per prompt ({n_prompts} prompts), "
+                    f"got {ids.shape[0]} ids"
+                )
+        if not -seq <= self.position < seq:
+            raise ValueError(
+                f"position must be in [-{seq}, {seq}) (the prompts have {seq} tokens), got {self.position}"
+            )
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        if not isinstance(logits, torch.Tensor) or logits.ndim != 3:
+            raise ValueError(
+                f"logits must be a (n_prompts, seq, vocab) tensor, got {getattr(logits, 'shape', logits)!r}"
+            )
+        self.check(*logits.shape)
+        return self.fn(logits)
+
+    def __repr__(self) -> str:
+        return self.description
+
+
+def check_metric(metric, n_prompts: int, seq: int, vocab: int) -> None:
+    """``metric`` is callable; a :class:`TokenMetric` (:func:`logit_diff`, :func:`answer_logprob`) also has
+    its token ids in ``[0, vocab)`` and its position inside the ``seq`` tokens (``ValueError`` naming the
+    argument). Run by the patching scans before any forward pass."""
+    if not callable(metric):
+        raise TypeError(f"metric must be callable(logits) -> scalar tensor, got {type(metric).__name__}")
+    if isinstance(metric, TokenMetric):
+        metric.check(n_prompts, seq, vocab)
+
+
+def logits_width(hooked) -> int:
+    """The number of logits the model's unembedding produces (its vocabulary as the metric sees it)."""
+    width = getattr(hooked.unembed, "out_features", None)
+    return width if isinstance(width, int) else hooked.d_vocab
 
 
 def logit_diff(correct, wrong, position: int = -1) -> Metric:
     """Metric: mean over prompts of ``logit[correct] - logit[wrong]`` at ``position``.
 
     ``correct`` and ``wrong`` are token ids: one int for every prompt or a sequence with one per prompt.
-    The returned callable maps logits ``(n_prompts, seq, vocab)`` to a scalar tensor.
+    The returned callable maps logits ``(n_prompts, seq, vocab)`` to a scalar tensor. Checked: the ids are
+    non-negative ints (here) and below the vocabulary size, one or one per prompt, and ``position`` lies
+    inside the prompts (when the logits arrive, and by the patching scans before they run).
     """
-    correct_t, wrong_t = torch.as_tensor(correct, dtype=torch.long), torch.as_tensor(wrong, dtype=torch.long)
+    correct_t, wrong_t = _metric_ids(correct, "correct"), _metric_ids(wrong, "wrong")
+    check_int(position, "position")
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
         last = logits[:, position]  # (n, vocab)
@@ -26,18 +107,22 @@ def logit_diff(correct, wrong, position: int = -1) -> Metric:
         rows = torch.arange(last.shape[0])
         return (last[rows, c] - last[rows, w]).mean()
 
-    return metric
+    description = f"logit_diff(correct={correct!r}, wrong={wrong!r}, position={position})"
+    return TokenMetric(metric, {"correct": correct_t, "wrong": wrong_t}, position, description)
 
 
 def answer_logprob(target, position: int = -1) -> Metric:
-    """Metric: mean over prompts of ``log p(target)`` at ``position`` (one id, or one per prompt)."""
-    target_t = torch.as_tensor(target, dtype=torch.long)
+    """Metric: mean over prompts of ``log p(target)`` at ``position`` (one id, or one per prompt). Checked as
+    in :func:`logit_diff`."""
+    target_t = _metric_ids(target, "target")
+    check_int(position, "position")
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
         logp = torch.log_softmax(logits[:, position].float(), dim=-1)
         return logp[torch.arange(logp.shape[0]), target_t.expand(logp.shape[0])].mean()
 
-    return metric
+    description = f"answer_logprob(target={target!r}, position={position})"
+    return TokenMetric(metric, {"target": target_t}, position, description)
 
 
 def normalized_effect(patched: float, clean: float, corrupt: float) -> float:

@@ -3,7 +3,7 @@ source with a shuffling buffer, training with AuxK, metrics (FVU, L0, dead/dense
 SAELens-compatible save/load. See ``docs/sae.md``."""
 
 from icml_interp.sae.config import SAEConfig
-from icml_interp.sae.io import load_sae, save_sae
+from icml_interp.sae.io import SAEFileError, load_sae, save_sae
 from icml_interp.sae.metrics import evaluate_sae, firing_counts, firing_frequencies, spliced_loss
 from icml_interp.sae.model import SAE, topk_activation
 from icml_interp.sae.source import ActivationSource, from_tokens, splice, to_tokens
@@ -13,6 +13,7 @@ __all__ = [
     "SAE",
     "ActivationSource",
     "SAEConfig",
+    "SAEFileError",
     "TrainLog",
     "auxk_ablation",
     "evaluate_sae",

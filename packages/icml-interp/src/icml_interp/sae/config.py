@@ -37,7 +37,8 @@ class SAEConfig:
     lr, batch_size, total_tokens, lr_warmup_steps, lr_decay_fraction
         Adam with ``lr`` (default ``2e-4 / sqrt(d_sae / 2**14)``, Gao et al.'s scaling law), linear warmup and
         a linear decay to 0 over the last ``lr_decay_fraction`` of the steps; ``batch_size`` tokens per step,
-        ``total_tokens // batch_size`` steps.
+        ``total_tokens // batch_size`` steps. Checked: ``batch_size >= 2`` (the FVU divides by the batch's
+        variance, which one token does not have) and ``total_tokens >= batch_size`` (at least one full step).
     normalize_activations
         ``"expected_average_only_in"``: train on ``x * s`` with ``s = sqrt(d_in) / E||x||`` (estimated on the
         first batches; SAELens' name); the trained SAE is then rescaled so that it works in the caller's units
@@ -72,6 +73,16 @@ class SAEConfig:
     def __post_init__(self):
         for name in ("d_in", "d_sae", "k", "dead_steps", "batch_size", "total_tokens"):
             check_int(getattr(self, name), name, minimum=1)
+        if self.batch_size < 2:
+            raise ValueError(
+                f"batch_size must be >= 2 (the FVU loss divides by the variance of a batch's tokens, which a "
+                f"single token does not have), got {self.batch_size}"
+            )
+        if self.total_tokens < self.batch_size:
+            raise ValueError(
+                f"total_tokens must be >= batch_size (training runs total_tokens // batch_size steps), got "
+                f"total_tokens={self.total_tokens} and batch_size={self.batch_size}"
+            )
         check_int(self.lr_warmup_steps, "lr_warmup_steps", minimum=0)
         check_int(self.seed, "seed")
         if self.aux_k is not None:
@@ -102,7 +113,7 @@ class SAEConfig:
 
     @property
     def steps(self) -> int:
-        return max(1, self.total_tokens // self.batch_size)
+        return self.total_tokens // self.batch_size  # >= 1: total_tokens >= batch_size is checked
 
     def to_dict(self) -> dict:
         return asdict(self)

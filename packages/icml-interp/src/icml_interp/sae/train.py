@@ -16,6 +16,14 @@ Per step (a batch of ``cfg.batch_size`` tokens, in normalized units when ``norma
 
 Initialization (first batches): the input scale ``s = sqrt(d_in) / mean ||x||`` and ``b_dec`` = geometric median
 (Weiszfeld), mean or zeros; ``W_enc = W_dec^T`` with random unit decoder rows, ``b_enc = 0``.
+
+Checked (the FVU divides by the batch's variance, so a batch of identical tokens would make it 0 / 0 or a
+ratio of rounding errors, and every parameter NaN or garbage after one step): activations with NaN or inf
+raise ``ValueError`` (the first batches before training, every later batch when it arrives); first batches
+whose tokens are all the same vector (relative variance below ``MIN_RELATIVE_VARIANCE``: constant
+activations) raise ``ValueError``; a later batch of identical tokens is skipped (no step, a warning at the
+end), and a source that yields only such batches raises; a non-finite loss (training diverged) raises
+``ValueError`` naming ``cfg.lr``.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from icml_interp.sae.source import ActivationSource
 from icml_interp.validation import check_int, check_tensor, check_type
 
 INIT_TOKENS = 16384  # tokens used to estimate the input scale and the decoder bias
+# A batch whose variance sum ||x - mean||^2 is at most this fraction of sum ||x||^2 holds (up to float32
+# rounding, relative spread ~ 4e-6) one vector repeated: its FVU is 0 / 0 or a ratio of rounding errors.
+MIN_RELATIVE_VARIANCE = (32 * torch.finfo(torch.float32).eps) ** 2
 
 
 @dataclass
@@ -59,8 +70,10 @@ class TrainLog:
 
 def geometric_median(x: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
     """The point minimizing the sum of Euclidean distances to the rows of ``x (n, d)`` (Weiszfeld's algorithm,
-    started at the mean, in float64)."""
+    started at the mean, in float64). Checked: ``x`` is a non-empty 2-d tensor of finite values."""
     check_tensor(x, "x", "(n, d)", ndim=2)
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("x must hold finite values, got NaN or inf")
     pts = x.double()
     y = pts.mean(0)
     scale = float(pts.std(0).norm()) or 1.0
@@ -132,14 +145,30 @@ def _aux_loss(
     return min(n_dead / aux_k, 1.0) * (e_hat - residual).pow(2).sum() / spread, n_dead
 
 
+def _relative_variance(x: torch.Tensor) -> float:
+    """``sum ||x - mean(x)||^2 / sum ||x||^2`` over the rows of ``x (n, d)``: 0 when every row is the same
+    vector, 1 for rows centred at the origin (computed without an ``(n, d)`` temporary)."""
+    total = float(torch.linalg.vector_norm(x)) ** 2
+    if total == 0:
+        return 0.0
+    return float(x.var(dim=0, correction=0).sum()) * x.shape[0] / total
+
+
 def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int = 1) -> tuple[SAE, TrainLog]:
     """Train an :class:`SAE` on ``source`` (an :class:`ActivationSource` or a tensor of activations).
 
     Runs ``cfg.steps`` steps of ``cfg.batch_size`` tokens (re-reading a re-iterable source as often as needed;
     a one-shot source ends training early, with a warning). Returns the SAE, in eval mode and in the caller's
     units (see :mod:`icml_interp.sae.model`), and a :class:`TrainLog`.
+
+    Checked: ``cfg`` is valid (re-checked, in case it was edited after construction); ``source``'s
+    activations are finite (``ValueError`` otherwise) and the first batches do not all repeat one vector
+    (constant activations: ``ValueError``, the FVU loss is undefined); a later batch of identical tokens is
+    skipped with a warning; a non-finite loss raises ``ValueError`` (lower ``cfg.lr``). Finite activations
+    therefore never give NaN parameters silently.
     """
     check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
+    SAEConfig.from_dict(cfg.to_dict())  # __post_init__'s checks, also for a config edited after construction
     check_int(log_every, "log_every", minimum=1)
     src = _as_source(source, cfg)
     batches = src.batches(cfg.batch_size, cycle=True)
@@ -162,15 +191,28 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
             "(activation width mismatch)"
         )
     init = torch.cat(first)
+    if not bool(torch.isfinite(init).all()):
+        raise ValueError(
+            f"source's activations contain NaN or inf (in the first {init.shape[0]} tokens): an SAE trained "
+            "on them would have NaN parameters; drop or repair those tokens"
+        )
+    if _relative_variance(init) <= MIN_RELATIVE_VARIANCE:
+        raise ValueError(
+            f"source's activations have zero variance: the first {init.shape[0]} tokens are all the same "
+            "vector (up to float32 rounding), so there is nothing for an SAE to learn and its FVU loss "
+            "(error / variance) is undefined; check the hook point and the inputs (constant activations?), or "
+            "shuffle the source if only its beginning is constant"
+        )
     sae = SAE(cfg)
     scale = 1.0
     if cfg.normalize_activations == "expected_average_only_in":
         mean_norm = float(init.norm(dim=1).mean())
         if not math.isfinite(mean_norm) or mean_norm == 0:
-            raise ValueError(f"cannot normalize activations with mean norm {mean_norm}")
+            raise ValueError(
+                f"cannot normalize source's activations: their mean norm is {mean_norm} "
+                "(normalize_activations='expected_average_only_in' divides by it); rescale them first"
+            )
         scale = math.sqrt(cfg.d_in) / mean_norm
-    if not torch.isfinite(init).all():
-        raise ValueError("the source's activations contain NaN or inf")
     with torch.no_grad():
         sample = init[:4096] * scale
         if cfg.b_dec_init == "geometric_median":
@@ -191,13 +233,27 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
 
     bar = tqdm(total=steps, disable=not progress, desc=f"train {cfg.architecture} SAE", unit="step")
     start = time.perf_counter()
-    step = 0
+    step = skipped = 0
     for batch in stream():
         if step >= steps:
             break
+        if not bool(torch.isfinite(batch).all()):
+            raise ValueError(
+                f"source's activations contain NaN or inf (in the batch for step {step}): an SAE trained on "
+                "them would have NaN parameters; drop or repair those tokens"
+            )
         x = batch * scale
-        x_hat, pre, fired, l0, f = _decode_train(sae, cfg, x)
         spread = (x - x.mean(0)).pow(2).sum()
+        if float(spread) <= MIN_RELATIVE_VARIANCE * float(torch.linalg.vector_norm(x)) ** 2:
+            # every token of the batch is the same vector: the FVU would be 0 / 0 or a ratio of rounding errors
+            skipped += 1
+            if skipped >= steps:
+                raise ValueError(
+                    f"source yielded {skipped} batches whose batch_size={cfg.batch_size} tokens are all the "
+                    "same vector (zero variance, FVU undefined); shuffle the source or raise batch_size"
+                )
+            continue
+        x_hat, pre, fired, l0, f = _decode_train(sae, cfg, x)
         fvu = (x_hat - x).pow(2).sum() / spread
         loss = fvu
         since_fired += 1
@@ -211,6 +267,11 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
             loss = loss + cfg.l1_coefficient * f.abs().sum(-1).mean() / (spread / x.shape[0]).sqrt()
         else:  # jumprelu
             loss = loss + cfg.l0_coefficient * sae.l0_surrogate(pre)
+        if not bool(torch.isfinite(loss.detach())):
+            raise ValueError(
+                f"training diverged at step {step}: the loss is {float(loss.detach())} on finite activations; "
+                f"lower cfg.lr (the learning rate was {opt.param_groups[0]['lr']:g})"
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         sae.remove_parallel_gradient()
@@ -238,11 +299,29 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
     bar.close()
     log.seconds = time.perf_counter() - start
     log.tokens_per_second = step * cfg.batch_size / log.seconds if log.seconds > 0 else float("nan")
+    if skipped:
+        warnings.warn(
+            f"skipped {skipped} batches of source whose {cfg.batch_size} tokens were all the same vector "
+            "(zero variance: the FVU loss is undefined on them); shuffle the source or raise batch_size",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if step == 0:
+        raise ValueError(
+            "source yielded no batch with any variance between its tokens: nothing was trained "
+            f"({skipped} batches of identical tokens skipped)"
+        )
     if step < steps:
         warnings.warn(
             f"the source ran out after {step} of {steps} steps ({step * cfg.batch_size} tokens)",
             RuntimeWarning,
             stacklevel=2,
+        )
+    bad = [name for name, p in sae.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:  # a backstop: the checks above should make this unreachable from finite activations
+        raise ValueError(
+            f"training produced non-finite parameters {bad} from finite activations; lower cfg.lr "
+            f"(was {cfg.effective_lr:g})"
         )
     sae.fold_input_scale(float(scale))
     sae.info.update(
