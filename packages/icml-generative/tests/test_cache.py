@@ -594,3 +594,200 @@ def test_model_level_caches_the_whole_forward_residual(wan):
     assert torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
     with pytest.raises(ValueError, match="level"):
         NaviCacheConfig(level="layer")
+
+
+# -- issue 22: the step without step_index, new runs, shape changes, stacking, disable_cache -----------------
+def _tiny_flux_pipeline():
+    """A diffusers ``FluxPipeline`` around a random-init two-block ``FluxTransformer2DModel`` (16 latent
+    tokens); the prompt embeddings are passed directly and latents returned (no text encoder, no VAE).
+    Flux, like every diffusers 0.42 pipeline but Wan and Cosmos, calls ``cache_context("cond")`` with no
+    ``step_index``."""
+    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    transformer = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=16,
+        num_layers=1,
+        num_single_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        axes_dims_rope=(4, 4, 8),
+    ).eval()
+    pipe = FluxPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=None,
+        text_encoder=None,
+        tokenizer=None,
+        text_encoder_2=None,
+        tokenizer_2=None,
+        transformer=transformer,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    g = torch.Generator().manual_seed(1)
+    embeds = {
+        "prompt_embeds": torch.randn(1, 4, 32, generator=g),
+        "pooled_prompt_embeds": torch.randn(1, 32, generator=g),
+    }
+
+    negative = {
+        "negative_prompt_embeds": torch.zeros(1, 4, 32),
+        "negative_pooled_prompt_embeds": torch.zeros(1, 32),
+    }
+
+    def generate(
+        steps=STEPS, true_cfg=False
+    ):  # 64x64 pixels -> latents 8x8 -> 16 packed tokens of 16 channels
+        return pipe(
+            **embeds,
+            **(negative if true_cfg else {}),
+            true_cfg_scale=3.0 if true_cfg else 1.0,  # true CFG: "cond" and "uncond" contexts
+            height=64,
+            width=64,
+            num_inference_steps=steps,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(0),
+        ).images
+
+    return pipe, generate
+
+
+def _count_forwards(model):
+    counter = {"n": 0}
+    handle = model.register_forward_pre_hook(lambda m, a: counter.__setitem__("n", counter["n"] + 1))
+    return counter, handle
+
+
+@pytest.mark.parametrize("true_cfg", [False, True])
+def test_skips_in_a_diffusers_pipeline_without_step_index_and_resets_per_generation(true_cfg):
+    pipe, make = _tiny_flux_pipeline()
+
+    def generate():
+        return make(true_cfg=true_cfg)
+
+    reference = generate()
+    contexts = ("cond", "uncond") if true_cfg else ("cond",)
+    config = NaviCacheConfig(threshold=0.5, alignment_steps=2, num_inference_steps=STEPS)
+    apply_navicache(pipe.transformer, config)
+    counter, handle = _count_forwards(pipe.transformer)
+    try:
+        runs = []
+        for _ in range(2):  # the second generation starts over: same decisions, same output
+            counter["n"] = 0
+            out = generate()
+            stats = get_cache_stats(pipe.transformer)
+            runs.append((out, counter["n"], stats.as_dict()))
+    finally:
+        handle.remove()
+        remove_navicache(pipe.transformer)
+    for out, forwards, stats in runs:
+        assert forwards == STEPS * len(contexts)
+        assert stats["steps_skipped"] > 0
+        assert stats["steps_computed"] + stats["steps_skipped"] == STEPS == len(stats["records"])
+        assert [r["step"] for r in stats["records"]] == list(range(STEPS))
+        assert stats["full_forwards"] == dict.fromkeys(contexts, stats["steps_computed"])
+        assert stats["records"][-1]["computed"]  # the last step is computed
+        assert psnr(out, reference) > 15 and not torch.equal(out, reference)
+    assert torch.equal(runs[0][0], runs[1][0]) and runs[0][2] == runs[1][2]
+    assert torch.equal(generate(), reference)
+
+
+def _sample_without_step_index(model, noise, cond, num_steps=STEPS, timestep_field=False):
+    """``sample_flow_euler`` as most diffusers pipelines call the model: ``cache_context("cond")`` alone
+    (optionally with the ``timestep``), no step index, no reset between runs."""
+    s = torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float64)
+    sigmas = 3.0 * s / (1 + 2.0 * s)
+    x = noise.clone()
+    with torch.no_grad():
+        for i in range(num_steps):
+            t = torch.full((x.shape[0],), float(sigmas[i]) * 1000.0)
+            fields = {"timestep": t} if timestep_field else {}
+            with cache_context(model, "cond", **fields):
+                v = model(x, timestep=t, encoder_hidden_states=cond, return_dict=False)[0]
+            x = x + (float(sigmas[i + 1]) - float(sigmas[i])) * v
+    return x
+
+
+def test_step_counter_without_step_index_and_new_runs_without_reset(wan):
+    noise, cond, _ = _inputs()
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2, num_inference_steps=STEPS))
+    try:
+        first = _sample_without_step_index(wan, noise, cond)
+        stats = get_cache_stats(wan).as_dict()
+        second = _sample_without_step_index(wan, noise, cond)  # the counter ran the schedule: new run
+        assert get_cache_stats(wan).as_dict() == stats
+        # a shorter run, then a full one: the timestep increasing again starts the new run
+        _sample_without_step_index(wan, noise, cond, num_steps=STEPS // 2, timestep_field=True)
+        third = _sample_without_step_index(wan, noise, cond, timestep_field=True)
+        assert get_cache_stats(wan).as_dict() == stats
+    finally:
+        remove_navicache(wan)
+    assert stats["steps_skipped"] > 0 and len(stats["records"]) == STEPS
+    assert [r["step"] for r in stats["records"]] == list(range(STEPS))
+    assert torch.equal(first, second) and torch.equal(first, third)
+
+
+@pytest.mark.parametrize("method", ["navicache-blocks", "navicache-model", "teacache"])
+def test_batch_size_change_recomputes_instead_of_broadcasting(wan, method):
+    noise1, cond1, _ = _inputs(batch=1)
+    noise2, cond2, _ = _inputs(batch=2, seed=1)
+    t = torch.full((1,), 500.0)
+    schedule = {"threshold": 1e9, "alignment_steps": 2, "num_inference_steps": STEPS}  # skips when it can
+    if method == "teacache":
+        apply_teacache(wan, TeaCacheConfig(coefficients=[1.0, 0.0], **schedule))
+    else:
+        apply_navicache(wan, NaviCacheConfig(level=method.split("-")[1], **schedule))
+    try:
+        with torch.no_grad():
+            for i, (x, c) in enumerate([(noise1, cond1)] * 2 + [(noise2, cond2)] * 2):
+                with cache_context(wan, "cond", step_index=i):
+                    out = wan(x, timestep=t.expand(x.shape[0]), encoder_hidden_states=c, return_dict=False)[0]
+                if i == 2:
+                    changed = out
+        stats = get_cache_stats(wan)
+    finally:
+        remove_navicache(wan)
+    with torch.no_grad():
+        expected = wan(noise2, timestep=t.expand(2), encoder_hidden_states=cond2, return_dict=False)[0]
+    assert changed.shape == expected.shape
+    torch.testing.assert_close(changed, expected)  # recomputed, not batch 1's residual broadcast
+    assert [r.computed for r in stats.records] == [True, True, True, False]  # the new shape then caches
+
+
+def test_refuses_to_stack_with_another_cache(wan):
+    apply_navicache(wan, NaviCacheConfig(num_inference_steps=STEPS))
+    try:
+        with pytest.raises(ValueError, match=r"already been enabled with .*NaviCacheConfig"):
+            wan.enable_cache(FirstBlockCacheConfig(threshold=0.1))
+    finally:
+        remove_navicache(wan)
+    assert not wan.is_cache_enabled
+    wan.enable_cache(FirstBlockCacheConfig(threshold=0.1))
+    try:
+        with pytest.raises(ValueError, match=r"already has a cache: FirstBlockCacheConfig \(enable_cache\)"):
+            apply_navicache(wan, NaviCacheConfig(num_inference_steps=STEPS))
+    finally:
+        wan.disable_cache()
+    model = TinyDiT()  # a plain module: diffusers' hooks applied directly
+    apply_first_block_cache(model, FirstBlockCacheConfig(threshold=0.1))
+    with pytest.raises(ValueError, match=r"already has a cache: hook 'fbc_leader_block_hook'"):
+        apply_navicache(model, NaviCacheConfig(num_inference_steps=STEPS))
+
+
+def test_diffusers_disable_cache_removes_navicache(wan):
+    noise, cond, uncond = _inputs()
+    reference = sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS)
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))
+    assert wan.is_cache_enabled
+    assert not torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
+    wan.disable_cache()
+    assert not wan.is_cache_enabled and "disable_cache" not in vars(wan)
+    with pytest.raises(ValueError, match="no NaviCache"):
+        get_cache_stats(wan)
+    assert torch.equal(sample_flow_euler(wan, noise, cond, uncond, 3.0, STEPS), reference)
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))  # and again
+    remove_navicache(wan)
+    assert not wan.is_cache_enabled

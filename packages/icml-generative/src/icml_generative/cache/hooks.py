@@ -9,7 +9,16 @@ Per-context state (diffusers' :class:`~diffusers.hooks.hooks.StateManager`): eve
 "uncond", ...) keeps its own residual and inputs. The first context seen at step 0 of a run leads: it
 makes the decision of each step, which the other contexts of that step reuse (the released NaviCache
 logic), and only its measurements update the estimator. The first ``alignment_steps`` steps and the last
-step are always computed. A step counter per context is used when the context carries no ``step_index``.
+step are always computed.
+
+The step: the context's ``step_index`` when the pipeline sets it (diffusers' Wan and Cosmos pipelines),
+else the number of forwards run in that context since the run began (diffusers' TaylorSeer cache counts
+steps the same way; most diffusers pipelines call ``cache_context("cond")`` with no step). A new run
+(generation) begins when the leading context's ``step_index`` is 0, when its counter has run the whole
+schedule, when the context's ``timestep`` increases again (the scheduler restarted), and after the
+pipeline's end-of-call ``reset_stateful_hooks`` (diffusers' convention, ``maybe_free_model_hooks``).
+A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
+an input of its own shape.
 """
 
 from __future__ import annotations
@@ -114,6 +123,7 @@ class _SharedState:
     def reset(self) -> None:
         self.run = 0
         self.leader: str | None = None
+        self.timestep: float | None = None  # the leading context's last timestep, when the context has one
         self.decisions: dict[int, bool] = {}
         self.sigma = 1.0  # of the leading context's current step (1 - step / n when the context has none)
         self.aligning = False
@@ -299,20 +309,28 @@ class StackCacheHook(ModelHook):
                 f"{policy.name}: alignment_steps ({align}) must be smaller than the number of "
                 f"inference steps ({n})"
             )
-        step = context.step_index if context.step_index is not None else ctx.calls % n
-        ctx.calls += 1
         leading = shared.leader is None or shared.leader == context.name
-        if leading and step == 0:  # a new run: forget the previous one
+        timestep = _as_float(context.timestep)
+        if leading and self._new_run(context, ctx, n, timestep):  # forget the previous run
             self._runs += 1
             shared.reset()
             shared.run = self._runs
             shared.leader = context.name
             shared.stats.num_inference_steps = n
             policy.reset()
+        if leading and timestep is not None:
+            shared.timestep = timestep
         if ctx.run != shared.run:
             ctx.reset()
             ctx.run = shared.run
+        # the step: the pipeline's, else the forwards counted in this context since the run began
+        step = context.step_index if context.step_index is not None else ctx.calls
+        ctx.calls += 1
         ctx.step = step
+        if ctx.residual is not None and ctx.residual.shape != x.shape:
+            # the input's shape changed (batch size, resolution): never reuse the residual of another shape
+            ctx.x_prev = ctx.x_last = ctx.out_last = ctx.residual = None
+            ctx.last_compute_step = -1
         if leading:
             shared.sigma = context.sigma if context.sigma is not None else 1.0 - step / n
             shared.aligning = step < align
@@ -322,7 +340,7 @@ class StackCacheHook(ModelHook):
                     "(HookRegistry.reset_stateful_hooks) before a new run"
                 )
             policy.start_step(ctx, x, step, module, args, kwargs)
-            forced = step < align or step == n - 1 or ctx.residual is None or policy.calibrate
+            forced = step < align or step >= n - 1 or ctx.residual is None or policy.calibrate
             record = StepRecord(step=step, computed=True, forced=forced)
             skip = False
             if not forced:
@@ -347,6 +365,17 @@ class StackCacheHook(ModelHook):
         if not skip:
             shared.stats.full_forwards[context.name] = shared.stats.full_forwards.get(context.name, 0) + 1
         return skip
+
+    def _new_run(self, context, ctx: ContextState, n: int, timestep: float | None) -> bool:
+        """Whether the leading context's call starts a new run (generation)."""
+        shared = self.shared
+        if shared.leader is None:  # the first call, or the first after reset_stateful_hooks
+            return True
+        if context.step_index is not None:
+            return context.step_index == 0
+        if timestep is not None and shared.timestep is not None and timestep > shared.timestep:
+            return True  # the schedule's timesteps decrease within a run: a larger one restarts it
+        return ctx.run == shared.run and ctx.calls >= n  # the whole schedule ran
 
     @torch.compiler.disable
     def _end_step(self, out: torch.Tensor) -> None:
@@ -386,6 +415,15 @@ class StackCacheHook(ModelHook):
         return output
 
 
+def _as_float(value) -> float | None:
+    """A context's ``timestep`` (number or tensor, possibly one per batch element) as a float."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().reshape(-1)[0].item()) if value.numel() else None
+    return float(value)
+
+
 def find_transformer_blocks(module: torch.nn.Module, method: str) -> list[tuple[str, torch.nn.Module]]:
     """The blocks of ``module``'s block lists (children named like diffusers' block lists), in order."""
     check_module(module, method)
@@ -406,14 +444,59 @@ def _has_cache(module: torch.nn.Module) -> bool:
     return registry is not None and (HEAD_HOOK in registry.hooks or BLOCK_HOOK in registry.hooks)
 
 
-def apply_stack_cache(module: torch.nn.Module, policy: StackPolicy, level: str = "blocks") -> None:
-    """Register the hooks: on every block (``level="blocks"``) or on the module itself (``"model"``)."""
+def _other_caches(module: torch.nn.Module) -> list[str]:
+    """The caches already on ``module``: its diffusers ``enable_cache`` config, and every stateful
+    diffusers hook (the caches: First-Block Cache, MagCache, FasterCache, ...) on it or its submodules."""
+    found = []
+    config = getattr(module, "_cache_config", None)
+    if config is not None:
+        found.append(f"{type(config).__name__} (enable_cache)")
+    for sub_name, sub in module.named_modules():
+        registry = getattr(sub, "_diffusers_hook", None)
+        if registry is None:
+            continue
+        for hook_name, hook in registry.hooks.items():
+            if hook_name in (HEAD_HOOK, BLOCK_HOOK) or not getattr(hook, "_is_stateful", False):
+                continue
+            where = f" on {sub_name}" if sub_name else ""
+            found.append(f"hook {hook_name!r} ({type(hook).__name__}){where}")
+            if len(found) >= 4:
+                return found
+    return found
+
+
+class _DisableCache:
+    """``module.disable_cache()`` while one of our caches is applied: removes it (diffusers' own method
+    does not know our configs). Set on the instance by :func:`apply_stack_cache`, deleted on removal."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+
+    def __call__(self) -> None:
+        remove_stack_cache(self.module, "disable_cache")
+
+
+def apply_stack_cache(
+    module: torch.nn.Module, policy: StackPolicy, level: str = "blocks", config: Any = None
+) -> None:
+    """Register the hooks: on every block (``level="blocks"``) or on the module itself (``"model"``).
+
+    Refuses a module that already has a cache (ours or a diffusers one: two caches would both skip). On a
+    diffusers model (``CacheMixin``) ``config`` becomes its ``_cache_config``, so that ``enable_cache``
+    refuses to stack another cache on it and ``disable_cache()`` removes this one.
+    """
     check_choice(level, "level", LEVELS)
     check_module(module, policy.name)
     blocks = find_transformer_blocks(module, policy.name) if level == "blocks" else []
     if any(_has_cache(m) for m in module.modules()):
         raise ValueError(
             f"{policy.name}: a stack cache is already applied to {type(module).__name__}; remove it first"
+        )
+    others = _other_caches(module)
+    if others:
+        raise ValueError(
+            f"{policy.name}: {type(module).__name__} already has a cache: {', '.join(others)}; two caches "
+            "on one model would both skip. Remove it first (disable_cache() for enable_cache)."
         )
     registry = HookRegistry.check_if_exists_or_initialize(module)  # lets cache_context reach the block hooks
     state_manager, shared = StateManager(ContextState), _SharedState()
@@ -429,10 +512,17 @@ def apply_stack_cache(module: torch.nn.Module, policy: StackPolicy, level: str =
             hook, HEAD_HOOK if i == 0 else BLOCK_HOOK
         )
     registry.invalidate_child_registries_cache()
+    if hasattr(module, "enable_cache") and hasattr(module, "_cache_config"):  # a diffusers CacheMixin
+        setattr(module, "_cache_config", policy if config is None else config)  # noqa: B010
+        # diffusers' disable_cache only knows its own configs: this instance's removes ours
+        setattr(module, "disable_cache", _DisableCache(module))  # noqa: B010
 
 
 def remove_stack_cache(module: torch.nn.Module, method: str) -> None:
     check_module(module, method)
+    if isinstance(vars(module).get("disable_cache"), _DisableCache):  # set by apply_stack_cache
+        delattr(module, "disable_cache")
+        setattr(module, "_cache_config", None)  # noqa: B010
     for sub in module.modules():
         registry = getattr(sub, "_diffusers_hook", None)
         if registry is not None:

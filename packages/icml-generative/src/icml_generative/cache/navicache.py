@@ -138,7 +138,7 @@ def apply_navicache(module: torch.nn.Module, config: NaviCacheConfig | None = No
     """
     config = check_instance(NaviCacheConfig() if config is None else config, "config", NaviCacheConfig)
     name = "EasyCache" if config.state == "instant" else "NaviCache"
-    apply_stack_cache(module, NaviCachePolicy(config, name), config.level)
+    apply_stack_cache(module, NaviCachePolicy(config, name), config.level, config)
 
 
 def remove_navicache(module: torch.nn.Module) -> None:

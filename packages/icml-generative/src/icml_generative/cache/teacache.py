@@ -112,7 +112,9 @@ class TeaCachePolicy(StackPolicy):
 
     def start_step(self, ctx, x, step, block, args, kwargs) -> None:
         m = self.config.modulated_input(block, x, args, kwargs)
-        if self.previous is not None:
+        if self.previous is not None and self.previous.shape != m.shape:
+            self.rel_in = math.nan  # the input's shape changed: no comparison (the step is computed)
+        elif self.previous is not None:
             self.rel_in = mean_abs(m - self.previous) / (mean_abs(self.previous) + 1e-12)
         self.previous = m
 
@@ -132,7 +134,8 @@ class TeaCachePolicy(StackPolicy):
 
 def apply_teacache(module: torch.nn.Module, config: TeaCacheConfig) -> None:
     """Apply the TeaCache-style baseline (remove it with :func:`~icml_generative.cache.remove_navicache`)."""
-    apply_stack_cache(module, TeaCachePolicy(check_instance(config, "config", TeaCacheConfig)))
+    config = check_instance(config, "config", TeaCacheConfig)
+    apply_stack_cache(module, TeaCachePolicy(config), config=config)
 
 
 def fit_teacache_coefficients(stats: Sequence[CacheStats], degree: int = 4) -> list[float]:
