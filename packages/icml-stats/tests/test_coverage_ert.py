@@ -112,8 +112,9 @@ def test_any_partitioning_splitter():
 
 
 def test_default_classifier_runs_with_few_misses():
-    x, _, _ = _data(n=300)
-    z = np.ones(300, dtype=int)
+    # n = 600: training folds of 480, large enough for the boosting default (early stopping switched off)
+    x, _, _ = _data(n=600)
+    z = np.ones(600, dtype=int)
     z[:5] = 0  # a fold may see no miss at all: the fit is then the constant
     r = ert(x, z, 0.9, loss="kl", random_state=0)
     assert np.isfinite(r.estimate)
@@ -179,3 +180,113 @@ def test_cross_fitted_test_is_valid_under_the_null():
         r = ert(x, z, 0.9, loss="l1", classifier=DummyClassifier(strategy="prior"), cv=5, random_state=0)
         p_values.append(r.p_value)
     assert np.mean(np.array(p_values) < 0.05) <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / 400)
+
+
+# Issue 22, item 3: the lower confidence bound at small n, level/alpha mix-ups, small folds.
+
+
+def _null_data(n, rng, t=0.9):
+    """Correct conditional coverage: covers Bernoulli(t) independent of x ~ N(0, I_2)."""
+    return rng.normal(size=(n, 2)), (rng.random(n) < t).astype(int)
+
+
+def test_bound_never_exceeds_the_estimate_at_n_12():
+    # the issue's mechanism: a fold of 3 samples predicted below target and all missed gives per-sample
+    # L1 differences 0.9 with sample sd 0; the old bound (largest per-fold mean - z sd / sqrt(n_k)) was
+    # 0.9 against an estimate of 0.093 here (0.9 against 0.167 in the issue)
+    fold = np.array([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 0, 1])
+    proba = np.where(fold == 0, 0.5, 0.95)
+    z = np.array([0, 0, 1, 0, 1, 1, 1, 0, 1, 1, 0, 1])
+    for loss in ("l1", "l2", "kl"):
+        for side in (None, "over", "under"):
+            r = ert_from_proba(z, proba, fold, 0.9, loss=loss, side=side)
+            assert r.lower_bound <= r.estimate
+            assert r.lower_bound < 0  # 12 samples cannot establish miscoverage at level 0.95
+
+
+def test_bound_is_the_finite_sample_formula():
+    rng = np.random.default_rng(1)
+    z = (rng.random(100) < 0.9).astype(int)
+    fold = np.arange(100) % 4
+    r = ert_from_proba(z, rng.uniform(0.8, 1.0, 100), fold, 0.9, loss="l1", level=0.9)
+    # L1 differences at t = 0.9 lie in [-0.9, 0.9]; four folds of 25: eps = w sqrt(mean(1/n_k) log(1/a) / 2)
+    assert r.lower_bound == pytest.approx(r.estimate - 1.8 * np.sqrt(np.log(10) / 25 / 2), abs=1e-12)
+
+
+def test_default_classifier_at_small_n_warns_and_is_bounded():
+    rng = np.random.default_rng(0)
+    x, z = _null_data(12, rng)
+    with pytest.warns(UserWarning, match="folds too small for the gradient-boosting classifier"):
+        r = ert(x, z, 0.9, random_state=0)
+    assert r.lower_bound <= r.estimate and r.lower_bound < 0
+
+
+def test_n_60_with_the_default_classifier_is_quick_and_warns():
+    # the default boosting (min_samples_leaf 200) cannot split folds of 48: it used to boost 500
+    # constant trees per fold (80 s on 2 cores); now a logistic regression is used there, with a warning
+    rng = np.random.default_rng(3)
+    x, z = _null_data(60, rng)
+    with pytest.warns(
+        UserWarning, match=r"training fold of 48 leaves only 48.*replaced by a standardised logistic"
+    ):
+        r = ert(x, z, 0.9, loss="l2", random_state=0)
+    assert np.isfinite(r.estimate) and r.lower_bound <= r.estimate
+    assert np.unique(np.round(r.proba, 12)).size > 5  # not the constant fit of trees that cannot split
+
+
+def test_small_folds_warn_for_a_given_boosting_classifier():
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    rng = np.random.default_rng(4)
+    x, z = _null_data(100, rng)
+    clf = HistGradientBoostingClassifier(min_samples_leaf=200, max_iter=3)
+    with pytest.warns(UserWarning, match="pass a classifier suited to small samples"):
+        ert(x, z, 0.9, classifier=clf, random_state=0)
+
+
+def test_no_small_fold_warning_with_enough_data():
+    import warnings
+
+    x, z, _ = _data(n=3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ert(x, z, 0.9, classifier=LogisticRegression(), random_state=0)
+
+
+@pytest.mark.parametrize("level", [0.05, 0.1, 0.01])
+def test_level_that_looks_like_alpha_is_refused(level):
+    x, z, _ = _data(n=100)
+    with pytest.raises(ValueError, match="looks like alpha"):
+        ert(x, z, 0.9, classifier=LogisticRegression(), level=level)
+    with pytest.raises(ValueError, match="looks like alpha"):
+        ert_from_proba(z, np.full(100, 0.9), np.arange(100) % 5, 0.9, level=level)
+
+
+def test_target_coverage_that_looks_like_alpha_warns():
+    # confidence_level is the target coverage t = 1 - alpha of the prediction sets, not the bound's level
+    x, z, _ = _data(n=100)
+    with pytest.warns(UserWarning, match="did you pass alpha"):
+        ert(x, z, 0.1, classifier=LogisticRegression())
+    with pytest.warns(UserWarning, match="did you pass alpha"):
+        ert_from_proba(z, np.full(100, 0.9), np.arange(100) % 5, np.full(100, 0.2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [30, 100, 500])
+def test_lower_bound_is_valid_under_the_null(n):
+    # the default classifier at every n (below n ~ 560 with 5 folds it is the logistic fallback)
+    import warnings
+
+    rng = np.random.default_rng(100 + n)
+    reps = 400
+    positive = {"l1": 0, "l2": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the small-fold warning, expected here
+        for _ in range(reps):
+            x, z = _null_data(n, rng)
+            for loss in positive:
+                r = ert(x, z, 0.9, loss=loss, random_state=int(rng.integers(2**31)))
+                assert r.lower_bound <= r.estimate
+                positive[loss] += r.lower_bound > 0
+    for loss, count in positive.items():
+        assert count / reps <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / reps), (loss, count)

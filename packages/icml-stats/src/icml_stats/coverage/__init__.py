@@ -11,6 +11,7 @@ from icml_stats.coverage.ert import (
     ert_from_proba,
     excess_risk_target_coverage,
     pointwise_loss,
+    small_sample_classifier,
 )
 from icml_stats.coverage.metrics import (
     auto_groups,
@@ -39,5 +40,6 @@ __all__ = [
     "pearson_correlation",
     "pointwise_loss",
     "size_stratified_coverage",
+    "small_sample_classifier",
     "worst_slab_coverage",
 ]
