@@ -132,17 +132,12 @@ acc = OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.01, num_st
 eps = acc.get_epsilon(1e-5)
 assert 2.0 < eps < 2.11 and eps <= acc.get_epsilon(1e-5, method="cks"), eps
 assert importlib.util.find_spec("torch") is None
-try:
-    icml_theory.majority
-except ImportError as exc:
-    assert "icml-theory[torch]" in str(exc), exc
-else:
-    raise AssertionError("icml_theory.boolean imported without torch")
-try:
-    icml_theory.ca
-except ImportError as exc:
-    assert "icml-theory[torch]" in str(exc), exc
-else:
-    raise AssertionError("icml_theory.ca imported without torch")
+for name in ("majority", "ca"):  # icml_theory.boolean's majority, the icml_theory.ca subpackage
+    try:
+        getattr(icml_theory, name)
+    except ImportError as exc:
+        assert "icml-theory[torch]" in str(exc), exc
+    else:
+        raise AssertionError(f"icml_theory.{name} imported without torch")
 """
     run(str(python), "-c", script, cwd=tmp_path)

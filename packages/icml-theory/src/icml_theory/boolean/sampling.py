@@ -142,16 +142,21 @@ def estimate_coefficients(
     return _mean_estimate(_batched(f, n, samples, batch_size, gen, terms), level)
 
 
-def _flip_terms(f: BooleanFunction, n: int):
-    def terms(x, y):  # (m, n): ((f(x) - f(x with coordinate i flipped)) / 2)^2
+def _flip_estimate(f, n, samples, level, seed, batch_size, total: bool) -> Estimate:
+    """Sample means of ``((f(x) - f(x^{⊕i})) / 2)^2``: per coordinate ``i`` (the influences), or summed over
+    ``i`` per point (the total influence, whose per-point sums are i.i.d. too)."""
+    n, samples, level, gen = _check_common(f, n, samples, level, seed)
+
+    def terms(x, y):  # (m, n), or (m,) when total
         cols = []
         for i in range(n):
             flipped = x.clone()
             flipped[:, i] = -flipped[:, i]
             cols.append(((y - _evaluate(f, flipped)) / 2) ** 2)
-        return torch.stack(cols, dim=1)
+        out = torch.stack(cols, dim=1)
+        return out.sum(1) if total else out
 
-    return terms
+    return _mean_estimate(_batched(f, n, samples, batch_size, gen, terms), level)
 
 
 def estimate_influences(
@@ -165,8 +170,7 @@ def estimate_influences(
 ) -> Estimate:
     """Estimate every ``Inf_i[f]`` from ``samples`` points and their ``n`` one-bit flips (``(n + 1)
     samples`` evaluations). Returns an :class:`Estimate` of shape ``(n,)``."""
-    n, samples, level, gen = _check_common(f, n, samples, level, seed)
-    return _mean_estimate(_batched(f, n, samples, batch_size, gen, _flip_terms(f, n)), level)
+    return _flip_estimate(f, n, samples, level, seed, batch_size, total=False)
 
 
 def estimate_total_influence(
@@ -179,12 +183,7 @@ def estimate_total_influence(
     batch_size: int = 16_384,
 ) -> Estimate:
     """Estimate the total influence (average sensitivity) ``I[f]``; a scalar :class:`Estimate`."""
-    n, samples, level, gen = _check_common(f, n, samples, level, seed)
-
-    def terms(x, y):
-        return _flip_terms(f, n)(x, y).sum(1)
-
-    return _mean_estimate(_batched(f, n, samples, batch_size, gen, terms), level)
+    return _flip_estimate(f, n, samples, level, seed, batch_size, total=True)
 
 
 def krawtchouk_kernel(n: int, degree: int) -> torch.Tensor:
