@@ -1,6 +1,7 @@
 """icml-theory: learning theory from ICML 2026: optimal RDP to f-DP accounting, stability, attention dynamics, bandits.
 
-The privacy accountants need only numpy and scipy (``pip install icml-theory``). The parts built on torch
+The privacy accountants (:mod:`icml_theory.privacy`) and the L_p-stability bounds (:mod:`icml_theory.stability`)
+need only numpy and scipy (``pip install icml-theory``). The parts built on torch
 (:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, and the systems that train networks) need the ``torch`` extra
 (``pip install 'icml-theory[torch]'``); they are imported when first used, so the accountant never pulls
 torch in.
@@ -9,7 +10,7 @@ torch in.
 from importlib import import_module
 from importlib.metadata import version as _version
 
-from icml_theory import privacy
+from icml_theory import privacy, stability  # noqa: F401  (stability: numpy and scipy only, imported eagerly)
 from icml_theory.privacy import *  # noqa: F403  (each subpackage's public API, listed in its __all__)
 
 __version__ = _version("icml-theory")
