@@ -363,6 +363,14 @@ def test_fuzz_exact_moments(data):
     )
 
 
+@FUZZ.covers(stab.stability_from_differences)
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_fuzz_stability_from_differences(data):
+    valid = {"differences": np.array([0.1, -0.3, 0.2, 0.05]), "p": 2.0, "confidence": 0.9}
+    fuzz_call(data, stab.stability_from_differences, valid, check=lambda e: 0 <= e.low <= e.value <= e.high)
+
+
 @FUZZ.covers(replace_one_stability, replace_one_differences)
 @settings(max_examples=60, deadline=None)
 @given(st.data())

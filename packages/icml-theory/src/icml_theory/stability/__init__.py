@@ -25,6 +25,7 @@ from icml_theory.stability.estimate import (
     StabilityEstimate,
     replace_one_differences,
     replace_one_stability,
+    stability_from_differences,
 )
 from icml_theory.stability.exact import (
     ExactMoments,
@@ -62,5 +63,6 @@ __all__ = [
     "replace_one_differences",
     "replace_one_stability",
     "ridge",
+    "stability_from_differences",
     "transductive_gap_bound",
 ]

@@ -22,9 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from icml_theory.validation import check_int, check_real
+from icml_theory.validation import as_array, check_int, check_real
 
-__all__ = ["StabilityEstimate", "replace_one_differences", "replace_one_stability"]
+__all__ = [
+    "StabilityEstimate",
+    "replace_one_differences",
+    "replace_one_stability",
+    "stability_from_differences",
+]
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,17 @@ def lp_norm(values: np.ndarray, p: float, axis=None) -> np.ndarray | float:
     safe = np.where(top > 0, top, 1.0)
     out = np.squeeze(safe * np.mean((a / safe) ** p, axis=axis, keepdims=True) ** (1 / p), axis=axis)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def stability_from_differences(differences, p=2.0, confidence=0.95) -> StabilityEstimate:
+    """ĉ_p and its interval (module docstring) from replace-one differences already drawn, e.g. by
+    :func:`replace_one_differences`, so one set of pairs serves several orders."""
+    d = as_array(differences, "differences", "(-inf, inf)", "finite differences").reshape(-1)
+    if d.size == 0:
+        raise ValueError("differences must be non-empty")
+    return _estimate(
+        np.abs(d), check_real(p, "p", "[1, inf)"), check_real(confidence, "confidence", "(0, 1)")
+    )
 
 
 def _estimate(abs_d: np.ndarray, p: float, confidence: float) -> StabilityEstimate:
