@@ -34,13 +34,22 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-import torch
 from hypothesis import strategies as st
+
+try:  # optional: the torch-free packages (icml-stats) use this helper without torch installed
+    import torch
+except ImportError:  # pragma: no cover - exercised by the lowest-versions job
+    torch = None  # type: ignore[assignment]
+
+
+def _is_tensor(value: Any) -> bool:
+    return torch is not None and isinstance(value, torch.Tensor)
+
 
 __all__ = ["Coverage", "FuzzContractError", "fuzz_call", "hostile", "non_finite", "rejects"]
 
 ACCEPTED = (ValueError, TypeError)
-_WEIRD_OBJECTS = (None, "x", b"x", object(), (), {}, [None])
+_WEIRD_OBJECTS: tuple[Any, ...] = (None, "x", b"x", object(), (), {}, [None])
 
 
 class FuzzContractError(AssertionError):
@@ -56,7 +65,7 @@ def non_finite(value: Any, _depth: int = 0) -> bool:
         return False
     if isinstance(value, float | np.floating | complex | np.complexfloating):
         return not np.isfinite(value)
-    if isinstance(value, torch.Tensor):
+    if _is_tensor(value):
         return bool(value.is_floating_point() or value.is_complex()) and not bool(
             torch.isfinite(value.detach()).all()
         )
@@ -73,7 +82,7 @@ def non_finite(value: Any, _depth: int = 0) -> bool:
 
 def _describe(fn: Callable, kwargs: Mapping[str, Any]) -> str:
     def short(v: Any) -> str:
-        if isinstance(v, np.ndarray | torch.Tensor):
+        if isinstance(v, np.ndarray) or _is_tensor(v):
             return f"<{type(v).__name__} shape={tuple(v.shape)} dtype={v.dtype}>"
         text = repr(v)
         return text if len(text) <= 80 else text[:77] + "..."
@@ -145,7 +154,9 @@ def hostile(valid: Any) -> st.SearchStrategy:
         return st.one_of(
             weird,
             st.sampled_from([0, -1, 1, True, 2**63, -(2**63), 0.5, float(valid), math.nan, math.inf]),
-            st.integers(-(2**40), 2**40),
+            st.integers(
+                -1000, 1000
+            ),  # huge valid sizes are slow, not bad input: the extremes above cover overflow
         )
     if isinstance(valid, float | np.floating):
         return st.one_of(
@@ -156,7 +167,7 @@ def hostile(valid: Any) -> st.SearchStrategy:
         )
     if isinstance(valid, str):
         return st.one_of(weird, st.sampled_from(["", " ", valid.upper(), valid + "x", "nan"]), st.integers())
-    if isinstance(valid, np.ndarray | torch.Tensor):
+    if isinstance(valid, np.ndarray) or _is_tensor(valid):
         return st.one_of(weird, _hostile_array(valid))
     if isinstance(valid, list | tuple):
         return st.one_of(
@@ -170,8 +181,8 @@ def hostile(valid: Any) -> st.SearchStrategy:
     return weird
 
 
-def _hostile_array(valid: np.ndarray | torch.Tensor) -> st.SearchStrategy:
-    is_tensor = isinstance(valid, torch.Tensor)
+def _hostile_array(valid: Any) -> st.SearchStrategy:
+    is_tensor = _is_tensor(valid)
     arr = valid.detach().cpu().numpy() if is_tensor else np.asarray(valid)
 
     def wrap(a: np.ndarray) -> Any:
@@ -192,7 +203,9 @@ def _hostile_array(valid: np.ndarray | torch.Tensor) -> st.SearchStrategy:
                 a.reshape(-1)[arr.size // 2] = bad
                 options.append(wrap(a))
             options.append(wrap(arr.astype(np.float16)))
-            options.append(wrap(arr * 1e300))
+            top = float(np.abs(arr).max())
+            if top > 0 and arr.dtype.kind == "f":  # huge but finite in the array's own dtype
+                options.append(wrap((arr * (0.5 * float(np.finfo(arr.dtype).max) / top)).astype(arr.dtype)))
         options.append(wrap(arr.astype(np.complex64)))
         options.append(wrap(np.zeros_like(arr)))
         options.append(wrap(-np.abs(arr.astype(np.float64)) - 1))
@@ -228,7 +241,7 @@ def fuzz_call(
     unknown = [n for n in [*names, *strategies] if n not in valid]
     if unknown:
         raise KeyError(f"fuzz_call: arguments {unknown} are not in the valid call")
-    if data.draw(st.booleans(), label="unchanged call"):
+    if not names or data.draw(st.booleans(), label="unchanged call"):
         return _call_checked(fn, valid, check, None, _finite_kwargs(valid), allow_non_finite)
     name = data.draw(st.sampled_from(names), label="argument")
     value = data.draw(strategies.get(name, hostile(valid[name])), label=name)

@@ -52,7 +52,11 @@ def plan(root: Path, name: str) -> dict:
     found = members(root)
     member = found[name]
     tests = root / member.path / "tests"
-    uses_tools = any("icml_tools" in p.read_text() for p in tests.rglob("*.py"))
+    # tests that use icml_tools only for its fuzz helper (numpy and hypothesis, torch optional) get the
+    # tools folder without its requirements (torch, transformers): a torch-free package stays torch-free
+    uses = [re.findall(r"icml_tools(?:\.(\w+))?", p.read_text()) for p in tests.rglob("*.py")]
+    uses_tools = any(uses)
+    uses_tools_assets = any(sub != "fuzz" for found_subs in uses for sub in found_subs)
     local = [member.path]
     requirements = declared_requirements(root / member.path / "pyproject.toml")
     if "icml-kernels" in member.dependencies and name != "icml-kernels":
@@ -60,6 +64,7 @@ def plan(root: Path, name: str) -> dict:
         requirements += declared_requirements(root / found["icml-kernels"].path / "pyproject.toml")
     if uses_tools:
         local.append(found["icml-tools"].path)
+    if uses_tools_assets:
         requirements += declared_requirements(root / found["icml-tools"].path / "pyproject.toml")
     requirements += test_requirements(root)
     return {"requirements": sorted(set(requirements)), "local": local, "tests": tests.relative_to(root)}
