@@ -58,6 +58,12 @@ def select_impl(op: str, device: torch.device, *, kernel_reason: str | None = No
     ``kernel_reason`` is the op's own reason the kernel cannot take this input (for example an
     unsupported dtype), or None when it can.
     """
+    if not isinstance(op, str) or not op:
+        raise TypeError(f"op must be a non-empty str (the op's name), got {op!r}")
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {type(device).__name__}")
+    if kernel_reason is not None and not isinstance(kernel_reason, str):
+        raise TypeError(f"kernel_reason must be a str or None, got {type(kernel_reason).__name__}")
     wanted = requested_impl()
     if wanted == "torch":
         return "torch"

@@ -416,7 +416,7 @@ def test_fuzz_generalization_bounds(data):
         # any finite real is a valid mean stability (it may be negative); NaN is refused in the bad-input test
         mutate=[k for k in valid if k != "mean_stability"],
         strategies={"deviation": st.sampled_from(["LP", "mcdiarmid", None, 3, *DEVIATIONS])},
-        check=lambda b: math.isfinite(b) and b >= valid["mean_stability"],
+        check=lambda b: b >= valid["mean_stability"],  # inf only with the overflow warning
     )
 
 

@@ -8,11 +8,14 @@ from typing import Any
 import torch
 
 from icml_kernels._dispatch import select_impl
-from icml_kernels.fwht.reference import fwht_reference
+from icml_kernels.fwht.reference import (
+    FLOAT_DTYPES,
+    KERNEL_DTYPES,
+    check_finite_tensor,
+    reference_transform,
+    warn_if_overflowed,
+)
 from icml_kernels.validation import check_finite_float, check_power_of_two, check_tensor
-
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
 
 
 def _check(x: Any) -> int:
@@ -30,7 +33,7 @@ def _run(x: torch.Tensor, scale: float) -> torch.Tensor:
         from icml_kernels.fwht.triton_fwht import fwht_triton
 
         return fwht_triton(x, scale)
-    return fwht_reference(x, scale)
+    return reference_transform(x, scale)
 
 
 @torch.library.custom_op("icml_kernels::fwht", mutates_args=(), device_types=("cpu", "cuda"))
@@ -70,6 +73,13 @@ def fwht(x: torch.Tensor, *, scale: float | None = None) -> torch.Tensor:
         ``scale * x @ H_n`` with ``H_n`` the Sylvester–Hadamard matrix, same shape and dtype as ``x``.
         Differentiable. Runs the Triton kernel on CUDA and the torch reference on CPU
         (``ICML_KERNELS_IMPL=torch|triton`` forces one).
+
+    Raises ValueError/TypeError naming the argument for a non-tensor, another dtype, a last dimension
+    that is not a power of two, NaN or infinite entries of ``x`` or a non-finite ``scale``; warns
+    (RuntimeWarning) when the result overflows ``x.dtype``. These checks read ``x`` and the result (a host
+    sync on a GPU); ``torch.ops.icml_kernels.fwht`` (:func:`fwht_op`) checks shapes and dtypes only.
     """
     n = _check(x)
-    return fwht_op(x, 1.0 / math.sqrt(n) if scale is None else check_finite_float(scale, "scale"))
+    scale = 1.0 / math.sqrt(n) if scale is None else check_finite_float(scale, "scale")
+    check_finite_tensor(x, "x")
+    return warn_if_overflowed(fwht_op(x, scale), "fwht of x (times scale)")

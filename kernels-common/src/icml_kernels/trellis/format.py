@@ -91,6 +91,11 @@ def check_code_params(
         raise ValueError(f"mulbal parameters only apply to code 'mulbal', not {code!r}")
     else:
         triple = None
+    if table_shape is not None and (
+        not isinstance(table_shape, tuple | list | torch.Size)
+        or not all(isinstance(d, int) and not isinstance(d, bool) for d in table_shape)
+    ):
+        raise TypeError(f"{table_name} must be a shape (a tuple of ints) or None, got {table_shape!r}")
     expected = table_shape_of(code, L, V)
     if expected is None and table_shape is not None:
         raise ValueError(f"code {code!r} is computed and takes no table ({table_name} must be None)")

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from icml_kernels._dispatch import select_impl
+from icml_kernels.fwht.reference import check_finite_tensor, warn_if_overflowed
 from icml_kernels.trellis.format import TrellisFormat, check_code
 from icml_kernels.trellis.reference import decode_reference, gemv_reference
 from icml_kernels.validation import check_finite_float, check_tensor
@@ -135,12 +136,15 @@ def trellis_decode(
         table (torch.Tensor, Optional): ``(2^Q, 2)`` micro-table for ``hyb``, ``(2^L, V)`` for ``lut``.
 
     Returns:
-        float32 weights ``(..., T)``; Triton kernel on CUDA, the torch reference on CPU.
+        float32 weights ``(..., T)``; Triton kernel on CUDA, the torch reference on CPU. Warns
+        (RuntimeWarning) when ``alpha``/``beta`` are so large that a weight overflows float32 (a check that
+        reads the result: a host sync on a GPU; :func:`trellis_decode_op` checks nothing).
     """
     fmt = check_trellis(code, L, K, V, T)
     fmt.check_packed(packed)
     params = check_params(fmt, code, alpha, beta, mulbal, table, packed.device)
-    return trellis_decode_op(packed, code, L, K, V, T, *params)
+    out = trellis_decode_op(packed, code, L, K, V, T, *params)
+    return warn_if_overflowed(out, "trellis_decode: alpha * code + beta")
 
 
 def trellis_gemv(
@@ -160,7 +164,8 @@ def trellis_gemv(
     """``x @ W_hat.T`` for ``x (..., n)`` and a weight ``W_hat (m, n)`` stored as packed row tiles
     ``(m, n/T, K*T/32)`` (tile ``(i, j)`` holds ``W_hat[i, j*T:(j+1)*T]``), without materializing ``W_hat``
     on CUDA (the fused kernel decodes in registers). Result ``(..., m)`` in ``x.dtype``, accumulated in
-    float32. Other arguments as :func:`trellis_decode`."""
+    float32. ``x`` must be finite (read, like the result, which warns when it overflows: a host sync on a
+    GPU; :func:`trellis_gemv_op` checks nothing). Other arguments as :func:`trellis_decode`."""
     fmt = check_trellis(code, L, K, V, T)
     fmt.check_packed(packed, dims=3)
     params = check_params(fmt, code, alpha, beta, mulbal, table, packed.device)
@@ -170,4 +175,6 @@ def trellis_gemv(
         raise ValueError(f"x must have n = (n/T) * T = {n} in its last dimension, got shape {tuple(x.shape)}")
     if x.device != packed.device:
         raise ValueError(f"x and packed must be on one device, got {x.device} and {packed.device}")
-    return trellis_gemv_op(x, packed, code, L, K, V, T, *params)
+    check_finite_tensor(x, "x")
+    out = trellis_gemv_op(x, packed, code, L, K, V, T, *params)
+    return warn_if_overflowed(out, "trellis_gemv: x @ W_hat.T (W_hat = alpha * code + beta)")

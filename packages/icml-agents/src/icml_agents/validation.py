@@ -47,6 +47,13 @@ def check_real(value: Any, name: str, interval: str = "(-inf, inf)") -> float:
     raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """A flag: ``True`` or ``False`` (a NumPy bool too); anything else, 0 and 1 included, raises ``ValueError``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_choice(value: T, name: str, choices: Sequence[T]) -> T:
     """One of ``choices``."""
     if value not in choices:
@@ -60,6 +67,8 @@ def check_seed(seed: Any, name: str = "seed") -> np.random.Generator:
         return seed
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"{name} must be an int or a numpy Generator, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"{name} must be a non-negative integer or a numpy Generator, got {seed!r}")
     return np.random.default_rng(int(seed))
 
 
@@ -82,6 +91,18 @@ def check_list(value: Any, name: str) -> Sequence[Any]:
     if not isinstance(value, (list, tuple)):
         raise TypeError(f"{name} must be a list, got {type(value).__name__}")
     return value
+
+
+def check_texts(values: Sequence[Any], name: str, convert: Any) -> list[Any]:
+    """``convert(v)`` of every item of the list ``name``; a ``TypeError`` or ``ValueError`` that an item raises is
+    raised again naming the item, e.g. ``completions[2]: a completion must be a string ...``."""
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(convert(v))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{name}[{i}]: {err}") from None
+    return out
 
 
 def check_column(value: Any, name: str, length: int, item: str) -> Sequence[Any]:

@@ -8,6 +8,7 @@ code names) are validated by the format that owns them, :class:`icml_kernels.tre
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -33,9 +34,11 @@ def check_bool(value: Any, name: str) -> bool:
 
 
 def check_positive(value: Any, name: str) -> float:
-    """A number (int or float, bools refused) greater than 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    """A finite number (int or float, bools refused) greater than 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a positive number, got {value!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
     return float(value)
 
 

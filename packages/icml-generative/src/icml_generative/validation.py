@@ -12,6 +12,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 T = TypeVar("T")
@@ -112,11 +113,42 @@ def check_instance(value: Any, name: str, *types: type[T]) -> T:
     return value
 
 
-def check_module(value: Any, method: str) -> torch.nn.Module:
-    """The ``torch.nn.Module`` that ``method`` works on (``TypeError`` otherwise)."""
+def check_module(value: Any, method: str, name: str = "module") -> torch.nn.Module:
+    """The ``torch.nn.Module`` that ``method`` works on, passed as the argument ``name`` (``TypeError`` otherwise)."""
     if not isinstance(value, torch.nn.Module):
-        raise TypeError(f"{method} needs a torch.nn.Module, got {type(value).__name__}")
+        raise TypeError(f"{method} needs a torch.nn.Module as {name}, got {type(value).__name__}")
     return value
+
+
+def check_real_tensor(value: Any, name: str, *, finite: bool = True, nonempty: bool = True) -> torch.Tensor:
+    """A tensor of real numbers (bool, integer or floating point; ``TypeError`` for complex or another type),
+    non-empty and free of NaN and infinity unless told otherwise."""
+    check_tensor(value, name)
+    if value.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got dtype {value.dtype}")
+    if nonempty and value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+    if finite and value.is_floating_point() and not torch.isfinite(value).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return value
+
+
+def as_real_tensor(value: Any, name: str, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``value`` (a tensor, an array, a number or nested sequences of numbers) as a ``dtype`` tensor;
+    ``TypeError`` naming ``name`` for strings, objects, complex numbers or ragged sequences."""
+    if isinstance(value, torch.Tensor):
+        if value.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {value.dtype}")
+        return value.detach().to(dtype)
+    try:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError
+        return torch.as_tensor(arr.astype(np.float64), dtype=dtype)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be real numbers (a tensor, an array or a sequence), got {value!r}"
+        ) from None
 
 
 def check_tensor(

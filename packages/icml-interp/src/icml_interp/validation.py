@@ -64,7 +64,11 @@ def check_number(
 
 def check_choice(value, name: str, choices: Collection):
     """``value`` is one of ``choices``."""
-    if value not in choices:
+    try:
+        known = value in choices
+    except TypeError:  # an unhashable value and a set or dict of choices
+        known = False
+    if not known:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
 
@@ -106,10 +110,41 @@ def check_activations(x, name: str, width: int, what: str) -> torch.Tensor:
     return x
 
 
-def check_d_in(width: int, d_in: int) -> None:
-    """An activation of ``width`` channels fits an SAE with input width ``d_in``."""
+def check_d_in(width: int, d_in: int, name: str | None = None) -> None:
+    """An activation of ``width`` channels fits an SAE with input width ``d_in`` (``name``: the argument that
+    holds the activation, named in the message)."""
     if width != d_in:
-        raise ValueError(f"activation width {width} does not match the SAE's d_in = {d_in}")
+        where = f"{name}: " if name else ""
+        raise ValueError(f"{where}activation width {width} does not match the SAE's d_in = {d_in}")
+
+
+def check_finite(x: torch.Tensor, name: str) -> torch.Tensor:
+    """A tensor holds no NaN or inf (integer and bool tensors always pass)."""
+    if (x.is_floating_point() or x.is_complex()) and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must hold finite values, got NaN or inf")
+    return x
+
+
+def check_bool(value, name: str) -> bool:
+    """``value`` is a bool (not 0, 1 or another truthy object)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+def check_sae_like(sae, name: str = "sae") -> None:
+    """``sae`` has ``encode``/``decode`` methods and a ``W_dec`` tensor ``(d_sae, d_in)``, like an SAE."""
+    w_dec = getattr(sae, "W_dec", None)
+    if not (
+        callable(getattr(sae, "encode", None))
+        and callable(getattr(sae, "decode", None))
+        and isinstance(w_dec, torch.Tensor)
+        and w_dec.ndim == 2
+    ):
+        raise TypeError(
+            f"{name} must be an SAE (encode() and decode() methods, a W_dec (d_sae, d_in) tensor), "
+            f"got {type(sae).__name__}"
+        )
 
 
 def check_token_ids(input_ids, vocab: int | None = None, name: str = "input_ids") -> torch.Tensor:
@@ -138,6 +173,8 @@ def check_indices(values, size: int, name: str) -> list[int] | None:
     """One int or ints in ``[-size, size)`` as a list of indices in ``[0, size)`` (``None`` stays ``None``)."""
     if values is None:
         return None
+    if isinstance(values, (str, bytes)) or not isinstance(values, (int, Iterable)):
+        raise TypeError(f"{name} must be None, an int or a list of ints, got {values!r}")
     values = [values] if isinstance(values, int) else list(values)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or not -size <= v < size:

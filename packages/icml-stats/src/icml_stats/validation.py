@@ -67,12 +67,60 @@ def check_choice(value, name: str, choices: tuple):
 
 
 def check_classifier(classifier, name: str = "classifier"):
-    """A scikit-learn classifier with ``fit`` and ``predict_proba`` (it is cloned and fitted)."""
-    if not (
+    """A scikit-learn classifier instance with ``fit`` and ``predict_proba`` (it is cloned and fitted)."""
+    if isinstance(classifier, type) or not (
         hasattr(classifier, "fit") and hasattr(classifier, "predict_proba") and is_classifier(classifier)
     ):
-        raise TypeError(f"{name} must be a scikit-learn classifier with predict_proba, got {classifier!r}")
+        raise TypeError(
+            f"{name} must be a scikit-learn classifier instance with predict_proba, got {classifier!r}"
+        )
     return classifier
+
+
+def check_regressor(estimator, name: str = "estimator"):
+    """A scikit-learn estimator instance with ``fit``, ``predict`` and ``get_params`` (it is cloned and fitted)."""
+    if isinstance(estimator, type) or not all(
+        hasattr(estimator, attr) for attr in ("fit", "predict", "get_params")
+    ):
+        raise TypeError(
+            f"{name} must be a scikit-learn regressor instance with fit and predict, got {estimator!r}"
+        )
+    return estimator
+
+
+def check_cv(cv, n: int, name: str = "cv"):
+    """Cross-validation folds: an int in [2, n] (bools refused) or a splitter object with ``split``."""
+    if isinstance(cv, numbers.Integral):
+        return check_int(cv, name, 2, n)
+    if isinstance(cv, str | bytes | type) or not hasattr(cv, "split"):
+        raise TypeError(f"{name} must be an int >= 2 or a scikit-learn splitter with split(), got {cv!r}")
+    return cv
+
+
+_SEED = "None, an int in [0, 2**32 - 1] or a numpy random Generator"
+
+
+def as_rng(random_state, name: str = "random_state") -> np.random.Generator:
+    """``numpy.random.default_rng(random_state)``, refusing what it cannot seed with a message naming ``name``."""
+    try:
+        return np.random.default_rng(random_state)
+    except TypeError:
+        raise TypeError(f"{name} must be {_SEED}, got {random_state!r}") from None
+    except ValueError:
+        raise ValueError(f"{name} must be {_SEED}, got {random_state!r}") from None
+
+
+def check_seed(random_state, name: str = "random_state"):
+    """A seed scikit-learn accepts (None, an int in [0, 2**32 - 1] or a ``RandomState``), returned as given."""
+    if isinstance(random_state, bool) or not (
+        random_state is None
+        or isinstance(random_state, np.random.RandomState)
+        or (isinstance(random_state, numbers.Integral) and 0 <= int(random_state) < 2**32)
+    ):
+        raise (ValueError if isinstance(random_state, numbers.Integral) else TypeError)(
+            f"{name} must be None, an int in [0, 2**32 - 1] or a numpy RandomState, got {random_state!r}"
+        )
+    return random_state
 
 
 def check_shape(a: np.ndarray, name: str, shape: tuple[int | str, ...], hint: str = "") -> np.ndarray:

@@ -41,6 +41,21 @@ def check_int(value, name: str, minimum: int | None = None, maximum: int | None 
     return v
 
 
+def check_seed(value, name: str = "seed") -> int:
+    """A seed for ``torch.Generator.manual_seed``: an integer >= 0 that fits in 64 bits."""
+    seed = check_int(value, name, 0)
+    if seed >= 2**64:
+        raise ValueError(f"{name} must be below 2^64 (a 64-bit seed), got {value!r}")
+    return seed
+
+
+def check_bool(value, name: str) -> bool:
+    """A bool (``True``/``False`` or a numpy bool; integers refused)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def check_real(value, name: str, interval: str = "(-inf, inf)") -> float:
     """A real number (bools refused) inside ``interval``, e.g. ``"(0, 1]"``; the default is any finite number."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -69,6 +84,8 @@ def check_profile(profile):
 def as_array(values, name: str, interval: str, what: str = "numbers") -> np.ndarray:
     """``values`` as a new float64 array (any shape), every entry inside ``interval`` (NaN refused)."""
     try:
+        if np.iscomplexobj(values):  # float64 would silently drop the imaginary part
+            raise TypeError
         a = np.array(values, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must hold {what} in {interval}, got {values!r}") from None

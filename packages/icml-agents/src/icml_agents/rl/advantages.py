@@ -10,10 +10,13 @@ the Dr. GRPO variant (Liu et al., "Understanding R1-Zero-Like Training: A Critic
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 import torch
 
-from icml_agents.validation import check_int, check_real
+from icml_agents.validation import check_bool, check_int, check_real
 
 
 def group_relative_advantages(rewards, group_size: int, normalize_std: bool = True, eps: float = 1e-4):
@@ -24,15 +27,21 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
     """
     group_size = check_int(group_size, "group_size", 2, why=" (a group of one has no baseline)")
     check_real(eps, "eps", "[0, inf)")
+    check_bool(normalize_std, "normalize_std")
     is_tensor = isinstance(rewards, torch.Tensor)
     if is_tensor:
+        if rewards.is_complex():
+            raise TypeError(f"rewards must be real numbers, got a tensor of dtype {rewards.dtype}")
         r = rewards if rewards.is_floating_point() else rewards.to(torch.get_default_dtype())
     else:
         try:
-            r = torch.from_numpy(np.asarray(rewards, dtype=np.float64))
+            arr = np.asarray(rewards)
+            if arr.dtype.kind not in "biuf":  # strings, objects, complex: not rewards
+                raise TypeError
+            r = torch.from_numpy(arr.astype(np.float64))
         except (TypeError, ValueError):
             raise TypeError(
-                f"rewards must be numbers (a tensor, an array or a sequence), got {rewards!r}"
+                f"rewards must be real numbers (a tensor, an array or a sequence), got {rewards!r}"
             ) from None
     if r.ndim != 1 or r.numel() == 0 or r.numel() % group_size:
         raise ValueError(
@@ -41,9 +50,21 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
         )
     if not torch.isfinite(r).all():
         raise ValueError("rewards contain NaN or infinite values")
-    grouped = r.reshape(-1, group_size)  # (n_groups, group_size); reshape: the input may be strided
+    # computed on r / 2^e (exact) with 2^e >= max|r|, so rewards near the float range do not overflow
+    # the mean or the variance: (r - m) / (sd + eps) = (r' - m') / (sd' + eps / 2^e)
+    scale = 2.0 ** min(math.frexp(float(r.abs().max()))[1], 1023)  # 2^1024 is not a float
+    grouped = (r / scale).reshape(-1, group_size)  # (n_groups, group_size); reshape: the input may be strided
     advantages = grouped - grouped.mean(dim=1, keepdim=True)
     if normalize_std:
-        advantages = advantages / (grouped.std(dim=1, keepdim=True) + eps)
+        advantages = advantages / (grouped.std(dim=1, keepdim=True) + eps / scale)  # eps / scale may be inf
+    else:
+        advantages = advantages * scale
     advantages = advantages.reshape(-1)  # (n_groups * group_size,)
+    if not torch.isfinite(advantages).all():
+        warnings.warn(
+            "group_relative_advantages: the advantages hold NaN or inf (with eps=0 a group of tied rewards "
+            f"divides 0 by 0; without normalize_std, differences of rewards near the {r.dtype} range overflow)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return advantages if is_tensor else advantages.numpy()

@@ -17,6 +17,8 @@ conventions so numbers are comparable):
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +52,7 @@ class GRPOConfig:
         check_choice(self.scale_rewards, "scale_rewards", SCALES)
         check_choice(self.loss_type, "loss_type", LOSS_TYPES)
         check_int(self.num_iterations, "num_iterations", 1)
+        check_real(self.std_eps, "std_eps", "[0, inf)")
 
 
 def compute_advantages(rewards, group_size: int, scale: str = "group", eps: float = 1e-4):
@@ -64,15 +67,29 @@ def compute_advantages(rewards, group_size: int, scale: str = "group", eps: floa
     r = rewards if isinstance(rewards, torch.Tensor) else torch.as_tensor(rewards, dtype=torch.float64)
     r = r.to(centred.dtype).reshape(-1, group_size)  # (n_groups, G)
     tied = (r.max(dim=1).values - r.min(dim=1).values) == 0  # (n_groups,) exactly tied, no tolerance
-    if scale == "batch":
-        centred = centred / (r.reshape(-1).std() + eps) if r.numel() > 1 else centred
+    if scale == "batch" and r.numel() > 1:  # on r / 2^e >= max|r| (exact), so that the std cannot overflow
+        two_e = 2.0 ** min(math.frexp(float(r.abs().max()))[1], 1023)  # 2^1024 is not a float
+        centred = (centred / two_e) / ((r / two_e).reshape(-1).std() + eps / two_e)
     return centred, float(tied.float().mean())
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    check_tensor(logp, "logp", floating=True)
+    check_tensor(ref_logp, "ref_logp", logp.shape, floating=True)
+    for name, t in (("logp", logp), ("ref_logp", ref_logp)):
+        if not bool(torch.isfinite(t.detach()).all()):
+            raise ValueError(f"{name} must be finite, got NaN or inf")
     delta = ref_logp - logp
-    return torch.exp(delta) - delta - 1
+    kl = torch.exp(delta) - delta - 1
+    if not bool(torch.isfinite(kl.detach()).all()):
+        warnings.warn(
+            "k3_kl: exp(ref_logp - logp) overflows (a log-ratio above ~709 in float64, ~88 in float32); "
+            "the estimate holds inf",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return kl
 
 
 def grpo_loss(
@@ -101,10 +118,16 @@ def grpo_loss(
     old_logp = check_tensor(old_logp, "old_logp", logp.shape, floating=True)
     advantages = check_tensor(advantages, "advantages", logp.shape[:1])
     mask = torch.ones_like(logp) if mask is None else check_tensor(mask, "mask", logp.shape)
+    if mask.is_complex() or not bool(((mask >= 0) & (mask <= 1)).all()):  # NaN fails both comparisons
+        raise ValueError("mask must hold weights in [0, 1] (1 for completion tokens, 0 for padding)")
+    if advantages.is_complex():
+        raise TypeError(f"advantages must be a real tensor, got dtype {advantages.dtype}")
     check_choice(loss_type, "loss_type", LOSS_TYPES)
     epsilon = check_real(epsilon, "epsilon", "[0, inf)")  # as GRPOConfig: a negative range inverts the clip
     eps_high = epsilon if epsilon_high is None else check_real(epsilon_high, "epsilon_high", "[0, inf)")
     beta = check_real(beta, "beta", "[0, inf)")
+    if max_completion_length is not None:
+        check_int(max_completion_length, "max_completion_length", 1)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
     if ref_logp is not None:
@@ -137,7 +160,14 @@ def grpo_loss(
         loss = masked.sum() / mask.sum().clamp(min=1)
     else:  # dr_grpo
         length = logp.shape[1] if max_completion_length is None else max_completion_length
-        loss = masked.sum() / (logp.shape[0] * length)
+        loss = masked.sum() / float(logp.shape[0] * length)  # a float: any int length converts
+    if not bool(torch.isfinite(loss.detach())):
+        warnings.warn(
+            "grpo_loss: the loss overflows (an importance ratio exp(logp - old_logp), a k3 term, a weight or "
+            f"a length too large for {logp.dtype}); it is {float(loss)}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     n_tok = mask.sum().clamp(min=1)
     with torch.no_grad():
         is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
@@ -146,4 +176,6 @@ def grpo_loss(
             "mean_ratio": float((ratio * mask).sum() / n_tok),
             "kl": float((kl * mask).sum() / n_tok) if kl is not None else 0.0,
         }
+    if not all(math.isfinite(v) for v in stats.values()):
+        warnings.warn(f"grpo_loss: a statistic overflows {logp.dtype}: {stats}", RuntimeWarning, stacklevel=2)
     return loss, stats

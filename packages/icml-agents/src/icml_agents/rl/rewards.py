@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from icml_agents.validation import check_column, check_list
+from icml_agents.validation import check_column, check_list, check_texts
 
 
 def _text(completion) -> str:
@@ -25,6 +25,8 @@ def _text(completion) -> str:
 
 def normalize_answer(text: str) -> str:
     """Case-fold, collapse whitespace and strip surrounding whitespace and ``.``: ``" Paris. "`` -> ``"paris"``."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
     return re.sub(r"\s+", " ", text).strip().strip(".").strip().casefold()
 
 
@@ -33,6 +35,6 @@ def exact_match_reward(completions, answer, **kwargs) -> list[float]:
 
     ``answer`` holds one reference per completion (the dataset column ``answer``, as TRL passes it).
     """
-    n = len(check_list(completions, "completions"))
-    pairs = zip(completions, check_column(answer, "answer", n, "reference"), strict=True)
-    return [float(normalize_answer(_text(c)) == normalize_answer(str(a))) for c, a in pairs]
+    texts = check_texts(check_list(completions, "completions"), "completions", _text)
+    pairs = zip(texts, check_column(answer, "answer", len(texts), "reference"), strict=True)
+    return [float(normalize_answer(c) == normalize_answer(str(a))) for c, a in pairs]

@@ -27,9 +27,11 @@ The ``*_reward`` functions below accept exactly that and read the ``answer`` col
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 
-from icml_agents.validation import check_column, check_int, check_list
+from icml_agents.validation import check_bool, check_column, check_int, check_list, check_texts
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _FORMAT = re.compile(r"^\s*(<think>.*?</think>\s*)?<answer>.*?</answer>\s*$", re.DOTALL)
@@ -48,7 +50,7 @@ def response_text(completion) -> str:
         completion = [completion]
     if isinstance(completion, (list, tuple)) and completion and all(isinstance(m, dict) for m in completion):
         turns = [m for m in completion if m.get("role", "assistant") == "assistant"] or list(completion)
-        content = turns[-1].get("content", "")
+        content = turns[-1].get("content")
         if isinstance(content, list):  # multimodal content parts: keep the text parts
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         if isinstance(content, str):
@@ -75,6 +77,7 @@ def _ground_truth(ground_truth) -> str:
 def score_answer_match(completion, ground_truth, ignore_case: bool = False) -> float:
     """Official exact-match score: 1.0 if the tagged answer equals one comma-separated alternative, else 0.0."""
     truth = _ground_truth(ground_truth)
+    check_bool(ignore_case, "ignore_case")
     answer = extract_answer(completion)
     if answer is None:
         return 0.0
@@ -141,7 +144,10 @@ def score_task(
     task: str, completion, ground_truth, ignore_case: bool = False, levels: int = PATCH_LEVELS
 ) -> float:
     """Dispatch on the task name, like the release's ``data_source`` dispatch (``"RotationQA"`` -> exact match)."""
-    name = str(task).lower()
+    if not isinstance(task, str):
+        raise ValueError(f"task must be a string naming one of {TASKS}, got {task!r}")
+    check_bool(ignore_case, "ignore_case")
+    name = task.lower()
     if "jigsaw" in name:
         return score_jigsaw(completion, ground_truth)
     if "patch" in name:
@@ -153,6 +159,10 @@ def score_task(
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info=None) -> float:
     """verl's reward hook ``compute_score(data_source, solution_str, ground_truth, extra_info)``."""
+    if not isinstance(data_source, str) or not any(t in data_source.lower() for t in TASKS):
+        raise ValueError(f"data_source must be a string naming one of {TASKS}, got {data_source!r}")
+    if not isinstance(solution_str, str):
+        raise TypeError(f"solution_str must be a string, got {type(solution_str).__name__}")
     return score_task(data_source, solution_str, ground_truth)
 
 
@@ -160,28 +170,44 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 
 
 def _columns(completions, answer) -> list[tuple]:
-    n = len(check_list(completions, "completions"))
-    return list(zip(completions, check_column(answer, "answer", n, "ground truth"), strict=True))
+    """(completion, ground truth) per row; a bad item raises naming ``completions[i]`` or ``answer[i]``."""
+    check_texts(check_list(completions, "completions"), "completions", response_text)
+    truths = check_texts(
+        check_column(answer, "answer", len(completions), "ground truth"), "answer", _ground_truth
+    )
+    return list(zip(completions, truths, strict=True))
+
+
+def _per_row(score, columns: list[tuple]) -> list[float]:
+    """``score(text, truth)`` per row; a ``ValueError`` about the ground truth names ``answer[i]``."""
+    out = []
+    for i, (c, a) in enumerate(columns):
+        try:
+            out.append(score(c, a))
+        except ValueError as err:
+            raise ValueError(f"answer[{i}]: {err}") from None
+    return out
 
 
 def answer_match_reward(completions, answer, **kwargs) -> list[float]:
     """TRL reward for rotation / position / contrastive: :func:`score_answer_match` per completion."""
-    return [score_answer_match(c, a) for c, a in _columns(completions, answer)]
+    return _per_row(score_answer_match, _columns(completions, answer))
 
 
 def jigsaw_reward(completions, answer, **kwargs) -> list[float]:
     """TRL reward for jigsaw: :func:`score_jigsaw` (partial credit per position) per completion."""
-    return [score_jigsaw(c, a) for c, a in _columns(completions, answer)]
+    return _per_row(score_jigsaw, _columns(completions, answer))
 
 
 def patch_reward(completions, answer, levels: int = PATCH_LEVELS, **kwargs) -> list[float]:
     """TRL reward for masked-patch reconstruction: :func:`score_patch` per completion (our design)."""
-    return [score_patch(c, a, levels=levels) for c, a in _columns(completions, answer)]
+    levels = check_int(levels, "levels", 2)
+    return _per_row(lambda c, a: score_patch(c, a, levels=levels), _columns(completions, answer))
 
 
 def format_reward(completions, **kwargs) -> list[float]:
     """TRL format reward: :func:`score_format` per completion."""
-    return [score_format(c) for c in check_list(completions, "completions")]
+    return check_texts(check_list(completions, "completions"), "completions", score_format)
 
 
 def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
@@ -191,11 +217,29 @@ def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
     """
     columns = _columns(completions, answer)
     task = check_column(task, "task", len(columns), "task name")
-    return [None if t is None else score_task(t, c, a) for (c, a), t in zip(columns, task, strict=True)]
+    out: list[float | None] = []
+    for i, ((c, a), t) in enumerate(zip(columns, task, strict=True)):
+        if t is None:
+            out.append(None)
+            continue
+        try:
+            out.append(score_task(t, c, a))
+        except ValueError as err:
+            raise ValueError(f"row {i} (task[{i}] = {t!r}, answer[{i}] = {a!r}): {err}") from None
+    return out
 
 
 def average_rewards(*reward_lists) -> list[float]:
     """The mean of several per-completion reward lists (the naive combined reward the paper ablates)."""
-    if not reward_lists or len({len(r) for r in reward_lists}) != 1:
-        raise ValueError("average_rewards needs one or more reward lists of equal length")
-    return [sum(vals) / len(vals) for vals in zip(*reward_lists, strict=True)]
+    if not reward_lists or len({len(r) if isinstance(r, (list, tuple)) else -1 for r in reward_lists}) != 1:
+        raise ValueError("reward_lists must be one or more lists of rewards of equal length")
+    for k, rewards in enumerate(reward_lists):
+        if not isinstance(rewards, (list, tuple)):
+            raise ValueError(f"reward_lists[{k}] must be a list of rewards, got {rewards!r}")
+        for v in rewards:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError(f"reward_lists[{k}] must hold finite numbers, got {v!r}")
+    n = len(reward_lists)
+    return [
+        sum(float(v) / n for v in vals) for vals in zip(*reward_lists, strict=True)
+    ]  # / n first: no overflow

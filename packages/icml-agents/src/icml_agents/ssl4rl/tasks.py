@@ -37,13 +37,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from icml_agents.validation import check_choice, check_int, check_real, check_seed
+from icml_agents.validation import check_bool, check_choice, check_int, check_real, check_seed
 
 MODES = ("L", "RGB")
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
 CONTRASTIVE = ("negative", "positive")
 INSTRUCTION = " Think step by step, then give the final answer as <answer>...</answer>."
 TEXT_SHADES = " .:#"  # serialize_image's characters, dark to bright
+MAX_SIZE = 4096  # the largest canonical side: (4096, 4096, 3) float32 is 200 MB per view
 
 
 @dataclass
@@ -123,7 +124,8 @@ def center_crop(arr: np.ndarray, side: int) -> np.ndarray:
 
 def canonical(image, size: int = 16, mode: str = "L", min_side: int = 8) -> np.ndarray:
     """``image`` converted to ``mode``, centre-cropped to a square and resized to ``(size, size, C)``."""
-    check_int(size, "size", 4)
+    check_int(size, "size", 4, MAX_SIZE)
+    check_int(min_side, "min_side", 1)
     arr = to_array(image, mode)
     h, w = arr.shape[:2]
     if min(h, w) < min_side:
@@ -181,8 +183,11 @@ def rotation_task(
     crop of side ``U(crop_scale, 1) x`` the view's side and resizes it back, so the two views no longer
     align pixel for pixel and the angle must be read from the shape rather than by matching pixels."""
     check_real(crop_scale, "crop_scale", "(0, 1]")
+    check_bool(reference, "reference")
     rng = check_seed(seed)
     angles = rotation_angles(granularity)
+    if angle is not None and (isinstance(angle, bool) or angle not in angles):
+        raise ValueError(f"angle must be None or one of {angles} (granularity={granularity}), got {angle!r}")
     k = int(rng.integers(len(angles))) if angle is None else angles.index(angle)
     base = canonical(image, size, mode, min_side)
     crop = inscribed_side(size, angles)
@@ -215,7 +220,9 @@ def jigsaw_task(
     base = canonical(image, size, mode, min_side)
     cell = size // grid
     if cell < 1:
-        raise ValueError(f"size={size} is too small for a {grid}x{grid} jigsaw")
+        raise ValueError(
+            f"grid={grid} is too large for size={size}: a {grid}x{grid} jigsaw needs size >= grid"
+        )
     base = center_crop(base, cell * grid)
     n = grid * grid
     patches = [
@@ -267,6 +274,7 @@ def position_task(
     image, seed=0, size: int = 16, mode: str = "L", min_side: int = 8, augment: bool = True
 ) -> SSLExample:
     """(full image, augmented quadrant crop); answer: which quadrant."""
+    check_bool(augment, "augment")
     rng = check_seed(seed)
     base = canonical(image, size, mode, min_side)
     q = int(rng.integers(4))
@@ -320,10 +328,23 @@ def contrastive_task(
     scale=(0.08, 1.0),
 ) -> SSLExample:
     """Two views: of ``image`` twice (``positive``) or of ``image`` and ``other`` (``negative``)."""
+    if positive is not None:
+        check_bool(positive, "positive")
+    if (
+        not isinstance(scale, (tuple, list))
+        or len(scale) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale)
+        or not 0 < scale[0] <= scale[1] <= 1
+    ):
+        raise ValueError(f"scale must be a pair (low, high) with 0 < low <= high <= 1, got {scale!r}")
     rng = check_seed(seed)
     positive = bool(rng.random() < 0.5) if positive is None else bool(positive)
     first = canonical(image, size, mode, min_side)
-    second = first if positive else canonical(other, size, mode, min_side)
+    try:  # checked even when the pair is positive and other is not shown
+        second = canonical(other, size, mode, min_side)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"other: {err}") from None
+    second = first if positive else second
     views = [simclr_view(first, rng, scale), simclr_view(second, rng, scale)]
     prompt = (
         "Are these two augmented views of the same image (positive) or of different images "
@@ -347,6 +368,16 @@ def patch_task(
     check_int(grid, "grid", 2)
     check_int(code, "code", 1)
     check_int(levels, "levels", 2)
+    if cell is not None and (
+        not isinstance(cell, (tuple, list))
+        or len(cell) != 2
+        or not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < grid for v in cell
+        )
+    ):
+        raise ValueError(
+            f"cell must be None or a pair (row, column) of integers in [0, {grid}), got {cell!r}"
+        )
     rng = check_seed(seed)
     base = canonical(image, size, mode, min_side)
     side = size // grid
@@ -426,13 +457,23 @@ def build_examples(images, task: str, n_per_image: int = 1, seed: int = 0, **tas
     """Examples of ``task`` for every image (a folder path, an array ``(N, H, W[, C])`` or a list); images the
     builder rejects (too small, malformed) are skipped with one warning giving the count."""
     check_choice(task, "task", tuple(BUILDERS))
+    check_int(n_per_image, "n_per_image", 1)
     if isinstance(images, (str, Path)):
+        if not Path(images).is_dir():
+            raise ValueError(
+                f"images must be an existing folder, an array or a list of images, got {str(images)!r}"
+            )
         images = load_image_folder(images)
-    images = list(images)
+    try:
+        images = list(images)
+    except TypeError:
+        raise TypeError(
+            f"images must be a folder path, an array (N, H, W[, C]) or a list of images, got {type(images).__name__}"
+        ) from None
     if not images:
         raise ValueError("images is empty")
     rng = check_seed(seed)
-    out, skipped = [], 0
+    out, skipped, first_error = [], 0, None
     for i, image in enumerate(images):
         for _ in range(n_per_image):
             try:
@@ -442,10 +483,16 @@ def build_examples(images, task: str, n_per_image: int = 1, seed: int = 0, **tas
                     ex = contrastive_task(image, other, rng, **task_kwargs)
                 else:
                     ex = BUILDERS[task](image, rng, **task_kwargs)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError) as err:
                 skipped += 1
+                first_error = first_error or err
                 break
             out.append(ex)
+    if first_error is not None and skipped == len(images):  # a bad task argument, or no usable image
+        raise type(first_error)(
+            f"images: the {task} builder rejected all {len(images)} images (or its arguments {sorted(task_kwargs)}); "
+            f"the first error: {first_error}"
+        )
     if skipped:
         warnings.warn(
             f"skipped {skipped} of {len(images)} images that the {task} builder rejected", stacklevel=2
@@ -461,6 +508,7 @@ def build_dataset(
     the images into the prompt with :func:`serialize_image` (for text-only models) and drops ``images``."""
     from datasets import Dataset  # lazy: the `trl` extra
 
+    check_bool(as_text, "as_text")
     rows: dict[str, list] = {"prompt": [], "answer": [], "task": []}
     examples = build_examples(images, task, n_per_image=n_per_image, seed=seed, **task_kwargs)
     if not as_text:

@@ -8,6 +8,7 @@ Table I), the reference a 2-bit scalar quantizer of Gaussian-like weights is com
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -41,7 +42,8 @@ def lloyd_max(
 
     Returns:
         :class:`LloydMaxResult`. ``mse`` is non-increasing along its first dimension (a level whose cell
-        is empty keeps its place).
+        is empty keeps its place). Warns (RuntimeWarning) when ``mse`` overflows (values near the largest
+        float of the compute dtype).
     """
     check_float_tensor(x, "x")
     check_int(levels, "levels", 1, 256)
@@ -67,8 +69,16 @@ def lloyd_max(
         nearest, mse = _assign(values, grid)
         history.append(mse)
     dequantized = torch.gather(grid, -1, nearest)  # (..., m)
+    mse = torch.stack(history)
+    if not bool(torch.isfinite(mse).all()):
+        warnings.warn(
+            f"lloyd_max: the mean squared error of x overflowed {values.dtype} (x's values are too large to "
+            "square); mse holds infinite entries",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return LloydMaxResult(
-        levels=grid.sort(-1).values.to(x.dtype), dequantized=dequantized.to(x.dtype), mse=torch.stack(history)
+        levels=grid.sort(-1).values.to(x.dtype), dequantized=dequantized.to(x.dtype), mse=mse
     )
 
 

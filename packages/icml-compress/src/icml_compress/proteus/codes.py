@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from icml_compress.validation import check_int
+from icml_compress.validation import check_finite_float, check_instance, check_int, check_tensor
 from icml_kernels.trellis.format import (
     CODES,
+    HYB_MAX_BITS,
     L_RANGE,
     V_RANGE,
     check_code,
@@ -73,6 +74,28 @@ class TrellisCode:
     mulbal: MulBal | None = None
     table: torch.Tensor | None = field(default=None, repr=False)  # hyb (2^Q, 2) or lut (2^L, V), float32
 
+    def __post_init__(self) -> None:
+        check_int(self.L, "L", *L_RANGE)
+        check_int(self.V, "V", *V_RANGE)
+        check_code(self.name, self.V)
+        check_finite_float(self.alpha, "alpha")
+        check_finite_float(self.beta, "beta")
+        if self.mulbal is not None:
+            check_instance(self.mulbal, "mulbal", MulBal)
+        if self.table is not None:
+            check_tensor(self.table, "table")
+            if not self.table.is_floating_point():
+                raise TypeError(f"table must have a floating dtype, got {self.table.dtype}")
+            if not bool(torch.isfinite(self.table).all()):
+                raise ValueError("table must be finite, got NaN or infinite entries")
+        check_code_params(
+            self.name,
+            self.L,
+            self.V,
+            mulbal=None if self.mulbal is None else self.mulbal.triple,
+            table_shape=None if self.table is None else self.table.shape,
+        )
+
     def raw_params(self) -> dict:
         """Keyword arguments of :func:`icml_kernels.trellis.reference.code_values` (and the kernels)."""
         params: dict = {"alpha": self.alpha, "beta": self.beta}
@@ -105,6 +128,8 @@ def make_code(name: str, L: int, V: int = 1, *, mulbal: MulBal | None = None, se
     check_int(V, "V", *V_RANGE)
     check_code(name, V)
     check_int(seed, "seed", 0)
+    if mulbal is not None:
+        check_instance(mulbal, "mulbal", MulBal)
     if name == "mulbal" and mulbal is None:
         from icml_compress.proteus.pool import MULBAL_POOL
 
@@ -127,9 +152,17 @@ def make_code(name: str, L: int, V: int = 1, *, mulbal: MulBal | None = None, se
     return TrellisCode(name, L, V, alpha, -raw.mean().item() * alpha, mulbal, table)
 
 
-@functools.lru_cache(maxsize=8)
 def hyb_table(bits: int, seed: int = 0) -> torch.Tensor:
-    """QTIP-style micro-table: ``2^bits`` k-means centres of 2-D standard Gaussian samples, ``(2^bits, 2)``."""
+    """QTIP-style micro-table: ``2^bits`` k-means centres of 2-D standard Gaussian samples, ``(2^bits, 2)``;
+    ``bits`` in 1..9 (QTIP's table has 2^9 entries), ``seed`` 0 or more. Cached: do not modify the result
+    in place (clone it)."""
+    check_int(bits, "bits", 1, HYB_MAX_BITS)
+    check_int(seed, "seed", 0)
+    return _hyb_table(bits, seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _hyb_table(bits: int, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     data = torch.randn(HYB_KMEANS_SAMPLES, 2, generator=gen, dtype=torch.float64)
     centres = data[torch.randperm(HYB_KMEANS_SAMPLES, generator=gen)[: 1 << bits]].clone()

@@ -39,6 +39,8 @@ import math
 import torch
 
 from icml_compress.proteus.codes import MulBal, make_code
+from icml_compress.validation import check_float_tensor, check_instance, check_int
+from icml_kernels.trellis.format import K_RANGE, L_RANGE
 
 VET_LS = (8, 10, 12, 14, 16)
 CELLS = 8  # Gaussian-equiprobable bins per coordinate of the 2-D law
@@ -48,8 +50,17 @@ MAX_SKEW, MAX_EXCESS_KURTOSIS, MAX_TV_RATIO, MAX_CORR, MAX_MERGING_CORR = 0.1, 0
 
 
 def overlap_stats(values: torch.Tensor, L: int, K: int = 2) -> dict:
-    """Overlap-local statistics of a ``V = 1`` code's values ``(2^L,)`` (see the module docstring)."""
+    """Overlap-local statistics of a ``V = 1`` code's values ``(2^L,)`` (see the module docstring).
+
+    ``values`` must be finite and not constant (they are standardized); ``L`` in 8..16, ``K`` in 1..4 with
+    ``K < L``."""
+    _check_L_K(L, K)
+    check_float_tensor(values, "values")
+    if values.numel() != 1 << L or values.dim() > 2 or (values.dim() == 2 and values.shape[1] != 1):
+        raise ValueError(f"values must have shape (2^L,) = ({1 << L},), got {tuple(values.shape)}")
     v = values.double().reshape(-1)
+    if v.std(unbiased=False).item() == 0:
+        raise ValueError("values must not be constant (the statistics standardize them)")
     v = (v - v.mean()) / v.std(unbiased=False)
     R, Q = 1 << K, 1 << (L - K)
     succ = v.view(Q, R)  # row q: the successors (q << K) | j of every state whose low L-K bits are q
@@ -76,6 +87,13 @@ def overlap_stats(values: torch.Tensor, L: int, K: int = 2) -> dict:
     }
 
 
+def _check_L_K(L: int, K: int) -> None:
+    check_int(L, "L", *L_RANGE)
+    check_int(K, "K", *K_RANGE)
+    if K >= L:
+        raise ValueError(f"K must be smaller than L (successor sets share L - K bits), got K={K}, L={L}")
+
+
 def _tv_pairs(cells: torch.Tensor, Q: int, R: int) -> float:
     """Total variation between the law of (cell(s), cell(next(s))) and the uniform law on the cells."""
     nxt = cells.view(Q, R)[torch.arange(cells.numel()) % Q]  # (2^L, R)
@@ -92,13 +110,30 @@ def _mean_offdiag_corr(sets: torch.Tensor) -> float:
 
 
 def reference_stats(L: int, K: int = 2, tables: int = REFERENCE_TABLES) -> dict:
-    """Statistics of random Gaussian tables (the ``lut`` code) at ``L``, averaged over ``tables`` draws."""
+    """Statistics of random Gaussian tables (the ``lut`` code) at ``L``, averaged over ``tables`` draws
+    (1 or more)."""
+    _check_L_K(L, K)
+    check_int(tables, "tables", 1)
     runs = [overlap_stats(make_code("lut", L, seed=i).values()[:, 0], L, K) for i in range(tables)]
     return {k: sum(r[k] for r in runs) / tables for k in runs[0]}
 
 
 def vet(candidate: MulBal, references: dict[int, dict], K: int = 2) -> dict:
-    """Score and pass/fail of one candidate against ``references`` (``L -> reference_stats(L)``)."""
+    """Score and pass/fail of one candidate against ``references`` (``L -> reference_stats(L)``, one L or
+    more)."""
+    check_instance(candidate, "candidate", MulBal)
+    check_int(K, "K", *K_RANGE)
+    if not isinstance(references, dict) or not references:
+        raise TypeError(
+            f"references must be a non-empty dict L -> reference_stats(L), got {references!r:.80}"
+        )
+    for L, ref in references.items():
+        if isinstance(L, bool) or not isinstance(L, int) or not (max(L_RANGE[0], K + 1) <= L <= L_RANGE[1]):
+            raise ValueError(
+                f"references must map state bits L in {max(L_RANGE[0], K + 1)}..{L_RANGE[1]} to stats, got key {L!r}"
+            )
+        if not isinstance(ref, dict) or not all(k in ref for k in ("set_distortion", "tv_copula")):
+            raise ValueError(f"references[{L!r}] must be the dict of reference_stats({L!r}), got {ref!r:.80}")
     worst, passed, per_l = -math.inf, True, {}
     for L, ref in references.items():
         s = overlap_stats(make_code("mulbal", L, mulbal=candidate).values()[:, 0], L, K)
@@ -129,6 +164,9 @@ def vet_all(
 ) -> tuple[list[dict], list[MulBal]]:
     """Vet :func:`candidates` and return (every result sorted by score, the pool): the ``pool_size``
     best-scoring passing candidates with distinct multipliers (the best field width of each)."""
+    check_int(pool_size, "pool_size", 1)
+    check_int(n_multipliers, "n_multipliers", 0)
+    check_int(seed, "seed", 0)
     references = {L: reference_stats(L) for L in VET_LS}
     results = sorted((vet(c, references) for c in candidates(n_multipliers, seed)), key=lambda r: r["score"])
     return results, select_pool(results, pool_size)

@@ -18,18 +18,23 @@ from torch import nn
 from icml_compress.validation import check_float_tensor
 
 
-def encode_texts(texts, tokenizer) -> torch.Tensor:
-    """Token ids (1-D int64) of one text, a list of texts (concatenated) or already-encoded ids."""
+def encode_texts(texts, tokenizer, name: str = "calibration_texts") -> torch.Tensor:
+    """Token ids (1-D int64) of one text, a list of texts (concatenated) or already-encoded ids (``name``:
+    how messages call ``texts``)."""
+    if tokenizer is not None and not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(
+            f"tokenizer must have an encode method (a Hugging Face tokenizer), got {tokenizer!r:.80}"
+        )
     if isinstance(texts, torch.Tensor):
         if texts.is_floating_point() or texts.is_complex() or texts.dtype == torch.bool:
-            raise TypeError(f"calibration ids must be an integer tensor, got {texts.dtype}")
+            raise TypeError(f"{name} must be an integer tensor of token ids, got {texts.dtype}")
         return texts.reshape(-1).to(torch.int64)
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
-        raise TypeError("calibration_texts must be a str, a list of str or an integer tensor of token ids")
+        raise TypeError(f"{name} must be a str, a list of str or an integer tensor of token ids")
     if tokenizer is None:
-        raise ValueError("a tokenizer is needed to encode calibration_texts given as text")
+        raise ValueError(f"a tokenizer is needed to encode {name} given as text")
     ids: list[int] = []
     for text in texts:
         ids.extend(tokenizer.encode(text, add_special_tokens=False))
@@ -52,12 +57,12 @@ def check_token_ids(ids: torch.Tensor, name: str, vocab_size: int | None) -> tor
     return ids
 
 
-def make_sequences(ids: torch.Tensor, n: int, seq_len: int) -> torch.Tensor:
+def make_sequences(ids: torch.Tensor, n: int, seq_len: int, name: str = "calibration_texts") -> torch.Tensor:
     """Up to ``n`` non-overlapping sequences ``(n', seq_len)`` cut from ``ids``; at least one is needed."""
     count = min(n, ids.numel() // seq_len)
     if count < 1:
         raise ValueError(
-            f"calibration text is shorter than one sequence: {ids.numel()} tokens < seq_len={seq_len}"
+            f"calibration text ({name}) is shorter than one sequence: {ids.numel()} tokens < seq_len={seq_len}"
         )
     return ids[: count * seq_len].view(count, seq_len)
 

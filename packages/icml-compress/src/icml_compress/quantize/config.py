@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from icml_compress.proteus.codes import CODE_NAMES
-from icml_compress.validation import check_instance, check_int, check_one_of, check_positive
+from icml_compress.validation import check_bool, check_instance, check_int, check_one_of, check_positive
 from icml_kernels.trellis import TrellisFormat
 
 METHODS = ("rtn", "trellis", "proteus")
@@ -88,6 +88,7 @@ class QuantConfig:
             check_int(self.max_blocks, "max_blocks", 1)
         for name in ("scale_override", "damping", "distill_lr"):
             check_positive(getattr(self, name), name)
+        check_bool(self.compensation, "compensation")
         check_instance(self.skip, "skip", tuple, "tuple of str")
         for s in self.skip:
             check_instance(s, "skip", str, "tuple of str")

@@ -24,11 +24,12 @@ from tqdm.auto import tqdm
 
 from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.linear import ProteusLinear
-from icml_compress.validation import check_int
+from icml_compress.validation import check_instance, check_int
 
 
 def packed_hash(model: nn.Module) -> str:
     """SHA-256 of every quantized module's packed words (or RTN codes), in module order."""
+    check_instance(model, "model", nn.Module, "torch.nn.Module")
     h = hashlib.sha256()
     for name, mod in model.named_modules():
         for attr in ("packed", "codes"):

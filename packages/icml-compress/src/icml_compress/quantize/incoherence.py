@@ -25,7 +25,7 @@ import math
 import torch
 
 from icml_compress.validation import check_int
-from icml_kernels.fwht import fwht
+from icml_kernels.fwht import fwht_op  # the registered op: no data read (no host sync in forward)
 
 
 def split_size(n: int) -> tuple[int, int]:
@@ -56,7 +56,7 @@ def rotate(x: torch.Tensor) -> torch.Tensor:
     """``R x`` for each vector along the last dimension (``x @ R^T``), ``R = D_m (x) H_p / sqrt(p)``."""
     n = x.shape[-1]
     m, p = split_size(n)
-    y = fwht(x.reshape(*x.shape[:-1], m, p).contiguous())  # (..., m, p)
+    y = fwht_op(x.reshape(*x.shape[:-1], m, p).contiguous(), 1.0 / math.sqrt(p))  # (..., m, p)
     if m > 1:
         y = torch.matmul(dct_on(m, y.dtype, y.device), y)  # D_m on the m axis
     return y.reshape(x.shape)
@@ -69,7 +69,7 @@ def unrotate(y: torch.Tensor) -> torch.Tensor:
     z = y.reshape(*y.shape[:-1], m, p)
     if m > 1:
         z = torch.matmul(dct_on(m, z.dtype, z.device).T, z)
-    return fwht(z.contiguous()).reshape(y.shape)
+    return fwht_op(z.contiguous(), 1.0 / math.sqrt(p)).reshape(y.shape)
 
 
 def random_signs(n: int, generator: torch.Generator) -> torch.Tensor:

@@ -192,6 +192,8 @@ class RTNLinear(nn.Module):
         check_int(in_features, "in_features", 1)
         check_int(out_features, "out_features", 1)
         check_int(group_size, "group_size", 1)
+        check_int(bits, "bits", 1, 8)
+        check_bool(bias, "bias")
         if bits not in (1, 2, 4, 8):
             raise ValueError(f"RTNLinear packs 1, 2, 4 or 8 bits per weight, got bits={bits}")
         if in_features % group_size:

@@ -42,7 +42,7 @@ from icml_compress.quantize.ldlq import block_ldl, proxy_error
 from icml_compress.quantize.linear import ProteusLinear, RTNLinear, module_bytes
 from icml_compress.quantize.select import pool_code, select_candidate, trellis_quantize
 from icml_compress.trellis import BitshiftTrellis
-from icml_compress.validation import check_instance
+from icml_compress.validation import check_bool, check_instance
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FORMAT = "icml-compress-quantized"
@@ -112,7 +112,7 @@ def _check_model(model, config) -> dict[str, nn.Linear]:
                 f"model weights must be float32, float16 or bfloat16; {name}.weight is {lin.weight.dtype}"
             )
         if config.method != "rtn" and lin.in_features % config.T:
-            raise ValueError(f"T={config.T} must divide the input size of {name} ({lin.in_features})")
+            raise ValueError(f"config.T={config.T} must divide the input size of {name} ({lin.in_features})")
     return linears
 
 
@@ -214,6 +214,7 @@ def quantize_model(
     candidate, seconds) and ``generate`` works as before.
     """
     linears = _check_model(model, config)
+    check_bool(progress, "progress")
     if config.distill_chat and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             "config.distill_chat needs the model's tokenizer with a chat template (tokenizer=...)"
@@ -256,7 +257,11 @@ def bytes_per_token(model: nn.Module) -> dict:
     ``quantized``: every quantized layer's packed words/codes, side vectors, affine pair, tables and bias;
     ``float16``: the same layers' weights (and biases) in float16; ``rest_float16``: the other layers in
     float16 (a Linear reads its whole weight, an Embedding one row, norms their vectors).
+
+    A model without quantized layers (the float baseline) has ``quantized_bytes == 0`` and the ratios
+    ``ratio_to_float16`` and ``bits_per_weight`` None (0/0: undefined, and not a NaN in a JSON report).
     """
+    check_instance(model, "model", nn.Module, "torch.nn.Module")
     q = f16 = rest = tables = weights = 0
     for mod in model.modules():
         if isinstance(mod, QUANTIZED):
@@ -275,8 +280,8 @@ def bytes_per_token(model: nn.Module) -> dict:
     return {
         "quantized_bytes": q,
         "float16_bytes": f16,
-        "ratio_to_float16": q / f16 if f16 else float("nan"),
-        "bits_per_weight": 8 * q / weights if weights else float("nan"),
+        "ratio_to_float16": q / f16 if f16 else None,
+        "bits_per_weight": 8 * q / weights if weights else None,
         "table_bytes": tables,
         "rest_float16_bytes": rest,
         "quantized_weights": weights,
@@ -295,10 +300,17 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     """
     from safetensors.torch import save_model
 
+    check_instance(model, "model", nn.Module, "torch.nn.Module")
     info = getattr(model, "icml_quantization", None)
     if info is None:
         raise ValueError("model must come from quantize_model or load_quantized (no icml_quantization info)")
-    path = Path(path)
+    path = check_path(path)
+    if tokenizer is not None and not callable(getattr(tokenizer, "save_pretrained", None)):
+        raise TypeError(
+            f"tokenizer must have a save_pretrained method (a Hugging Face tokenizer), got {tokenizer!r:.80}"
+        )
+    if extra is not None and not isinstance(extra, dict):
+        raise TypeError(f"extra must be a dict (saved as a JSON object) or None, got {type(extra).__name__}")
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / CONFIG_FILE).is_file())):
         raise ValueError(
             f"path {path} exists and is not an earlier save_quantized directory; not overwriting"
@@ -338,6 +350,16 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     return path
 
 
+def check_path(path: Any, name: str = "path") -> Path:
+    """A filesystem path: a ``str`` or an ``os.PathLike`` (not bytes), non-empty."""
+    if not isinstance(path, str | os.PathLike) or isinstance(path, bytes):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{name} must be a non-empty path, got {path!r}")
+    return Path(text)
+
+
 def _fsync_tree(directory: Path) -> None:
     """Flush every file under ``directory``, then the directory itself, to disk."""
     for f in sorted(directory.rglob("*")):
@@ -367,7 +389,7 @@ def read_quantization(path) -> dict:
     Raises :class:`CorruptQuantizedModelError` naming the file when ``path`` is not a directory, the file is
     missing, is not valid UTF-8 JSON (truncated or corrupted) or fails a check.
     """
-    path = Path(path)
+    path = check_path(path)
     f = path / CONFIG_FILE
     if not f.is_file():
         what = (
@@ -377,7 +399,7 @@ def read_quantization(path) -> dict:
             if path.exists()
             else "no such directory"
         )
-        raise CorruptQuantizedModelError(f"{path} is not a save_quantized directory ({what})")
+        raise CorruptQuantizedModelError(f"path {path} is not a save_quantized directory ({what})")
     try:
         doc = json.loads(f.read_bytes())
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -420,7 +442,7 @@ def load_quantized(path) -> nn.Module:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(path)
+    path = check_path(path)
     doc = read_quantization(path)
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
@@ -527,15 +549,31 @@ def apply_compensation(
     (same names), with Hessians collected on ``reference`` from ``calibration_ids`` exactly as
     :func:`quantize_model` does; equivalent to quantizing with ``compensation=True`` (the packed words are
     the same either way). Returns ``{name: proxy after compensation}``."""
+    check_instance(model, "model", nn.Module, "torch.nn.Module")
+    check_instance(reference, "reference", nn.Module, "torch.nn.Module")
+    check_instance(config, "config", QuantConfig)
     mods = {n: m for n, m in model.named_modules() if isinstance(m, ProteusLinear)}
     if not mods:
         raise ValueError("model has no ProteusLinear layers to compensate")
-    linears = {
-        n: check_instance(reference.get_submodule(n), f"reference.{n}", nn.Linear, "torch.nn.Linear")
-        for n in mods
-    }
-    ids = check_token_ids(encode_texts(calibration_ids, None), "calibration_ids", vocab_size(reference))
-    sequences = make_sequences(ids, config.n_calibration, config.seq_len)
+    linears = {}
+    for n, mod in mods.items():
+        try:
+            lin = reference.get_submodule(n)
+        except AttributeError:
+            raise ValueError(
+                f"reference has no layer {n} (the float model that model was quantized from)"
+            ) from None
+        linears[n] = check_instance(lin, f"reference.{n}", nn.Linear, "torch.nn.Linear")
+        assert isinstance(lin, nn.Linear)  # for the type checker: check_instance refused anything else
+        if lin.weight.shape != (mod.out_features, mod.in_features):
+            raise ValueError(
+                f"reference.{n} has weight shape {tuple(lin.weight.shape)}, the quantized layer "
+                f"({mod.out_features}, {mod.in_features})"
+            )
+    ids = check_token_ids(
+        encode_texts(calibration_ids, None, "calibration_ids"), "calibration_ids", vocab_size(reference)
+    )
+    sequences = make_sequences(ids, config.n_calibration, config.seq_len, "calibration_ids")
     hessians = collect_hessians(reference, linears, sequences)
     out = {}
     for n, mod in mods.items():

@@ -20,20 +20,38 @@ from __future__ import annotations
 import torch
 
 from icml_compress.trellis.bitshift import BitshiftTrellis
-from icml_compress.validation import check_float_tensor, check_int
+from icml_compress.validation import check_bool, check_float_tensor, check_instance, check_int
+from icml_kernels.trellis.format import TrellisFormat
 
 BACKPOINTER_BYTES = 1 << 26  # back-pointer memory per chunk of tiles (64 MiB)
 COST_ELEMENTS = 1 << 22  # cost-matrix elements per chunk of tiles (16 MiB in float32)
 
 
+MAX_MAGNITUDE = 1e15  # squared errors of the search, summed over a tile, stay far inside float32
+
+
+def _check_magnitude(x):
+    """Entries small enough that the search's squared errors cannot overflow (quantize a scaled weight)."""
+    top = float(x.abs().max())
+    if top > MAX_MAGNITUDE:
+        raise ValueError(
+            f"x must have entries of magnitude at most {MAX_MAGNITUDE:g} (the squared errors of the search "
+            f"would overflow float32), got {top:g}: scale the weights first"
+        )
+    return x
+
+
 def default_chunk(trellis: BitshiftTrellis, steps: int) -> int:
     """Tiles per Viterbi chunk: bounds the back pointers to 64 MiB and the cost matrix to 2^22 entries."""
+    check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
+    check_int(steps, "steps", 1)
     groups = 1 << trellis.overlap_bits
     return max(1, min(BACKPOINTER_BYTES // (steps * groups), COST_ELEMENTS // trellis.n_states))
 
 
 def check_code_values(values: torch.Tensor, trellis: BitshiftTrellis) -> torch.Tensor:
     """``values`` as ``(2^L, V)``; accepts ``(2^L,)`` when ``V == 1``."""
+    check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     check_float_tensor(values, "values")
     if values.dim() == 1 and trellis.V == 1:
         values = values.unsqueeze(-1)
@@ -67,7 +85,8 @@ def viterbi(
     Returns:
         int64 states ``(tiles, n / V)`` minimizing ``sum_t ||x_t - values[s_t]||^2`` under the constraints.
     """
-    check_float_tensor(x, "x")
+    _check_magnitude(check_float_tensor(x, "x"))
+    check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     if x.dim() != 2:
         raise ValueError(f"x must have shape (tiles, n), got {tuple(x.shape)}")
     if x.shape[1] % trellis.V:
@@ -80,7 +99,13 @@ def viterbi(
     overlaps = []
     for name, o in (("start_overlap", start_overlap), ("end_overlap", end_overlap)):
         if o is not None:
-            if not isinstance(o, torch.Tensor) or o.is_floating_point() or tuple(o.shape) != (x.shape[0],):
+            if (
+                not isinstance(o, torch.Tensor)
+                or o.is_floating_point()
+                or o.is_complex()
+                or o.dtype == torch.bool
+                or tuple(o.shape) != (x.shape[0],)
+            ):
                 raise ValueError(f"{name} must be an integer tensor of shape ({x.shape[0]},)")
             if o.numel() and (o.min() < 0 or o.max() >= 1 << trellis.overlap_bits):
                 raise ValueError(f"{name} must lie in 0..{(1 << trellis.overlap_bits) - 1}")
@@ -170,7 +195,9 @@ def quantize_tiles(
     ``K*T`` bits) by the two-pass method of the module docstring; ``False`` the unconstrained optimum,
     whose free-start stream needs ``L - K*V`` more bits.
     """
-    check_float_tensor(x, "x")
+    _check_magnitude(check_float_tensor(x, "x"))
+    check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
+    check_bool(tail_biting, "tail_biting")
     if x.dim() != 2 or x.shape[1] != trellis.T:
         raise ValueError(f"x must have shape (tiles, T={trellis.T}), got {tuple(x.shape)}")
     if not tail_biting:

@@ -29,9 +29,11 @@ def calibrate_mag_ratios(
     ``run`` must call the model ``calls_per_step`` times per step (2 with CFG; the first call of each
     step is used) for a whole number of runs of ``num_inference_steps`` steps, with no cache applied.
     """
-    blocks = find_transformer_blocks(model, "calibrate_mag_ratios")
+    blocks = find_transformer_blocks(model, "calibrate_mag_ratios", "model")
+    if not callable(run):
+        raise TypeError(f"run must be callable as run(), got {type(run).__name__}")
     check_int(num_inference_steps, "num_inference_steps", 2)
-    check_choice(calls_per_step, "calls_per_step", (1, 2))
+    check_choice(check_int(calls_per_step, "calls_per_step"), "calls_per_step", (1, 2))
     inputs: list[torch.Tensor] = []
     residuals: list[torch.Tensor] = []
 
@@ -54,7 +56,8 @@ def calibrate_mag_ratios(
     used = residuals[::calls_per_step]
     if not used or len(used) % num_inference_steps:
         raise ValueError(
-            f"run() made {len(used)} calls per context, not a multiple of {num_inference_steps} steps"
+            f"run() made {len(used)} calls per context (calls_per_step={calls_per_step}), not a positive "
+            f"multiple of num_inference_steps={num_inference_steps}"
         )
     runs = torch.stack(
         [
@@ -105,13 +108,13 @@ def count_block_forwards(model: torch.nn.Module):
     ``DiTTransformer2DModel`` also calls from its output head through ``transformer_blocks[0].norm1.emb``)
     and inside ``torch.nn.MultiheadAttention`` (whose projections are used without calling them) are passed
     over."""
-    blocks = find_transformer_blocks(model, "count_block_forwards")
+    blocks = find_transformer_blocks(model, "count_block_forwards", "model")
     counter = BlockCounter(len(blocks))
     handles = []
     for name, block in blocks:
         linear = next((m for m in _counted_linears(block) if isinstance(m, torch.nn.Linear)), None)
         if linear is None:
-            raise ValueError(f"count_block_forwards: block {name} has no torch.nn.Linear to count")
+            raise ValueError(f"count_block_forwards: block {name} of model has no torch.nn.Linear to count")
         handles.append(
             linear.register_forward_pre_hook(lambda *_: setattr(counter, "blocks", counter.blocks + 1))
         )

@@ -424,16 +424,19 @@ def _as_float(value) -> float | None:
     return float(value)
 
 
-def find_transformer_blocks(module: torch.nn.Module, method: str) -> list[tuple[str, torch.nn.Module]]:
-    """The blocks of ``module``'s block lists (children named like diffusers' block lists), in order."""
-    check_module(module, method)
+def find_transformer_blocks(
+    module: torch.nn.Module, method: str, name: str = "module"
+) -> list[tuple[str, torch.nn.Module]]:
+    """The blocks of ``module``'s block lists (children named like diffusers' block lists), in order;
+    ``name``: how the caller's argument is called in messages."""
+    check_module(module, method, name)
     blocks: list[tuple[str, torch.nn.Module]] = []
-    for name, child in module.named_children():
-        if name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS and isinstance(child, torch.nn.ModuleList):
-            blocks.extend((f"{name}.{i}", block) for i, block in enumerate(child))
+    for child_name, child in module.named_children():
+        if child_name in _ALL_TRANSFORMER_BLOCK_IDENTIFIERS and isinstance(child, torch.nn.ModuleList):
+            blocks.extend((f"{child_name}.{i}", block) for i, block in enumerate(child))
     if not blocks:
         raise ValueError(
-            f"{method}: {type(module).__name__} has no transformer blocks: expected a torch.nn.ModuleList "
+            f"{method}: {name} ({type(module).__name__}) has no transformer blocks: expected a torch.nn.ModuleList "
             f"child named one of {sorted(set(_ALL_TRANSFORMER_BLOCK_IDENTIFIERS))}"
         )
     return blocks
@@ -490,12 +493,12 @@ def apply_stack_cache(
     blocks = find_transformer_blocks(module, policy.name) if level == "blocks" else []
     if any(_has_cache(m) for m in module.modules()):
         raise ValueError(
-            f"{policy.name}: a stack cache is already applied to {type(module).__name__}; remove it first"
+            f"{policy.name}: a stack cache is already applied to module ({type(module).__name__}); remove it first"
         )
     others = _other_caches(module)
     if others:
         raise ValueError(
-            f"{policy.name}: {type(module).__name__} already has a cache: {', '.join(others)}; two caches "
+            f"{policy.name}: module ({type(module).__name__}) already has a cache: {', '.join(others)}; two caches "
             "on one model would both skip. Remove it first (disable_cache() for enable_cache)."
         )
     registry = HookRegistry.check_if_exists_or_initialize(module)  # lets cache_context reach the block hooks
@@ -535,11 +538,12 @@ def remove_stack_cache(module: torch.nn.Module, method: str) -> None:
 
 def head_hook(module: torch.nn.Module, method: str) -> StackCacheHook:
     """The deciding hook of the cache applied to ``module`` (on the module itself or on its first block)."""
+    check_module(module, method)
     for sub in module.modules():
         registry = getattr(sub, "_diffusers_hook", None)
         hook = None if registry is None else registry.get_hook(HEAD_HOOK)
         if hook is not None:
             return hook
     raise ValueError(
-        f"{method}: no NaviCache, EasyCache or TeaCache is applied to this {type(module).__name__}"
+        f"{method}: no NaviCache, EasyCache or TeaCache is applied to this module ({type(module).__name__})"
     )

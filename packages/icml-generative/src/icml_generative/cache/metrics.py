@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
 
-from icml_generative.validation import check_same_shape, check_tensor
+from icml_generative.validation import (
+    as_real_tensor,
+    check_int,
+    check_positive,
+    check_real_tensor,
+    check_same_shape,
+)
 
 
 def psnr(x: torch.Tensor, ref: torch.Tensor, data_range: float = 2.0) -> float:
     """Peak signal-to-noise ratio in dB of ``x`` against ``ref`` (``inf`` when equal)."""
-    check_same_shape(check_tensor(x, "x"), check_tensor(ref, "ref"), "x and ref")
-    mse = (x.double() - ref.double()).pow(2).mean().item()
-    return math.inf if mse == 0 else 10 * math.log10(data_range**2 / mse)
+    check_same_shape(check_real_tensor(x, "x"), check_real_tensor(ref, "ref"), "x and ref")
+    data_range = check_positive(data_range, "data_range")
+    diff = x.double() - ref.double()
+    peak = diff.abs().max().item()  # mse = peak² · mean((diff / peak)²): no overflow for any finite input
+    if peak == 0:
+        return math.inf
+    if not math.isfinite(peak):  # the difference of two values near the float64 range
+        peak = max(x.double().abs().max().item(), ref.double().abs().max().item())
+        diff = x.double() / peak - ref.double() / peak
+    else:
+        diff = diff / peak
+    return 20 * math.log10(data_range) - 20 * math.log10(peak) - 10 * math.log10(diff.pow(2).mean().item())
 
 
 def ssim(
@@ -25,13 +41,24 @@ def ssim(
     Gaussian window (``window`` × ``window``, std ``sigma``; 7 rather than 11 because the frames are small),
     constants ``(0.01 L)²`` and ``(0.03 L)²``, statistics over the valid region only.
     """
-    check_same_shape(check_tensor(x, "x"), check_tensor(ref, "ref"), "x and ref")
+    check_same_shape(check_real_tensor(x, "x"), check_real_tensor(ref, "ref"), "x and ref")
+    data_range = check_positive(data_range, "data_range")
+    window = check_int(window, "window", 1)
+    sigma = check_positive(sigma, "sigma")
     if x.ndim < 2 or min(x.shape[-2:]) < window:
-        raise ValueError(f"frames must be at least {window}x{window}, got shape {tuple(x.shape)}")
-    a = x.double().reshape(-1, 1, *x.shape[-2:])
-    b = ref.double().reshape(-1, 1, *x.shape[-2:])
+        raise ValueError(
+            f"x and ref must have frames (..., H, W) of at least window={window} pixels a side, "
+            f"got shape {tuple(x.shape)}"
+        )
+    # SSIM is unchanged when x, ref and data_range are scaled together: scale them to at most 1
+    scale = max(x.double().abs().max().item(), ref.double().abs().max().item(), data_range)
+    a = (x.double() / scale).reshape(-1, 1, *x.shape[-2:])
+    b = (ref.double() / scale).reshape(-1, 1, *x.shape[-2:])
+    data_range = data_range / scale
     coords = torch.arange(window, dtype=torch.float64) - (window - 1) / 2
-    g = torch.exp(-(coords**2) / (2 * sigma**2))
+    # exp(-(c² - min c²) / 2σ²): the same kernel once normalised, and 1 at the centre for any σ > 0 (no 0/0
+    # when σ² underflows); dividing by σ twice keeps σ² from overflowing or underflowing
+    g = torch.exp(-0.5 * (((coords**2 - (coords**2).min()) / sigma) / sigma))
     g = g / g.sum()
     kernel = (g[:, None] * g[None, :])[None, None]  # (1, 1, w, w)
 
@@ -44,18 +71,35 @@ def ssim(
     cov = blur(a * b) - mu_a * mu_b
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
     s = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
-    return s.mean().item()
+    value = s.mean().item()
+    if not math.isfinite(value):  # 0/0: constant frames with data_range negligible against the values
+        warnings.warn(
+            f"ssim: the similarity is undefined (0/0) with data_range={data_range * scale:g} against values up "
+            f"to {scale:g}; it is {value}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return value
 
 
 def spearman(a, b) -> float:
-    """Spearman rank correlation (average ranks for ties); NaN with fewer than 3 pairs or a constant input."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    """Spearman rank correlation (average ranks for ties); NaN, with a ``RuntimeWarning``, with fewer than
+    3 pairs or a constant input (as ``scipy.stats.spearmanr``)."""
+    a, b = as_real_tensor(a, "a").numpy(), as_real_tensor(b, "b").numpy()
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"a and b must be 1-D of equal length, got shapes {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("a and b must be finite, got NaN or inf")
     if len(a) < 3:
+        warnings.warn(
+            f"spearman: {len(a)} pairs, fewer than 3: the correlation is NaN", RuntimeWarning, stacklevel=2
+        )
         return math.nan
     ra, rb = _ranks(a), _ranks(b)
     if ra.std() == 0 or rb.std() == 0:
+        warnings.warn(
+            "spearman: a constant input has no rank correlation: it is NaN", RuntimeWarning, stacklevel=2
+        )
         return math.nan
     return float(np.corrcoef(ra, rb)[0, 1])
 

@@ -18,6 +18,7 @@ Skipping reuses the whole stack's residual, as in our NaviCache hook.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 
 from icml_generative.cache.hooks import CacheStats, StackPolicy, apply_stack_cache, mean_abs
-from icml_generative.validation import check_cache_schedule, check_instance
+from icml_generative.validation import check_cache_schedule, check_instance, check_int
 
 
 def wan_modulated_input(block: torch.nn.Module, x: torch.Tensor, args, kwargs) -> torch.Tensor:
@@ -82,13 +83,32 @@ class TeaCacheConfig:
 
     def __post_init__(self) -> None:
         check_cache_schedule(self.threshold, self.alignment_steps, self.num_inference_steps)
+        if not isinstance(self.calibrate, bool):
+            raise ValueError(f"calibrate must be True or False, got {self.calibrate!r}")
+        if not callable(self.modulated_input):
+            raise TypeError(
+                "modulated_input must be callable as f(block, x, args, kwargs), "
+                f"got {type(self.modulated_input).__name__}"
+            )
         if self.coefficients is None and not self.calibrate:
             raise ValueError(
                 "coefficients are required (they are model-specific): run once with calibrate=True "
                 "and fit them with fit_teacache_coefficients"
             )
         if self.coefficients is not None:
-            self.coefficients = [float(c) for c in self.coefficients]
+            try:
+                coefficients = (
+                    np.asarray(self.coefficients)
+                    if isinstance(self.coefficients, (list, tuple, np.ndarray))
+                    else None
+                )
+            except ValueError:  # ragged
+                coefficients = None
+            if coefficients is None or coefficients.ndim != 1 or coefficients.dtype.kind not in "iuf":
+                raise ValueError(
+                    f"coefficients must be a non-empty list of finite numbers, got {self.coefficients!r}"
+                )
+            self.coefficients = [float(c) for c in coefficients]
             if not self.coefficients or not all(math.isfinite(c) for c in self.coefficients):
                 raise ValueError(
                     f"coefficients must be a non-empty list of finite numbers, got {self.coefficients}"
@@ -140,11 +160,32 @@ def apply_teacache(module: torch.nn.Module, config: TeaCacheConfig) -> None:
 
 def fit_teacache_coefficients(stats: Sequence[CacheStats], degree: int = 4) -> list[float]:
     """Least-squares polynomial from the calibration pairs of one or more calibration runs."""
+    check_int(degree, "degree", 0)
+    if not isinstance(stats, (list, tuple)) or not all(isinstance(s, CacheStats) for s in stats):
+        raise TypeError(
+            f"stats must be a list of CacheStats (get_cache_stats of calibration runs), got {stats!r}"
+        )
     pairs = [p for s in stats for p in s.calibration]
+    if not all(
+        isinstance(p, (tuple, list))
+        and len(p) == 2
+        and all(isinstance(v, (int, float)) and math.isfinite(v) for v in p)
+        for p in pairs
+    ):
+        raise ValueError(
+            "stats must hold calibration pairs of two finite numbers (input change, output change)"
+        )
     if len(pairs) <= degree:
         raise ValueError(
             f"need more than degree={degree} calibration pairs, got {len(pairs)}: run the model "
             "with TeaCacheConfig(calibrate=True) first"
         )
     x, y = np.array(pairs).T
-    return np.polyfit(x, y, degree).tolist()
+    coefficients = np.polyfit(x, y, degree).tolist()
+    if not all(math.isfinite(c) for c in coefficients):
+        warnings.warn(
+            f"fit_teacache_coefficients: the degree-{degree} fit overflowed (calibration values too large)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return coefficients

@@ -8,9 +8,14 @@ exact; the average over random directions is a Monte Carlo estimate of the integ
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
 
 from icml_generative.validation import check_int, check_same_shape, check_tensor
+
+MAX_PROJECTIONS = 2**20
 
 
 def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, n_projections: int = 256, seed: int = 0) -> float:
@@ -23,10 +28,24 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, n_projections: int = 25
     for name, t in (("x", x), ("y", y)):
         check_tensor(t, name, ("n", "d"), floating=True, finite=True)
     check_same_shape(x, y, "x and y")
-    check_int(n_projections, "n_projections", 1)
+    check_int(n_projections, "n_projections", 1, MAX_PROJECTIONS)
+    check_int(seed, "seed", 0, 2**64 - 1)
+    if x.numel() == 0:
+        raise ValueError(
+            f"x and y must hold at least one point of at least one dimension, got {tuple(x.shape)}"
+        )
     gen = torch.Generator().manual_seed(seed)
     theta = torch.randn(x.shape[1], n_projections, generator=gen, dtype=torch.float64)  # (d, p)
     theta = theta / theta.norm(dim=0, keepdim=True)
-    px = torch.sort(x.double() @ theta, dim=0).values  # (n, p)
-    py = torch.sort(y.double() @ theta, dim=0).values  # (n, p)
-    return ((px - py) ** 2).mean().sqrt().item()
+    # on x / s and y / s with s = max |x|, |y| (SW2 is 1-homogeneous): no overflow for any finite input
+    s = max(x.double().abs().max().item(), y.double().abs().max().item()) or 1.0
+    px = torch.sort((x.double() / s) @ theta, dim=0).values  # (n, p)
+    py = torch.sort((y.double() / s) @ theta, dim=0).values  # (n, p)
+    distance = s * ((px - py) ** 2).mean().sqrt().item()
+    if not math.isfinite(distance):
+        warnings.warn(
+            f"sliced_wasserstein: the distance overflows float64 (points up to {s:g})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return distance

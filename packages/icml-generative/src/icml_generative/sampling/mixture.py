@@ -10,11 +10,12 @@ with the responsibilities ``r_k`` computed by a log-sum-exp for stability far fr
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import torch
 
-from icml_generative.validation import check_number, check_tensor
+from icml_generative.validation import as_real_tensor, check_number, check_tensor
 
 
 def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor, float], torch.Tensor]:
@@ -25,30 +26,38 @@ def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor,
     The returned function takes ``x`` shaped ``(n, d)`` (floating point) and ``sigma >= 0`` and returns
     ``(n, d)`` in ``x``'s dtype and device.
     """
-    mu = torch.as_tensor(means, dtype=torch.float64)
+    mu = as_real_tensor(means, "means")
     if mu.ndim != 2 or mu.shape[0] < 1 or not torch.isfinite(mu).all():
         raise ValueError(f"means must be a finite array shaped (k, d), got shape {tuple(mu.shape)}")
     k, d = mu.shape
-    s = torch.as_tensor(stds, dtype=torch.float64)
+    s = as_real_tensor(stds, "stds")
     if s.ndim > 1 or (s.ndim == 1 and s.shape[0] != k):
         raise ValueError(f"stds must be a scalar or shaped ({k},), got shape {tuple(s.shape)}")
     s = s.expand(k)  # (k,)
     if not torch.isfinite(s).all() or (s <= 0).any():
         raise ValueError("stds must be positive and finite")
     f64 = torch.float64
-    w = torch.full((k,), 1.0 / k, dtype=f64) if weights is None else torch.as_tensor(weights, dtype=f64)
+    w = torch.full((k,), 1.0 / k, dtype=f64) if weights is None else as_real_tensor(weights, "weights", f64)
     if w.shape != (k,) or (w < 0).any() or not math.isclose(w.sum().item(), 1.0, abs_tol=1e-6):
         raise ValueError(f"weights must be {k} non-negative numbers summing to 1")
     log_w = torch.log(w)  # (k,); -inf for empty components, which then get zero responsibility
 
     def score(x: torch.Tensor, sigma: float) -> torch.Tensor:
-        check_tensor(x, "x", ("n", d), floating=True)
+        check_tensor(x, "x", ("n", d), floating=True, finite=True)
         sigma = check_number(sigma, "sigma", minimum=0)
         m, lw = mu.to(x), log_w.to(x)
-        var = (s**2 + sigma**2).to(x)  # (k,)
+        var = (s**2 + torch.tensor(sigma, dtype=f64) ** 2).to(x)  # (k,); a tensor: sigma² may overflow to inf
         diff = m[None, :, :] - x[:, None, :]  # (n, k, d)
         log_comp = lw - 0.5 * d * torch.log(2 * math.pi * var) - 0.5 * (diff**2).sum(-1) / var  # (n, k)
         resp = torch.softmax(log_comp, dim=1)  # (n, k)
-        return torch.einsum("nk,nkd->nd", resp / var, diff)  # (n, d)
+        out = torch.einsum("nk,nkd->nd", resp / var, diff)  # (n, d)
+        if not bool(torch.isfinite(out).all()):
+            warnings.warn(
+                f"gaussian_mixture_score: the score overflows {x.dtype} (x, means or stds too far from "
+                "the range where the mixture density is representable)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return out
 
     return score

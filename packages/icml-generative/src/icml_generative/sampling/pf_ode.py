@@ -13,12 +13,21 @@ step, except a final step to σ = 0, which falls back to Euler.
 from __future__ import annotations
 
 import itertools
-import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
 
-from icml_generative.validation import check_choice, check_int, check_positive, check_tensor
+from icml_generative.validation import (
+    as_real_tensor,
+    check_choice,
+    check_int,
+    check_number,
+    check_positive,
+    check_tensor,
+)
+
+MAX_LEVELS = 2**24  # karras_sigmas: at most 16M noise levels (128 MiB)
 
 ScoreFn = Callable[[torch.Tensor, float], torch.Tensor]  # (x (n, d), sigma) -> ∇ log p_sigma(x) (n, d)
 METHODS = ("euler", "heun")
@@ -31,15 +40,24 @@ def karras_sigmas(n: int, sigma_min: float, sigma_max: float, rho: float = 7.0) 
     noise. Returned as float64, shape ``(n,)``, without the trailing zero that k-diffusion appends (append
     it yourself to finish at σ = 0).
     """
-    check_int(n, "n", 2)
-    if not (math.isfinite(sigma_min) and math.isfinite(sigma_max) and 0 < sigma_min < sigma_max):
+    check_int(n, "n", 2, MAX_LEVELS)
+    sigma_min = check_number(sigma_min, "sigma_min", above=0)
+    sigma_max = check_number(sigma_max, "sigma_max", above=0)
+    if not sigma_min < sigma_max:
         raise ValueError(
             f"need 0 < sigma_min < sigma_max (finite), got sigma_min={sigma_min}, sigma_max={sigma_max}"
         )
-    check_positive(rho, "rho")
+    rho = check_positive(rho, "rho")
     ramp = torch.linspace(0.0, 1.0, n, dtype=torch.float64)  # (n,)
-    lo, hi = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
-    return (hi + ramp * (lo - hi)) ** rho
+    ends = torch.tensor([sigma_min, sigma_max], dtype=torch.float64)  # a tensor: overflows to inf, no error
+    lo, hi = ends ** (1.0 / rho)
+    sigmas = (hi + ramp * (lo - hi)) ** rho
+    if not (torch.isfinite(sigmas).all() and (sigmas > 0).all() and (sigmas[1:] < sigmas[:-1]).all()):
+        raise ValueError(
+            f"rho={rho} is too extreme for sigma_min={sigma_min}, sigma_max={sigma_max} in float64: the "
+            "schedule over- or underflows (or loses its strict decrease)"
+        )
+    return sigmas
 
 
 def sample_pf_ode(
@@ -56,7 +74,7 @@ def sample_pf_ode(
         raise TypeError(f"score_fn must be callable as score_fn(x, sigma), got {type(score_fn).__name__}")
     check_tensor(x_T, "x_T", floating=True, finite=True)
     check_choice(method, "method", METHODS)
-    levels = torch.as_tensor(sigmas, dtype=torch.float64)
+    levels = as_real_tensor(sigmas, "sigmas")
     if levels.ndim != 1 or levels.numel() < 2:
         raise ValueError(
             f"sigmas must be a 1-D sequence of at least 2 noise levels, got shape {tuple(levels.shape)}"
@@ -65,7 +83,12 @@ def sample_pf_ode(
         raise ValueError("sigmas must be finite, non-negative and strictly decreasing")
 
     def drift(x: torch.Tensor, sigma: float) -> torch.Tensor:  # dx/dσ at (x, σ)
-        score = score_fn(x, sigma)
+        try:
+            score = score_fn(x, sigma)
+        except (TypeError, ValueError) as err:
+            raise type(err)(
+                f"score_fn(x, sigma) refused x shaped like x_T {tuple(x.shape)} ({x.dtype}) at sigma={sigma}: {err}"
+            ) from err
         if not isinstance(score, torch.Tensor) or score.shape != x.shape:
             raise ValueError(
                 f"score_fn must return a tensor shaped like x {tuple(x.shape)}, got "
@@ -82,4 +105,10 @@ def sample_pf_ode(
             x = x_euler
         else:  # Heun: average the slopes at both ends of the step (trapezoidal rule)
             x = x + h * 0.5 * (d + drift(x_euler, sigma_next))
+    if not bool(torch.isfinite(x.detach()).all()):
+        warnings.warn(
+            f"sample_pf_ode: the sample holds NaN or inf ({x.dtype} overflowed, or score_fn returned them)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return x

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icml_interp.validation import check_int, check_number, check_tensor, check_type
+from icml_interp.validation import check_bool, check_finite, check_int, check_number, check_tensor, check_type
 
 
 @dataclass
@@ -65,18 +65,28 @@ def _hungarian(score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([rows, cols], 1), score[rows, cols]
 
 
+def _unit_rows(w: torch.Tensor) -> torch.Tensor:
+    """``w`` with each row divided by its largest |entry| (a zero row stays zero): norms then never overflow."""
+    return w / w.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+
+
 def decoder_alignment(w_dec_a: torch.Tensor, w_dec_b: torch.Tensor, *, threshold: float = 0.7) -> Alignment:
     """Match the latents of two SAEs on the same activation space by decoder cosine (rows ``(d_sae, d_in)``)."""
     threshold = check_number(threshold, "threshold", minimum=-1, maximum=1)
     check_tensor(w_dec_a, "w_dec_a", "(d_sae, d_in)", ndim=2)
     check_tensor(w_dec_b, "w_dec_b", "(d_sae, d_in)", ndim=2)
+    for w, name in ((w_dec_a, "w_dec_a"), (w_dec_b, "w_dec_b")):
+        if w.is_complex():
+            raise TypeError(f"{name} must be a real tensor, got {w.dtype}")
+        check_finite(w, name)
     if w_dec_a.shape[1] != w_dec_b.shape[1]:
         raise ValueError(
-            f"decoders live in different spaces (d_in {w_dec_a.shape[1]} vs {w_dec_b.shape[1]}); "
+            f"w_dec_a and w_dec_b: decoders live in different spaces (d_in {w_dec_a.shape[1]} vs "
+            f"{w_dec_b.shape[1]}); "
             "use activation_alignment across spaces"
         )
-    a = F.normalize(w_dec_a.detach().double(), dim=1)
-    b = F.normalize(w_dec_b.detach().double(), dim=1)
+    a = F.normalize(_unit_rows(w_dec_a.detach().double()), dim=1)
+    b = F.normalize(_unit_rows(w_dec_b.detach().double()), dim=1)
     cos = (a @ b.T).numpy()
     pairs, score = _hungarian(cos)
     return Alignment(pairs, score, score > threshold, cos, threshold, "cosine")
@@ -87,9 +97,9 @@ def _resample(maps: torch.Tensor, grid: tuple[int, int] | None) -> torch.Tensor:
         raise ValueError(f"latent maps must be (n_images, d_sae, H, W), got {tuple(maps.shape)}")
     if grid is not None and tuple(maps.shape[-2:]) != tuple(grid):
         maps = (
-            F.adaptive_avg_pool2d(maps.float(), grid)
+            F.adaptive_avg_pool2d(maps.double(), grid)
             if all(s >= g for s, g in zip(maps.shape[-2:], grid, strict=True))
-            else F.interpolate(maps.float(), size=tuple(grid), mode="bilinear", align_corners=False)
+            else F.interpolate(maps.double(), size=tuple(grid), mode="bilinear", align_corners=False)
         )
     return maps
 
@@ -106,16 +116,25 @@ def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarr
         raise ValueError(
             f"maps_a and maps_b must come from the same inputs: {maps_a.shape[0]} vs {maps_b.shape[0]} images"
         )
+    for maps, name in ((maps_a, "maps_a"), (maps_b, "maps_b")):
+        if maps.is_complex():
+            raise TypeError(f"{name} must be a real tensor, got {maps.dtype}")
+        if not bool(torch.isfinite(maps).all()):
+            raise ValueError(f"{name}: latent maps contain NaN or inf")
     if grid is None:
         grid = tuple(maps_a.shape[-2:])
-    if len(grid) != 2 or not all(isinstance(g, int) and g > 0 for g in grid):
+    if not isinstance(grid, (tuple, list)):
+        raise TypeError(f"grid must be None or two positive ints (H, W), got {grid!r}")
+    if len(grid) != 2 or not all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid):
         raise ValueError(f"grid must be two positive ints (H, W), got {grid!r}")
+    grid = (int(grid[0]), int(grid[1]))
     a, b = _tokens(_resample(maps_a, grid)), _tokens(_resample(maps_b, grid))
-    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-        raise ValueError("latent maps contain NaN or inf")
+    # each latent in units of its largest |value|: the sums of squares below cannot overflow
+    a = a / a.abs().amax(0).clamp_min(torch.finfo(a.dtype).tiny)
+    b = b / b.abs().amax(0).clamp_min(torch.finfo(b.dtype).tiny)
     a, b = a - a.mean(0), b - b.mean(0)
     sa, sb = a.norm(dim=0), b.norm(dim=0)
-    c = (a.T @ b) / (sa[:, None] * sb[None, :]).clamp_min(1e-12)
+    c = ((a.T @ b) / (sa[:, None] * sb[None, :]).clamp_min(1e-12)).clamp(-1.0, 1.0)
     alive_a, alive_b = sa >= 1e-9, sb >= 1e-9
     c[~alive_a] = 0.0
     c[:, ~alive_b] = 0.0
@@ -171,7 +190,14 @@ def activation_alignment(
     """
     threshold = check_number(threshold, "threshold", minimum=-1, maximum=1)
     check_int(null_draws, "null_draws", minimum=1)
+    check_bool(null, "null")
+    check_int(seed, "seed", minimum=0, maximum=2**63 - 1)
     corr, alive_a, alive_b = _correlation(maps_a, maps_b, grid)
+    if null and maps_b.shape[0] < 2:
+        raise ValueError(
+            f"the shuffled-input null needs at least 2 images, maps_a and maps_b hold {maps_b.shape[0]} "
+            "(pass null=False)"
+        )
     pairs, score = _match_alive(corr, alive_a, alive_b)
     result = Alignment(pairs, score, score > threshold, corr, threshold, "correlation")
     if null:
@@ -198,8 +224,22 @@ def exclusive_latents(alignment: Alignment, alive_a=None, alive_b=None) -> tuple
     shared_b = np.zeros(d_b, bool)
     shared_a[alignment.pairs[alignment.shared, 0]] = True
     shared_b[alignment.pairs[alignment.shared, 1]] = True
-    alive_a = np.ones(d_a, bool) if alive_a is None else np.asarray(alive_a, bool)
-    alive_b = np.ones(d_b, bool) if alive_b is None else np.asarray(alive_b, bool)
-    if alive_a.shape != (d_a,) or alive_b.shape != (d_b,):
-        raise ValueError(f"alive_a / alive_b must be boolean masks of length {d_a} / {d_b}")
+    masks = []
+    for alive, name, d in ((alive_a, "alive_a", d_a), (alive_b, "alive_b", d_b)):
+        if alive is None:
+            masks.append(np.ones(d, bool))
+            continue
+        if isinstance(alive, torch.Tensor):
+            alive = alive.detach().cpu().numpy()
+        if isinstance(alive, (str, bytes)) or not isinstance(alive, (np.ndarray, list, tuple)):
+            raise TypeError(
+                f"{name} must be None or a boolean mask of length {d}, got {type(alive).__name__}"
+            )
+        mask = np.asarray(alive)
+        if mask.dtype != bool:
+            raise TypeError(f"{name} must be a boolean mask, got dtype {mask.dtype}")
+        if mask.shape != (d,):
+            raise ValueError(f"{name} must be a boolean mask of length {d}, got shape {mask.shape}")
+        masks.append(mask)
+    alive_a, alive_b = masks
     return np.nonzero(~shared_a & alive_a)[0], np.nonzero(~shared_b & alive_b)[0]

@@ -13,8 +13,16 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from icml_interp.sae.source import from_tokens, resolve_layout, to_tokens
-from icml_interp.validation import check_d_in, check_tensor, check_type
+from icml_interp.sae.source import LAYOUTS, from_tokens, resolve_layout, to_tokens
+from icml_interp.validation import (
+    check_choice,
+    check_d_in,
+    check_finite,
+    check_int,
+    check_sae_like,
+    check_tensor,
+    check_type,
+)
 
 
 def latent_attribution(
@@ -34,6 +42,10 @@ def latent_attribution(
     if not callable(metric):
         raise TypeError("metric must be callable (output, batch slice) -> scalar tensor")
     check_tensor(inputs, "inputs", "(batch, ...)")
+    check_finite(inputs, "inputs")
+    check_sae_like(sae)
+    check_int(batch, "batch", minimum=1)
+    check_choice(layout, "layout", LAYOUTS)
     d_in = sae.W_dec.shape[1]
     codes: list[torch.Tensor] = []
 
@@ -55,9 +67,20 @@ def latent_attribution(
         for i in range(0, inputs.shape[0], batch):
             codes.clear()
             sl = slice(i, min(i + batch, inputs.shape[0]))
-            value = metric(model(inputs[sl]), sl)
+            try:
+                output = model(inputs[sl])
+            except (RuntimeError, TypeError, ValueError, IndexError) as err:
+                if isinstance(err, ValueError) and "activation width" in str(err):
+                    raise  # the SAE does not fit module's output: check_d_in's message says so
+                raise ValueError(
+                    f"model failed on inputs[{sl.start}:{sl.stop}] ({type(err).__name__}: {err}); check that "
+                    "inputs are what the model takes (dtype, shape)"
+                ) from err
+            value = metric(output, sl)
             if not isinstance(value, torch.Tensor) or value.numel() != 1:
                 raise ValueError("metric must return a scalar tensor")
+            if not bool(torch.isfinite(value.detach()).all()):
+                raise ValueError(f"metric returned {float(value.detach())} on inputs[{sl.start}:{sl.stop}]")
             if not codes:
                 raise ValueError("module did not run during the forward pass; is it part of model?")
             grads = torch.autograd.grad(value, codes)
@@ -66,4 +89,6 @@ def latent_attribution(
     finally:
         handle.remove()
         model.train(was_training)
+    if not bool(torch.isfinite(total).all()):
+        raise ValueError("the attribution overflowed (activation x gradient is not finite): rescale metric")
     return total.float()

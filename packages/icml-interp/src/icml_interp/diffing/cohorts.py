@@ -12,13 +12,21 @@ import math
 
 import torch
 
-from icml_interp.validation import check_choice, check_number, check_tensor
+from icml_interp.validation import check_choice, check_finite, check_number, check_tensor
 
 
 def firing_frequency(codes: torch.Tensor, threshold: float = 0.0) -> torch.Tensor:
     """Fraction of tokens (rows of ``codes`` (n_tokens, d_sae)) on which each latent exceeds ``threshold``."""
-    check_tensor(codes, "codes", "(n_tokens, d_sae)", ndim=2)
+    _check_codes(codes, "codes")
+    threshold = check_number(threshold, "threshold")
     return (codes > threshold).float().mean(0)
+
+
+def _check_codes(codes, name: str) -> torch.Tensor:
+    check_tensor(codes, name, "(n_tokens, d_sae)", ndim=2)
+    if codes.is_complex():
+        raise TypeError(f"{name} must be a real tensor, got {codes.dtype}")
+    return check_finite(codes, name)
 
 
 def cohort_latent_table(
@@ -31,16 +39,15 @@ def cohort_latent_table(
         raise ValueError(
             "codes must be a dict cohort name -> (n_tokens, d_sae) tensor with at least two cohorts"
         )
-    widths = {
-        n: check_tensor(c, f"codes[{n!r}]", "(n_tokens, d_sae)", ndim=2).shape[1] for n, c in codes.items()
-    }
+    widths = {n: _check_codes(c, f"codes[{n!r}]").shape[1] for n, c in codes.items()}
     if len(set(widths.values())) != 1:
-        raise ValueError(f"all cohorts must be encoded by the same SAE; got widths {widths}")
+        raise ValueError(f"codes: all cohorts must be encoded by the same SAE; got widths {widths}")
     check_number(min_freq, "min_freq", minimum=0, maximum=1, open_max=True)
     check_number(ratio, "ratio", minimum=1, open_min=True)
+    eps = check_number(eps, "eps", minimum=0, open_min=True)
     names = list(codes)
     freq = torch.stack([firing_frequency(codes[n]) for n in names])  # (n_cohorts, d_sae)
-    mean = torch.stack([codes[n].float().mean(0) for n in names])
+    mean = torch.stack([codes[n].double().mean(0) for n in names])
     rows = []
     for j in range(freq.shape[1]):
         f = freq[:, j]
@@ -69,6 +76,10 @@ def cohort_latent_table(
 
 def specific_latents(codes: dict[str, torch.Tensor], cohort: str, **kwargs) -> list[int]:
     """Latents specific to ``cohort`` (see :func:`cohort_latent_table`), most frequent-difference first."""
+    if not isinstance(codes, dict) or len(codes) < 2:
+        raise ValueError(
+            "codes must be a dict cohort name -> (n_tokens, d_sae) tensor with at least two cohorts"
+        )
     check_choice(cohort, "cohort", codes)
     rows = [r for r in cohort_latent_table(codes, **kwargs) if r["status"] == cohort]
     return [r["latent"] for r in sorted(rows, key=lambda r: -r["freq_diff"])]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from icml_interp.validation import check_d_in, check_tensor, check_type
+from icml_interp.validation import (
+    check_d_in,
+    check_finite,
+    check_int,
+    check_sae_like,
+    check_tensor,
+    check_type,
+)
 
 
 @torch.no_grad()
@@ -16,6 +23,8 @@ def layer_activations(
     check_type(model, "model", nn.Module, "a torch.nn.Module")
     check_type(module, "module", nn.Module, "a torch.nn.Module")
     check_tensor(inputs, "inputs", "(batch, ...)")
+    check_finite(inputs, "inputs")
+    check_int(batch, "batch", minimum=1)
     got: list[torch.Tensor] = []
 
     def hook(mod, args, output):
@@ -25,7 +34,13 @@ def layer_activations(
     try:
         model.eval()
         for i in range(0, inputs.shape[0], batch):
-            model(inputs[i : i + batch])
+            try:
+                model(inputs[i : i + batch])
+            except (RuntimeError, TypeError, ValueError, IndexError) as err:
+                raise ValueError(
+                    f"model failed on inputs[{i}:{i + batch}] ({type(err).__name__}: {err}); check that inputs "
+                    "are what the model takes (dtype, shape)"
+                ) from err
     finally:
         handle.remove()
     if not got:
@@ -37,8 +52,17 @@ def layer_activations(
 def latent_maps(sae, activations: torch.Tensor, *, batch: int = 16) -> torch.Tensor:
     """Encode conv activations ``(B, C, H, W)`` into latent maps ``(B, d_sae, H, W)`` (sequences ``(B, T, D)``
     give ``(B, d_sae, T)``)."""
+    check_sae_like(sae)
     check_tensor(activations, "activations", "(B, C, H, W) or (B, T, D)", ndim=(3, 4))
-    check_d_in(activations.shape[1] if activations.dim() == 4 else activations.shape[-1], sae.W_dec.shape[1])
+    if not activations.is_floating_point():
+        raise TypeError(f"activations must be a floating-point tensor, got {activations.dtype}")
+    check_finite(activations, "activations")
+    check_int(batch, "batch", minimum=1)
+    check_d_in(
+        activations.shape[1] if activations.dim() == 4 else activations.shape[-1],
+        sae.W_dec.shape[1],
+        "activations",
+    )
     out = []
     for i in range(0, activations.shape[0], batch):
         h = activations[i : i + batch]

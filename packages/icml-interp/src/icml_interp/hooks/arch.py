@@ -12,7 +12,7 @@ from functools import reduce
 
 from torch import nn
 
-from icml_interp.validation import check_type
+from icml_interp.validation import check_choice, check_type
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,29 @@ class ArchSpec:
     down_is_conv1d: bool = False
     pos_embed: str | None = None
     parallel_attr: str | None = None
+
+    def __post_init__(self):
+        for name in ("layers", "embed", "final_norm", "unembed", "attn", "mlp", "o_proj", "mlp_in", "down"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise TypeError(f"{name} must be a non-empty dotted module path (a string), got {value!r}")
+        for name in ("pos_embed", "parallel_attr"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise TypeError(f"{name} must be None or a non-empty string, got {value!r}")
+        check_choice(self.qkv, "qkv", ("separate", "gpt2", "neox"))
+        n_modules = 3 if self.qkv == "separate" else 1
+        if not (
+            isinstance(self.qkv_modules, tuple)
+            and len(self.qkv_modules) == n_modules
+            and all(isinstance(m, str) and m.strip() for m in self.qkv_modules)
+        ):
+            raise TypeError(
+                f"qkv_modules must be a tuple of {n_modules} module path(s) for qkv={self.qkv!r}, "
+                f"got {self.qkv_modules!r}"
+            )
+        if not isinstance(self.down_is_conv1d, bool):
+            raise TypeError(f"down_is_conv1d must be a bool, got {self.down_is_conv1d!r}")
 
 
 _LLAMA = ArchSpec(
@@ -112,7 +135,7 @@ def get_module(root: nn.Module, path: str) -> nn.Module:
 def spec_for(model: nn.Module) -> ArchSpec:
     """The :class:`ArchSpec` of a Hugging Face causal LM, by ``model.config.model_type``."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type is None:
+    if not isinstance(model_type, str):
         raise TypeError(
             f"model must be a Hugging Face causal LM with a config.model_type, got {type(model).__name__}"
         )

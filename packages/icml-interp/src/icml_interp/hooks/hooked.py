@@ -73,6 +73,7 @@ _BLOCK_HOOKS = {  # short name -> (suffix in the block, stage: the order of comp
 
 def act_name(short: str, layer: int | None = None) -> str:
     """The full hook name of a short one: ``act_name("resid_post", 3) == "blocks.3.hook_resid_post"``."""
+    check_type(short, "short", str, "a short hook name (a string)")
     if short in ("embed", "pos_embed"):
         return f"hook_{short}"
     if short in ("normalized", "ln_final"):
@@ -83,7 +84,7 @@ def act_name(short: str, layer: int | None = None) -> str:
             f"unknown short hook name {short!r}; close matches: "
             f"{difflib.get_close_matches(short, known, n=3, cutoff=0.5)}; known: {known}"
         )
-    check_int(layer, f"layer of {short!r}")
+    check_int(layer, f"layer of {short!r}", minimum=0)
     return f"blocks.{layer}.{_BLOCK_HOOKS[short][0]}"
 
 
@@ -113,7 +114,23 @@ class ActivationCache(dict):
 
     def stack(self, short: str, layers: Iterable[int]) -> torch.Tensor:
         """``torch.stack`` of one activation over ``layers`` (leading dimension = layer)."""
-        return torch.stack([self[short, layer] for layer in layers])
+        check_type(short, "short", str, "a short hook name (a string)")
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+            raise TypeError(f"layers must be an iterable of ints, got {type(layers).__name__}")
+        layers = list(layers)
+        if not layers:
+            raise ValueError("layers must name at least one layer")
+        tensors = []
+        for layer in layers:
+            check_int(layer, "layers", minimum=0)
+            name = act_name(short, layer)
+            if name not in self:
+                raise ValueError(
+                    f"layers: {name!r} is not in this cache; close matches: "
+                    f"{difflib.get_close_matches(name, list(self), n=5)}"
+                )
+            tensors.append(self[name])
+        return torch.stack(tensors)
 
 
 def _apply(point: HookPoint, fn: HookFn, given: torch.Tensor) -> torch.Tensor | None:
@@ -134,8 +151,19 @@ class HookedModel:
         if isinstance(model, HookedModel):
             raise TypeError("model is already a HookedModel")
         check_type(model, "model", nn.Module, "a torch.nn.Module (a Hugging Face causal LM)")
+        if spec is not None:
+            check_type(spec, "spec", ArchSpec, "an ArchSpec (or None: looked up by model.config.model_type)")
         self.model: Any = model  # a Hugging Face causal LM: config, generate, set_attn_implementation
         self.spec = spec if spec is not None else spec_for(model)
+        try:
+            self._locate(model)
+        except AttributeError as err:
+            raise ValueError(
+                f"spec does not fit model ({err}); its module paths must name the model's modules"
+            ) from None
+
+    def _locate(self, model: nn.Module) -> None:
+        """Find the modules the spec names (``AttributeError`` for a path the model lacks)."""
         self.blocks = cast(nn.ModuleList, get_module(model, self.spec.layers))
         self.final_norm = get_module(model, self.spec.final_norm)
         # the head's name moved between transformers releases (GPT-NeoX: embed_out, then lm_head); the

@@ -8,6 +8,7 @@ are; ``"auto"`` picks by the number of dimensions (4 → bchw, 3 → btd, 2 → 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from icml_interp.sae.source import LAYOUTS, from_tokens, resolve_layout, to_tokens
-from icml_interp.validation import check_choice, check_d_in, check_tensor, check_type
+from icml_interp.validation import (
+    check_choice,
+    check_d_in,
+    check_finite,
+    check_sae_like,
+    check_tensor,
+    check_type,
+)
 
 
 def _latent_index(latents, d_sae: int | None = None) -> torch.Tensor:
@@ -40,6 +48,8 @@ def _latent_index(latents, d_sae: int | None = None) -> torch.Tensor:
         )
     if idx.numel() == 0:
         raise ValueError("latents must name at least one latent")
+    if int(idx.min()) < 0:
+        raise ValueError(f"latents must be indices >= 0, got {idx.tolist()}")
     if d_sae is not None and (int(idx.min()) < 0 or int(idx.max()) >= d_sae):
         raise ValueError(f"latents must lie in [0, {d_sae}) for this SAE, got {idx.tolist()}")
     return idx
@@ -50,6 +60,9 @@ class LatentEdit:
     """Base class: ``__call__(f)`` returns the edited codes for the rows selected by the mask."""
 
     latents: object
+
+    def __post_init__(self):
+        _latent_index(self.latents)  # the latents are checked when the edit is made, their range when applied
 
     def index(self, d_sae: int) -> torch.Tensor:
         return _latent_index(self.latents, d_sae)
@@ -71,6 +84,10 @@ class Add(LatentEdit):
 
     amount: float | torch.Tensor = 1.0
 
+    def __post_init__(self):
+        super().__post_init__()
+        _check_value(self.amount, "amount")
+
     def edited(self, chosen, idx, f):
         return chosen + _per_latent(self.amount, idx, "amount", f)
 
@@ -80,6 +97,10 @@ class Scale(LatentEdit):
     """``f_j ← factor_j · f_j``."""
 
     factor: float | torch.Tensor = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_value(self.factor, "factor")
 
     def edited(self, chosen, idx, f):
         return chosen * _per_latent(self.factor, idx, "factor", f)
@@ -93,6 +114,10 @@ class Clamp(LatentEdit):
 
     value: float | torch.Tensor = 0.0
 
+    def __post_init__(self):
+        super().__post_init__()
+        _check_value(self.value, "value")
+
     def edited(self, chosen, idx, f):
         value = self.value
         if isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel() == f.shape[-1]:
@@ -100,10 +125,29 @@ class Clamp(LatentEdit):
         return _per_latent(value, idx, "value", f).expand_as(chosen)
 
 
+def _check_value(value, name: str) -> None:
+    """An edit's number: a finite real number, or a non-empty finite real tensor of at most one dimension."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        raise TypeError(f"{name} must be a number or a tensor, got {type(value).__name__}")
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be a real tensor, got {value.dtype}")
+        if value.ndim > 1 or value.numel() == 0:
+            raise ValueError(
+                f"{name} must be a number or a 1-d tensor of per-latent values, got {tuple(value.shape)}"
+            )
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{name} must be finite")
+    elif not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+
+
 def _per_latent(value, idx: torch.Tensor, name: str, f: torch.Tensor) -> torch.Tensor:
     if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
         raise TypeError(f"{name} must be a number or a tensor, got {type(value).__name__}")
     v = torch.as_tensor(value, dtype=f.dtype, device=f.device)
+    if isinstance(value, (int, float)) and not bool(torch.isfinite(v).all()):
+        raise ValueError(f"{name} = {value!r} overflows the codes' dtype {f.dtype}")
     if v.dim() == 0:
         v = v.expand(idx.numel())
     if v.shape != (idx.numel(),):
@@ -118,19 +162,38 @@ def _per_latent(value, idx: torch.Tensor, name: str, f: torch.Tensor) -> torch.T
 def reference_mean(codes: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean latent code ``(d_sae,)`` over tokens ``codes`` (n_tokens, d_sae), optionally only rows where ``mask``."""
     check_tensor(codes, "codes", "(n_tokens, d_sae)", ndim=2)
+    if not codes.is_floating_point():
+        raise TypeError(f"codes must be a floating-point tensor, got {codes.dtype}")
+    check_finite(codes, "codes")
     if mask is not None:
-        mask = torch.as_tensor(mask).flatten().bool()
+        mask = _as_mask(mask).flatten().bool()
         if mask.numel() != codes.shape[0]:
             raise ValueError(f"mask must have one entry per token ({codes.shape[0]}), got {mask.numel()}")
         if not mask.any():
             raise ValueError("mask selects no tokens")
         codes = codes[mask]
-    return codes.mean(0)
+    return codes.double().mean(0).to(codes.dtype)  # in float64: a float32 sum of huge codes would overflow
+
+
+def _as_mask(mask) -> torch.Tensor:
+    """``mask`` (a tensor, array or nested list of bools or numbers) as a tensor, checked."""
+    try:
+        m = torch.as_tensor(mask)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"mask must be a bool tensor (or array) or None, got {type(mask).__name__}") from None
+    if m.is_complex():
+        raise TypeError(f"mask must be a bool or real tensor, got {m.dtype}")
+    if m.is_floating_point():
+        if not bool(torch.isfinite(m).all()):
+            raise ValueError("mask must not hold NaN or inf")
+    return m
 
 
 def _token_mask(mask: torch.Tensor, h: torch.Tensor, layout: str) -> torch.Tensor:
     """The mask as one bool per token; a conv mask of another spatial size is resized (nearest)."""
-    m = torch.as_tensor(mask, device=h.device)
+    m = _as_mask(mask).to(h.device)
+    if m.numel() == 0:
+        raise ValueError(f"mask must not be empty, got shape {tuple(m.shape)}")
     if layout in ("bchw", "bhwc"):
         b, hh, ww = (h.shape[0], *h.shape[2:]) if layout == "bchw" else h.shape[:3]
         if m.dim() == 2:
@@ -155,9 +218,13 @@ def apply_edit(
     check_type(edit, "edit", LatentEdit, "an Add, Scale or Clamp")
     check_choice(layout, "layout", LAYOUTS)
     check_type(h, "h", torch.Tensor, "a tensor")
-    layout = resolve_layout(h, layout)
+    check_sae_like(sae)
+    if not h.is_floating_point():
+        raise TypeError(f"h must be a floating-point tensor, got {h.dtype}")
+    check_finite(h.to(sae.W_dec.dtype), "h (in the SAE's dtype)")
+    layout = resolve_layout(h, layout, "h")
     tokens = to_tokens(h, layout)
-    check_d_in(tokens.shape[-1], getattr(sae, "d_in", None) or sae.W_dec.shape[1])
+    check_d_in(tokens.shape[-1], getattr(sae, "d_in", None) or sae.W_dec.shape[1], "h")
     rows = torch.arange(tokens.shape[0], device=h.device)
     if mask is not None:
         rows = _token_mask(mask, h, layout).nonzero().flatten()
@@ -183,10 +250,13 @@ def intervene(
     check_type(module, "module", nn.Module, "a torch.nn.Module")
     check_type(edit, "edit", LatentEdit, "an Add, Scale or Clamp")
     check_choice(layout, "layout", LAYOUTS)
-    for attr in ("encode", "decode"):
-        if not callable(getattr(sae, attr, None)):
-            raise TypeError(f"sae must have an {attr}() method")
-    edit.index(sae.W_dec.shape[0])  # validate the latents before any forward pass
+    check_sae_like(sae)
+    if mask is not None:
+        _as_mask(mask)
+    try:
+        edit.index(sae.W_dec.shape[0])  # validate the latents before any forward pass
+    except ValueError as err:
+        raise ValueError(f"edit {edit!r} does not fit sae: {err}") from None
 
     def hook(mod, args, output):
         if isinstance(output, tuple):

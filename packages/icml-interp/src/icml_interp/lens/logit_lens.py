@@ -89,11 +89,32 @@ def token_rank_by_layer(model, input_ids: torch.Tensor, target: int, position: i
         raise ValueError(
             f"input_ids must be one sequence shaped (seq,), got {getattr(input_ids, 'shape', input_ids)}"
         )
-    lens = logit_lens(model, input_ids)[:, position]  # (n_layers + 1, vocab)
+    lens = logit_lens(model, input_ids)  # (n_layers + 1, seq, vocab)
+    check_int(position, "position", minimum=-input_ids.shape[0], maximum=input_ids.shape[0] - 1)
+    lens = lens[:, position]  # (n_layers + 1, vocab)
     check_int(target, "target", minimum=0, maximum=lens.shape[-1] - 1)
     rank = (lens > lens[:, target : target + 1]).sum(-1)
     prob = torch.softmax(lens.float(), dim=-1)[:, target]
     return {"rank": rank.tolist(), "prob": prob.tolist()}
+
+
+def _neuron_index(neurons, d_mlp: int) -> torch.Tensor:
+    """``neurons`` (a sequence of ints or a 1-d integer tensor) as a long tensor of indices in ``[0, d_mlp)``."""
+    if isinstance(neurons, torch.Tensor):
+        if neurons.dtype.is_floating_point or neurons.is_complex() or neurons.dtype == torch.bool:
+            raise TypeError(f"neurons must hold integer indices, got dtype {neurons.dtype}")
+        index = neurons.long()
+    elif isinstance(neurons, (list, tuple, range)):
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in neurons):
+            raise TypeError(f"neurons must be a sequence of int indices, got {neurons!r}")
+        index = torch.tensor(list(neurons), dtype=torch.long)
+    else:
+        raise TypeError(
+            f"neurons must be a sequence of ints or an index tensor, got {type(neurons).__name__}"
+        )
+    if index.ndim != 1 or index.numel() == 0 or index.min() < 0 or index.max() >= d_mlp:
+        raise ValueError(f"neurons must be a non-empty list of indices in [0, {d_mlp})")
+    return index
 
 
 def mlp_value_lens(model, layer: int, top_k: int = 10, neurons=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,10 +129,7 @@ def mlp_value_lens(model, layer: int, top_k: int = 10, neurons=None) -> tuple[to
     hooked = wrap(model)
     values = hooked.mlp_values(layer)  # (d_mlp, d_model)
     if neurons is not None:
-        neurons = torch.as_tensor(neurons, dtype=torch.long)
-        if neurons.ndim != 1 or neurons.numel() == 0 or neurons.min() < 0 or neurons.max() >= values.shape[0]:
-            raise ValueError(f"neurons must be a non-empty list of indices in [0, {values.shape[0]})")
-        values = values[neurons]
+        values = values[_neuron_index(neurons, values.shape[0])]
     check_int(top_k, "top_k", minimum=1, maximum=hooked.d_vocab)
     with torch.no_grad():
         logits = hooked.lens(values)  # (n_neurons, vocab)

@@ -8,13 +8,37 @@ positions or heads), so a full layer × position scan of SmolLM2-135M on a 12-to
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
 from icml_interp.hooks import ActivationCache, act_name, wrap
-from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
-from icml_interp.validation import check_indices, check_int
+from icml_interp.patching.result import (
+    Metric,
+    PatchingResult,
+    check_components,
+    check_layers,
+    check_metric,
+    logits_width,
+    metric_value,
+)
+from icml_interp.validation import check_bool, check_indices, check_int, check_token_ids
+
+PATCHABLE = (
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "pre",
+    "post",
+    "key",
+    "z",
+    "q",
+    "k",
+    "v",
+    "pattern",  # refused below with its own message: read-only
+)
 
 HEAD_COMPONENTS = ("z", "q", "k", "v")
 
@@ -23,7 +47,8 @@ def check_pair(
     hooked, clean_ids: torch.Tensor, corrupt_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate and batch a (clean, corrupt) pair of token-id tensors of the same shape."""
-    clean, corrupt = hooked.token_ids(clean_ids), hooked.token_ids(corrupt_ids)
+    clean = check_token_ids(clean_ids, hooked.d_vocab, "clean_ids")
+    corrupt = check_token_ids(corrupt_ids, hooked.d_vocab, "corrupt_ids")
     if clean.shape != corrupt.shape:
         raise ValueError(
             f"clean_ids and corrupt_ids must have the same shape (patching is position by position), "
@@ -35,7 +60,7 @@ def check_pair(
 def _replace(name: str, act: torch.Tensor, src: torch.Tensor, positions, heads) -> torch.Tensor:
     if src.shape != act.shape:
         raise ValueError(
-            f"shape-mismatched patch for {name!r}: the patch is {tuple(src.shape)}, the activation "
+            f"shape-mismatched patch for {name!r}: the patch in source is {tuple(src.shape)}, the activation "
             f"is {tuple(act.shape)} (same batch and sequence length needed)"
         )
     if positions is None and heads is None:
@@ -61,14 +86,55 @@ def patch_hooks(
     source: ActivationCache | dict, names: Iterable[str], positions=None, heads=None
 ) -> list[tuple]:
     """``fwd_hooks`` that replace each activation in ``names`` by ``source[name]`` (optionally only at
-    ``positions`` and, for per-head hooks, ``heads``)."""
+    ``positions`` and, for per-head hooks, ``heads``: ints >= 0)."""
+    names = check_source_names(source, names)
+    for value, what in ((positions, "positions"), (heads, "heads")):
+        if value is None:
+            continue
+        items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise TypeError(f"{what} must be None, an int or a list of ints, got {value!r}")
+        items = list(items)
+        if not items or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in items):
+            raise ValueError(f"{what} must be None or a non-empty list of ints >= 0, got {value!r}")
+        if what == "positions":
+            positions = items
+        else:
+            heads = items
 
     def make(name):
-        if name not in source:
-            raise ValueError(f"the source cache has no activation {name!r}")
         return lambda act, hook: _replace(name, act, source[name], positions, heads)
 
     return [(name, make(name)) for name in names]
+
+
+def resolve_names(hooked, names) -> list[str]:
+    """``names`` as :meth:`HookedModel.resolve` reads them (a name, a list or a predicate); refusals name ``names``."""
+    if isinstance(names, str) or callable(names):
+        try:
+            return hooked.resolve(names)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"names: {err}") from None
+    return names
+
+
+def check_source_names(source, names) -> list[str]:
+    """``source`` is a mapping of hook names to tensors and each of ``names`` (a list of hook names) is in it."""
+    if not isinstance(source, Mapping):
+        raise TypeError(
+            f"source must be an ActivationCache or a dict of tensors, got {type(source).__name__}"
+        )
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise TypeError(f"names must be a list of hook names, got {names!r}")
+    names = list(names)  # empty: patch nothing
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"names must hold hook names (strings), got {name!r}")
+        if name not in source:
+            raise ValueError(f"names: the source has no activation {name!r} (it has {sorted(source)[:5]}...)")
+        if not isinstance(source[name], torch.Tensor):
+            raise TypeError(f"source[{name!r}] must be a tensor, got {type(source[name]).__name__}")
+    return names
 
 
 def run_with_patches(
@@ -87,7 +153,16 @@ def run_with_patches(
     """
     hooked = wrap(model)
     ids = hooked.token_ids(input_ids)
-    names = list(source) if names is None else hooked.resolve(names)
+    if not isinstance(source, Mapping):
+        raise TypeError(
+            f"source must be an ActivationCache or a dict of tensors, got {type(source).__name__}"
+        )
+    names = list(source) if names is None else resolve_names(hooked, names)
+    for name in check_source_names(source, names):
+        if name not in hooked.hook_names:
+            raise ValueError(
+                f"names: {name!r} is not a hook point of this model (see HookedModel.hook_names)"
+            )
     positions = check_indices(positions, ids.shape[1], "positions")
     heads = check_indices(heads, hooked.n_heads, "heads")
     with torch.no_grad():
@@ -135,17 +210,21 @@ def activation_patching(
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
     n, seq = clean.shape
     check_metric(metric, n, seq, logits_width(hooked))
-    layers = check_indices(range(hooked.n_layers) if layers is None else layers, hooked.n_layers, "layers")
+    components = check_components(components, PATCHABLE)
+    layers = check_layers(layers, hooked.n_layers)
     check_int(batch_size, "batch_size", minimum=1)
+    check_bool(per_position, "per_position")
+    check_bool(per_head, "per_head")
+    check_bool(progress, "progress")
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
     for name in names.values():
         hooked.hook_point(name)
         if name.endswith("hook_pattern"):
             raise ValueError("hook_pattern is read-only: patch 'z' (head outputs) or 'q'/'k'/'v' instead")
     with torch.no_grad():
-        clean_value = float(metric(hooked(clean)))
+        clean_value = metric_value(metric, hooked(clean))
         corrupt_logits, cache = hooked.run_with_cache(corrupt, list(names.values()))
-        result = PatchingResult("activation patching", clean_value, float(metric(corrupt_logits)))
+        result = PatchingResult("activation patching", clean_value, metric_value(metric, corrupt_logits))
         units_iter = list(names.items())
         if progress:
             from tqdm.auto import tqdm
@@ -170,5 +249,7 @@ def activation_patching(
                 logits = hooked.run_with_hooks(ids, [(name, _batched_patch_hook(src, masks))])
                 logits = logits.view(len(chunk), n, *logits.shape[1:])
                 for j, (p, h) in enumerate(chunk):
-                    result.add(float(metric(logits[j])), component=component, layer=layer, position=p, head=h)
+                    result.add(
+                        metric_value(metric, logits[j]), component=component, layer=layer, position=p, head=h
+                    )
     return result

@@ -11,9 +11,17 @@ from collections.abc import Sequence
 import torch
 
 from icml_interp.hooks import act_name, wrap
-from icml_interp.patching.activation import HEAD_COMPONENTS, check_pair
-from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
-from icml_interp.validation import check_indices
+from icml_interp.patching.activation import HEAD_COMPONENTS, PATCHABLE, check_pair
+from icml_interp.patching.result import (
+    Metric,
+    PatchingResult,
+    check_components,
+    check_layers,
+    check_metric,
+    logits_width,
+    metric_value,
+)
+from icml_interp.validation import check_bool
 
 
 def attribution_patching(
@@ -35,7 +43,10 @@ def attribution_patching(
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
     check_metric(metric, clean.shape[0], clean.shape[1], logits_width(hooked))
-    layers = check_indices(range(hooked.n_layers) if layers is None else layers, hooked.n_layers, "layers")
+    components = check_components(components, PATCHABLE)
+    layers = check_layers(layers, hooked.n_layers)
+    check_bool(per_position, "per_position")
+    check_bool(per_head, "per_head")
     for c in components:
         if c in ("resid_mid", "pattern"):
             raise ValueError(
@@ -56,8 +67,14 @@ def attribution_patching(
             clean, list(names.values()), grad=True, fwd_hooks=[("hook_embed", leaf_embed)]
         )
         value = metric(logits)
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
+            raise ValueError(
+                "metric must return a scalar tensor that depends on the logits (attribution patching "
+                f"differentiates it), got {value!r}"
+            )
+        metric_value(lambda _: value.detach(), logits)  # finite
         grads = torch.autograd.grad(value, [cache[n] for n in names.values()], allow_unused=True)
-    result = PatchingResult("attribution patching", value.item(), float(metric(corrupt_logits)))
+    result = PatchingResult("attribution patching", value.item(), metric_value(metric, corrupt_logits))
     for ((component, layer), name), grad in zip(names.items(), grads, strict=True):
         if grad is None:
             grad = torch.zeros_like(cache[name])

@@ -15,8 +15,25 @@ from contextlib import contextmanager
 import torch
 
 from icml_interp.hooks import ActivationCache, act_name, wrap
-from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
+from icml_interp.patching.activation import PATCHABLE, check_source_names, resolve_names
+from icml_interp.patching.result import (
+    Metric,
+    PatchingResult,
+    check_components,
+    check_layers,
+    check_metric,
+    logits_width,
+    metric_value,
+)
 from icml_interp.validation import check_indices
+
+
+def _wrap_named(model, name: str):
+    """``wrap(model)`` with any refusal prefixed by the argument's name."""
+    try:
+        return wrap(model)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{name}: {err}") from None
 
 
 @contextmanager
@@ -24,6 +41,12 @@ def prefill_patch(model, source: ActivationCache | dict, names: Sequence[str]):
     """Within the context, the first forward pass whose activation at each of ``names`` has the cached shape
     (the prefill of ``generate``) takes ``source``'s activation; later passes (decoding) are untouched."""
     hooked = wrap(model)
+    names = check_source_names(source, resolve_names(hooked, names))
+    for name in names:
+        if name not in hooked.hook_names:
+            raise ValueError(
+                f"names: {name!r} is not a hook point of this model (see HookedModel.hook_names)"
+            )
     done: set[str] = set()
 
     def hook(act, h):
@@ -52,7 +75,7 @@ def cross_model_layer_patching(
     all prompt positions). Rows carry ``effect = (patched - A) / (B - A)``: 1 means the layer's output alone
     carries B's behaviour into A. ``clean`` is model A's metric and ``corrupt`` model B's.
     """
-    a, b = wrap(model_a), wrap(model_b)
+    a, b = _wrap_named(model_a, "model_a"), _wrap_named(model_b, "model_b")
     shape_a, shape_b = ((m.n_layers, m.d_model, m.n_heads, m.d_vocab) for m in (a, b))
     if shape_a != shape_b:
         raise ValueError(
@@ -61,14 +84,17 @@ def cross_model_layer_patching(
         )
     ids = a.token_ids(input_ids)
     check_metric(metric, ids.shape[0], ids.shape[1], logits_width(a))
-    layers = check_indices(range(a.n_layers) if layers is None else layers, a.n_layers, "layers")
+    components = check_components(components, PATCHABLE[:-1])
+    layers = check_layers(layers, a.n_layers)
     positions = check_indices(positions, ids.shape[1], "positions")
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
     for name in names.values():
         a.hook_point(name)
     with torch.no_grad():
         logits_b, cache_b = b.run_with_cache(ids, list(names.values()))
-        result = PatchingResult("cross-model layer patching", float(metric(a(ids))), float(metric(logits_b)))
+        result = PatchingResult(
+            "cross-model layer patching", metric_value(metric, a(ids)), metric_value(metric, logits_b)
+        )
         for (component, layer), name in names.items():
 
             def patch(act, hook, src=cache_b[name]):
@@ -78,6 +104,6 @@ def cross_model_layer_patching(
                 new[:, positions] = src[:, positions]
                 return new
 
-            value = metric(a.run_with_hooks(ids, [(name, patch)]))
-            result.add(float(value), component=component, layer=layer)
+            value = metric_value(metric, a.run_with_hooks(ids, [(name, patch)]))
+            result.add(value, component=component, layer=layer)
     return result

@@ -21,8 +21,8 @@ import torch
 
 from icml_interp.hooks import act_name, wrap
 from icml_interp.patching.activation import check_pair
-from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width
-from icml_interp.validation import check_head
+from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width, metric_value
+from icml_interp.validation import check_bool, check_head
 
 RESID_FINAL = "resid_final"
 
@@ -55,10 +55,16 @@ def path_patching(
             )
         recv, first = [], hooked.n_layers
     else:
+        if not isinstance(receivers, (list, tuple)):
+            raise TypeError(
+                f"receivers must be {RESID_FINAL!r} or a list of (layer, head), got {type(receivers).__name__}"
+            )
         recv = [check_head(r, "receivers", hooked.n_layers, hooked.n_heads) for r in receivers]
         if not recv:
             raise ValueError("receivers must not be empty")
         first = min(layer for layer, _ in recv)
+    if not isinstance(receiver_input, (list, tuple)) or not all(isinstance(r, str) for r in receiver_input):
+        raise TypeError(f"receiver_input must be a list or tuple of 'q', 'k', 'v', got {receiver_input!r}")
     bad = set(receiver_input) - {"q", "k", "v"}
     if bad or not receiver_input:
         raise ValueError(
@@ -66,10 +72,18 @@ def path_patching(
         )
     if senders is None:
         senders = [(layer, h) for layer in range(first) for h in range(hooked.n_heads)]
+    if not isinstance(senders, (list, tuple)):
+        raise TypeError(f"senders must be None or a list of (layer, head), got {type(senders).__name__}")
     senders = [check_head(s, "senders", hooked.n_layers, hooked.n_heads) for s in senders]
+    if not senders:
+        raise ValueError("senders must hold at least one (layer, head) upstream of the receivers")
+    check_bool(freeze_mlps, "freeze_mlps")
     for s in senders:
         if s[0] >= first:
-            raise ValueError(f"sender {s} is not upstream of the earliest receiver layer {first}")
+            raise ValueError(
+                f"senders must lie upstream of the receivers: sender {s} is not upstream of the earliest "
+                f"receiver layer {first}"
+            )
 
     z_names = [act_name("z", layer) for layer in range(hooked.n_layers)]
     mlp_names = [act_name("mlp_out", layer) for layer in range(hooked.n_layers)] if freeze_mlps else []
@@ -87,7 +101,9 @@ def path_patching(
     with torch.no_grad():
         clean_logits, clean_cache = hooked.run_with_cache(clean, z_names + mlp_names)
         corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, z_names)
-        result = PatchingResult("path patching", float(metric(clean_logits)), float(metric(corrupt_logits)))
+        result = PatchingResult(
+            "path patching", metric_value(metric, clean_logits), metric_value(metric, corrupt_logits)
+        )
         for s_layer, s_head in senders:
 
             def freeze(act, hook, s_layer=s_layer, s_head=s_head):
@@ -110,11 +126,11 @@ def path_patching(
                     new[:, :, idx] = recorded[hook.name][:, :, idx]
                     return new
 
-                value = metric(hooked.run_with_hooks(clean, [(n, patch) for n in recv_index]))
+                value = metric_value(metric, hooked.run_with_hooks(clean, [(n, patch) for n in recv_index]))
             else:
-                value = metric(hooked.lens(recorded[record[0]]))
+                value = metric_value(metric, hooked.lens(recorded[record[0]]))
             result.add(
-                float(value),
+                value,
                 component="head",
                 layer=s_layer,
                 head=s_head,

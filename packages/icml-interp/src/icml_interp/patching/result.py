@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from icml_interp.validation import check_int
+from icml_interp.validation import check_int, check_number
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 
@@ -84,6 +86,53 @@ def check_metric(metric, n_prompts: int, seq: int, vocab: int) -> None:
         metric.check(n_prompts, seq, vocab)
 
 
+def metric_value(metric, logits: torch.Tensor) -> float:
+    """``metric(logits)`` as a float, checked: a scalar (tensor or number) and finite on finite logits."""
+    value = metric(logits)
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_complex():
+            raise ValueError(
+                f"metric must return a real scalar, got a tensor of shape {tuple(value.shape)} ({value.dtype})"
+            )
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"metric must return a scalar tensor or a number, got {type(value).__name__}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"metric returned {out} on finite logits: it must give a finite scalar")
+    return out
+
+
+def check_components(components, allowed: Iterable[str]) -> list[str]:
+    """``components``: a non-empty list of short hook names, each one of ``allowed``."""
+    allowed = tuple(allowed)
+    if isinstance(components, (str, bytes)) or not isinstance(components, Iterable):
+        raise TypeError(f"components must be a list of short hook names {allowed}, got {components!r}")
+    components = list(components)
+    if not components:
+        raise ValueError(f"components must name at least one of {allowed}")
+    for c in components:
+        if not isinstance(c, str) or c not in allowed:
+            close = difflib.get_close_matches(c, allowed, n=3, cutoff=0.5) if isinstance(c, str) else []
+            raise ValueError(
+                f"components must be short hook names among {allowed}, got {c!r}; close matches: {close}"
+            )
+    return components
+
+
+def check_layers(layers, n_layers: int) -> list[int]:
+    """``layers`` (None: all) as a non-empty list of indices in ``[0, n_layers)`` (negative ones count back)."""
+    from icml_interp.validation import check_indices
+
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (int, Iterable)):
+        raise TypeError(f"layers must be None, an int or a list of ints, got {layers!r}")
+    out = check_indices(layers, n_layers, "layers")
+    if not out:
+        raise ValueError("layers must name at least one layer")
+    return out
+
+
 def logits_width(hooked) -> int:
     """The number of logits the model's unembedding produces (its vocabulary as the metric sees it)."""
     width = getattr(hooked.unembed, "out_features", None)
@@ -126,13 +175,25 @@ def answer_logprob(target, position: int = -1) -> Metric:
 
 
 def normalized_effect(patched: float, clean: float, corrupt: float) -> float:
-    """``(patched - clean) / (corrupt - clean)``: 0 = no change from clean, 1 = the full corrupt effect."""
+    """``(patched - clean) / (corrupt - clean)``: 0 = no change from clean, 1 = the full corrupt effect.
+    All three are finite numbers; a ratio that overflows (huge values) is returned with a warning."""
+    patched = check_number(patched, "patched")
+    clean = check_number(clean, "clean")
+    corrupt = check_number(corrupt, "corrupt")
     if corrupt == clean:
         raise ValueError(
             f"the clean and corrupt runs give the same metric ({clean:g}): the normalized effect "
             "(patched - clean) / (corrupt - clean) is undefined; pick inputs or a metric that differ"
         )
-    return (patched - clean) / (corrupt - clean)
+    effect = (patched - clean) / (corrupt - clean)
+    if not math.isfinite(effect):
+        warnings.warn(
+            f"normalized_effect({patched:g}, {clean:g}, {corrupt:g}) overflows: the differences exceed the "
+            f"float range, the effect is {effect}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return effect
 
 
 @dataclass

@@ -11,6 +11,7 @@ choice; per-pair values are returned too).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -18,14 +19,23 @@ import torch
 from icml_interp.hooks import wrap
 
 
-def _as_ids(x, tokenizer, what: str, special: bool) -> list[int]:
+def _as_ids(x, tokenizer, what: str, special: bool, vocab: int) -> list[int]:
     if isinstance(x, str):
         if tokenizer is None:
             raise TypeError(f"{what} is a string: pass a tokenizer, or give token ids")
-        return list(tokenizer(x, add_special_tokens=special)["input_ids"])
-    ids = x.tolist() if isinstance(x, torch.Tensor) else list(x)
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        if not callable(tokenizer):
+            raise TypeError(f"tokenizer must be a callable tokenizer, got {type(tokenizer).__name__}")
+        ids: list | None = list(tokenizer(x, add_special_tokens=special)["input_ids"])
+    elif isinstance(x, torch.Tensor):
+        ids = x.tolist() if x.ndim == 1 else None
+    elif isinstance(x, (list, tuple, range)):
+        ids = list(x)
+    else:
+        ids = None
+    if ids is None or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise TypeError(f"{what} must be a string or a sequence of int token ids")
+    if any(not 0 <= t < vocab for t in ids):
+        raise ValueError(f"{what} must hold token ids in [0, {vocab}) (the model's vocabulary), got {ids}")
     return ids
 
 
@@ -46,6 +56,8 @@ def split_perplexity(model, pairs: Sequence[tuple], tokenizer=None) -> dict:
     "answer_nll", ...} per pair]}``.
     """
     hooked = wrap(model)
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
+        raise TypeError(f"pairs must be a list of (prompt, answer) pairs, got {type(pairs).__name__}")
     if not pairs:
         raise ValueError("pairs must hold at least one (prompt, answer) pair")
     sums = {"prompt": [0.0, 0], "answer": [0.0, 0]}
@@ -53,8 +65,8 @@ def split_perplexity(model, pairs: Sequence[tuple], tokenizer=None) -> dict:
     for j, pair in enumerate(pairs):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
             raise TypeError(f"pairs[{j}] must be a (prompt, answer) pair, got {pair!r}")
-        prompt = _as_ids(pair[0], tokenizer, f"pairs[{j}][0]", True)
-        answer = _as_ids(pair[1], tokenizer, f"pairs[{j}][1]", False)
+        prompt = _as_ids(pair[0], tokenizer, f"pairs[{j}][0]", True, hooked.d_vocab)
+        answer = _as_ids(pair[1], tokenizer, f"pairs[{j}][1]", False, hooked.d_vocab)
         if len(prompt) < 1 or len(answer) < 1:
             raise ValueError(f"pairs[{j}]: prompt and answer must each have at least one token")
         nll = token_nll(hooked, torch.tensor([prompt + answer]))[0]  # (len - 1,): nll[t] scores token t + 1
@@ -70,6 +82,15 @@ def split_perplexity(model, pairs: Sequence[tuple], tokenizer=None) -> dict:
         for side, values in (("prompt", p_nll), ("answer", a_nll)):
             sums[side][0] += float(values.sum())
             sums[side][1] += len(values)
+
+    short = [j for j, item in enumerate(items) if item["n_prompt_tokens"] == 1]
+    if short:
+        warnings.warn(
+            f"pairs {short} have one-token prompts: no prompt token is scored, so their prompt_ppl is NaN"
+            + (" (and so is the pooled prompt_ppl)" if sums["prompt"][1] == 0 else ""),
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def ppl(total, count):
         return math.exp(total / count) if count else math.nan
@@ -87,9 +108,21 @@ def split_perplexity_over_checkpoints(
 ) -> list[dict]:
     """:func:`split_perplexity` for each checkpoint (a ``{name: model}`` mapping or a list): one row per
     checkpoint with ``checkpoint``, ``prompt_ppl``, ``answer_ppl``, ``full_ppl``."""
-    named = models.items() if isinstance(models, Mapping) else enumerate(models)
-    rows = []
+    if isinstance(models, (str, bytes)) or not isinstance(models, (Mapping, Sequence)):
+        raise TypeError(
+            f"models must be a {{name: model}} mapping or a list of models, got {type(models).__name__}"
+        )
+    if not models:
+        raise ValueError("models must hold at least one checkpoint")
+    named = list(models.items() if isinstance(models, Mapping) else enumerate(models))
+    hooked = {}
     for name, model in named:
-        result = split_perplexity(model, pairs, tokenizer)
+        try:
+            hooked[name] = wrap(model)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"models[{name!r}]: {err}") from None
+    rows = []
+    for name, _ in named:
+        result = split_perplexity(hooked[name], pairs, tokenizer)
         rows.append({"checkpoint": name, **{k: result[k] for k in ("prompt_ppl", "answer_ppl", "full_ppl")}})
     return rows

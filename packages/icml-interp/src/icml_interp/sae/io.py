@@ -100,6 +100,14 @@ def saelens_config(sae: SAE) -> dict:
     return out
 
 
+def _folder(path) -> Path:
+    """``path`` (a str or Path naming a folder, not the empty string or the current folder) as a Path."""
+    check_type(path, "path", (str, Path), "a str or Path")
+    if not str(path).strip() or Path(path) == Path("."):
+        raise ValueError(f"path must name an SAE folder, got {str(path)!r}")
+    return Path(path)
+
+
 def _fsync(file: Path) -> None:
     with open(file, "rb+") as handle:
         os.fsync(handle.fileno())
@@ -110,7 +118,7 @@ def save_sae(sae: SAE, path: str | Path) -> Path:
     complete and flushed to disk). Returns the folder's path. Checked: ``sae``'s parameters are finite (a
     file that :func:`load_sae` would refuse is not written)."""
     check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
-    path = Path(check_type(path, "path", (str, Path), "a str or Path"))
+    path = _folder(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"path must be a folder (or not exist yet), but {path} is a file")
     config = saelens_config(sae)
@@ -229,7 +237,13 @@ def load_sae(path: str | Path, device: str | torch.device = "cpu") -> SAE:
     ``W_dec (d_sae, d_in)``, ``b_enc (d_sae,)``, ``b_dec (d_in,)``, ``threshold (d_sae,)``), all of one
     floating dtype (the declared ``dtype`` if any) and finite.
     """
-    path = Path(check_type(path, "path", (str, Path), "a str or Path"))
+    path = _folder(path)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise (TypeError if not isinstance(device, str) else ValueError)(
+            f"device must be a torch device or its name (e.g. 'cpu'), got {device!r}: {err}"
+        ) from None
     cfg_file, weights_file = path / CFG_FILENAME, path / WEIGHTS_FILENAME
     for file in (cfg_file, weights_file):
         if not file.is_file():
@@ -271,4 +285,7 @@ def load_sae(path: str | Path, device: str | torch.device = "cpu") -> SAE:
     sae = sae.to(dtype)
     sae.load_state_dict(tensors, strict=True)
     sae.info = info
-    return sae.to(device).eval()
+    try:
+        return sae.to(device).eval()
+    except (RuntimeError, AssertionError) as err:  # e.g. a CUDA device on a machine without one
+        raise ValueError(f"device {device} is not usable here: {err}") from None

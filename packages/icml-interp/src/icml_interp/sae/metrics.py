@@ -10,19 +10,30 @@ reconstruction spliced back into the model.
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable, Iterable
 
 import torch
 
 from icml_interp.sae.model import SAE
 from icml_interp.sae.source import ActivationSource, HookTarget, splice, to_tokens
-from icml_interp.validation import check_number, check_type
+from icml_interp.validation import check_int, check_number, check_token_ids, check_type
 
 
-def _token_batches(data, n_tokens: int | None, batch_size: int) -> Iterable[torch.Tensor]:
+def token_batches(
+    data, n_tokens: int | None, batch_size: int, d_in: int, name: str = "activations_or_source"
+) -> Iterable[torch.Tensor]:
+    if n_tokens is not None:
+        check_int(n_tokens, "n_tokens", minimum=1)
+    check_int(batch_size, "batch_size", minimum=1)
     if isinstance(data, ActivationSource):
         data = data.take(n_tokens)
     elif isinstance(data, torch.Tensor):
+        if data.ndim not in (2, 3, 4):
+            raise ValueError(
+                f"{name} must be activations shaped (n, d), (B, T, D) or (B, C, H, W), got {tuple(data.shape)}"
+            )
         data = to_tokens(data)
         if n_tokens is not None:
             data = data[:n_tokens]
@@ -31,8 +42,16 @@ def _token_batches(data, n_tokens: int | None, batch_size: int) -> Iterable[torc
             f"activations_or_source must be a tensor of activations or an ActivationSource, got {type(data).__name__}"
         )
     if data.shape[0] == 0:
-        raise ValueError("activations_or_source holds no tokens to evaluate on")
-    return data.split(batch_size)
+        raise ValueError(f"{name} holds no tokens to evaluate on")
+    if not data.is_floating_point():
+        raise TypeError(f"{name} must hold floating-point activations, got {data.dtype}")
+    if data.shape[-1] != d_in:
+        raise ValueError(
+            f"{name} has width {data.shape[-1]}, but the SAE expects d_in = {d_in} (activation width mismatch)"
+        )
+    if not bool(torch.isfinite(data).all()):
+        raise ValueError(f"{name} must hold finite activations, got NaN or inf")
+    return data.split(min(batch_size, data.shape[0]))
 
 
 @torch.no_grad()
@@ -40,9 +59,10 @@ def firing_counts(
     sae: SAE, activations_or_source, *, n_tokens: int | None = None, batch_size: int = 4096
 ) -> tuple[torch.Tensor, int]:
     """How often each latent fires: ``(counts (d_sae,), n_tokens)``."""
+    check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
     counts = torch.zeros(sae.d_sae, dtype=torch.long)
     total = 0
-    for x in _token_batches(activations_or_source, n_tokens, batch_size):
+    for x in token_batches(activations_or_source, n_tokens, batch_size, sae.d_in):
         counts += (sae.encode(x) > 0).sum(0).cpu()
         total += x.shape[0]
     return counts, total
@@ -66,7 +86,9 @@ def evaluate_sae(
     dense_threshold: float = 0.1,
 ) -> dict:
     """``dict(fvu, l0, dead_fraction, dense_fraction, mse, n_tokens)`` on activations ``(..., d_in)`` (any
-    layout :func:`~icml_interp.sae.source.to_tokens` understands) or on the first ``n_tokens`` of a source."""
+    layout :func:`~icml_interp.sae.source.to_tokens` understands) or on the first ``n_tokens`` of a source.
+    Activations with zero variance (one token, or every token the same) have an undefined ``fvu``: NaN,
+    with a ``RuntimeWarning``. Checked: finite floating-point activations of width ``sae.d_in``."""
     check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
     check_number(dense_threshold, "dense_threshold", minimum=0, maximum=1, open_min=True)
     sq_err = 0.0
@@ -75,11 +97,7 @@ def evaluate_sae(
     counts = torch.zeros(sae.d_sae, dtype=torch.long)
     nnz = 0
     total = 0
-    for x in _token_batches(activations_or_source, n_tokens, batch_size):
-        if x.shape[-1] != sae.d_in:
-            raise ValueError(
-                f"activations have width {x.shape[-1]}, but the SAE expects d_in = {sae.d_in} (activation width mismatch)"
-            )
+    for x in token_batches(activations_or_source, n_tokens, batch_size, sae.d_in):
         f = sae.encode(x)
         x_hat = sae.decode(f)
         x64 = x.double()
@@ -91,6 +109,13 @@ def evaluate_sae(
         nnz += int(fired.sum())
         total += x.shape[0]
     total_var = sum_sq - float(sum_x.pow(2).sum()) / total  # sum_n ||x_n - mean||^2
+    if not total_var > 0:
+        warnings.warn(
+            "activations_or_source has zero variance (every token is the same vector): the fvu "
+            "(error / variance) is undefined and reported as NaN",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     freq = counts.double() / total
     return {
         "fvu": sq_err / total_var if total_var > 0 else float("nan"),
@@ -129,14 +154,28 @@ def spliced_loss(
     from icml_interp.hooks import HookedModel
 
     check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
+    hooked_target = isinstance(target, tuple) and len(target) == 2 and isinstance(target[0], HookedModel)
     if loss_fn is None:
-        if not (isinstance(target, tuple) and isinstance(target[0], HookedModel)):
+        if not hooked_target:
             raise ValueError("loss_fn is required unless target is a (HookedModel, hook_name) pair")
         loss_fn = _next_token_ce
+    elif not callable(loss_fn):
+        raise TypeError(
+            f"loss_fn must be None or callable(output, input) -> scalar, got {type(loss_fn).__name__}"
+        )
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+        raise TypeError(
+            f"inputs must be a tensor or an iterable of model inputs, got {type(inputs).__name__}"
+        )
+    if isinstance(inputs, torch.Tensor) and inputs.ndim == 0:
+        raise ValueError("inputs must be a batch of model inputs, got a 0-d tensor")
     inputs = list(inputs.split(1)) if isinstance(inputs, torch.Tensor) else list(inputs)
     if not inputs:
         raise ValueError("inputs is empty: nothing to evaluate the spliced loss on")
-    tgt = HookTarget(target, forward, "output")
+    if hooked_target:
+        vocab = target[0].d_vocab
+        inputs = [check_token_ids(inp, vocab, "inputs") for inp in inputs]
+    tgt = HookTarget(target, forward, "output", "target")
     clean = spliced = zero = 0.0
     for inp in inputs:
         clean += float(loss_fn(tgt.run(inp), inp))
@@ -146,6 +185,17 @@ def spliced_loss(
             zero += float(loss_fn(tgt.run(inp), inp))
     n = len(inputs)
     clean, spliced, zero = clean / n, spliced / n, zero / n
+    if not all(math.isfinite(v) for v in (clean, spliced, zero)):
+        raise ValueError(
+            f"loss_fn gave a non-finite loss (clean {clean}, spliced {spliced}, zero-ablated {zero}); "
+            "check loss_fn and inputs"
+        )
+    if zero == clean:
+        warnings.warn(
+            "zero-ablating target does not change the loss: fraction_recovered is undefined (NaN)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return {
         "clean_loss": clean,
         "spliced_loss": spliced,

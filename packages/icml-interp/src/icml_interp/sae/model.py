@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from icml_interp.sae.config import SAEConfig
-from icml_interp.validation import check_activations, check_number, check_type
+from icml_interp.validation import check_activations, check_finite, check_int, check_number, check_type
 
 
 class _JumpReLUFn(torch.autograd.Function):
@@ -61,7 +61,17 @@ class _StepFn(torch.autograd.Function):
 
 
 def topk_activation(pre: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``k`` largest entries of ``pre`` along the last dimension, ReLU'd; zeros elsewhere."""
+    """The ``k`` largest entries of ``pre`` along the last dimension, ReLU'd; zeros elsewhere. Checked: ``pre`` is
+    a non-empty finite floating-point tensor and ``k`` an int in ``[1, pre.shape[-1]]``."""
+    check_type(pre, "pre", torch.Tensor, "a torch.Tensor")
+    if pre.ndim == 0 or pre.shape[-1] == 0:
+        raise ValueError(f"pre must be a tensor shaped (..., d_sae) with d_sae >= 1, got {tuple(pre.shape)}")
+    if not pre.is_floating_point():
+        raise TypeError(f"pre must be a floating-point tensor, got {pre.dtype}")
+    check_finite(pre, "pre")
+    check_int(k, "k", minimum=1, maximum=pre.shape[-1])
+    if pre.numel() == 0:  # no tokens: nothing to select
+        return torch.zeros_like(pre)
     values, indices = torch.topk(pre, k=k, dim=-1, sorted=False)
     return torch.zeros_like(pre).scatter_(-1, indices, values.relu())
 
@@ -109,7 +119,7 @@ class SAE(nn.Module):
     def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
         """Encoder pre-activations ``(x - b_dec) W_enc + b_enc``, shape ``(..., d_sae)``."""
         x = check_activations(x, "x", self.d_in, f"d_in = {self.d_in}, the SAE's activation width")
-        x = x.to(self.W_enc.dtype)
+        x = check_finite(x.to(self.W_enc.dtype), "x (in the SAE's dtype)")
         return (x - self.b_dec) @ self.W_enc + self.b_enc
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
@@ -128,7 +138,7 @@ class SAE(nn.Module):
     def decode(self, f: torch.Tensor) -> torch.Tensor:
         """Reconstruction ``f W_dec + b_dec``, shape ``(..., d_in)``."""
         f = check_activations(f, "f", self.d_sae, f"d_sae = {self.d_sae}, the number of latents")
-        f = f.to(self.W_enc.dtype)
+        f = check_finite(f.to(self.W_enc.dtype), "f (in the SAE's dtype)")
         return f @ self.W_dec + self.b_dec
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ layout     activation                     tokens
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from icml_interp.validation import check_choice, check_inputs, check_int, check_type
+from icml_interp.validation import check_bool, check_choice, check_inputs, check_int, check_type
 
 LAYOUTS = ("auto", "nd", "btd", "bchw", "bhwc")
 
@@ -39,27 +40,28 @@ class _Captured(Exception):
     """Raised inside a hook to stop the forward pass once the activation is captured."""
 
 
-def resolve_layout(x: torch.Tensor, layout: str) -> str:
-    """The concrete layout of ``x`` (``auto`` resolved by ``x.ndim``)."""
+def resolve_layout(x: torch.Tensor, layout: str, name: str = "x") -> str:
+    """The concrete layout of ``x`` (``auto`` resolved by ``x.ndim``; ``name`` is the argument named in errors)."""
     check_choice(layout, "layout", LAYOUTS)
     expected = {"nd": 2, "btd": 3, "bchw": 4, "bhwc": 4}
     if layout == "auto":
         by_ndim = {2: "nd", 3: "btd", 4: "bchw"}
         if x.ndim not in by_ndim:
             raise ValueError(
-                f"layout='auto' handles activations with 2, 3 or 4 dimensions, got shape {tuple(x.shape)}; "
-                f"pass layout= one of {LAYOUTS[1:]}"
+                f"layout='auto' handles activations with 2, 3 or 4 dimensions, got {name} of shape "
+                f"{tuple(x.shape)}; pass layout= one of {LAYOUTS[1:]}"
             )
         return by_ndim[x.ndim]
     if x.ndim != expected[layout]:
         raise ValueError(
-            f"layout {layout!r} expects a {expected[layout]}-d activation, got shape {tuple(x.shape)}"
+            f"layout {layout!r} expects a {expected[layout]}-d activation, got {name} of shape {tuple(x.shape)}"
         )
     return layout
 
 
 def to_tokens(x: torch.Tensor, layout: str = "auto") -> torch.Tensor:
-    """Activations as tokens ``(n, d)``: ``(B, C, H, W) -> (B*H*W, C)``, ``(B, T, D) -> (B*T, D)``."""
+    """Activations as tokens ``(n, d)``: ``(B, C, H, W) -> (B*H*W, C)``, ``(B, T, D) -> (B*T, D)``. A pure
+    re-layout: the values (NaN and inf included) and the dtype are passed through unchanged."""
     check_type(x, "x", torch.Tensor, "a torch.Tensor")
     layout = resolve_layout(x, layout)
     if layout == "bchw":
@@ -68,8 +70,17 @@ def to_tokens(x: torch.Tensor, layout: str = "auto") -> torch.Tensor:
 
 
 def from_tokens(tokens: torch.Tensor, like: torch.Tensor, layout: str = "auto") -> torch.Tensor:
-    """The inverse of :func:`to_tokens`: tokens ``(n, d)`` back to the shape of ``like``."""
-    layout = resolve_layout(like, layout)
+    """The inverse of :func:`to_tokens`: tokens ``(n, d)`` back to the shape of ``like`` (values unchanged)."""
+    check_type(tokens, "tokens", torch.Tensor, "a torch.Tensor")
+    check_type(like, "like", torch.Tensor, "a torch.Tensor")
+    layout = resolve_layout(like, layout, "like")
+    width = like.shape[1] if layout == "bchw" else like.shape[-1]
+    n = like.numel() // width if width else 0
+    if tokens.ndim != 2 or tuple(tokens.shape) != (n, width):
+        raise ValueError(
+            f"tokens must be ({n}, {width}) to take the shape of like {tuple(like.shape)} ({layout}), "
+            f"got {tuple(tokens.shape)}"
+        )
     if layout == "bchw":
         b, c, h, w = like.shape
         return tokens.reshape(b, h, w, c).permute(0, 3, 1, 2)
@@ -79,7 +90,7 @@ def from_tokens(tokens: torch.Tensor, like: torch.Tensor, layout: str = "auto") 
 class HookTarget:
     """Where to hook and how to run the model (see the module docstring)."""
 
-    def __init__(self, module, forward: Callable | None, hook: str):
+    def __init__(self, module, forward: Callable | None, hook: str, what: str = "module"):
         from icml_interp.hooks import HookedModel
 
         check_choice(hook, "hook", ("output", "input"))
@@ -93,13 +104,16 @@ class HookTarget:
         if isinstance(module, tuple):
             if len(module) != 2:
                 raise ValueError(
-                    f"module must be a module or a (model, submodule or name) pair, got {module!r}"
+                    f"{what} must be a module or a (model, submodule or name) pair, got {module!r}"
                 )
             parent, sub = module
             if isinstance(parent, HookedModel):
                 if not isinstance(sub, str):
-                    raise TypeError(f"with a HookedModel, module[1] must be a hook name, got {sub!r}")
-                parent.hook_point(sub)  # raises with close matches for unknown names
+                    raise TypeError(f"with a HookedModel, {what}[1] must be a hook name, got {sub!r}")
+                try:
+                    parent.hook_point(sub)  # raises with close matches for unknown names
+                except ValueError as err:
+                    raise ValueError(f"{what}[1]: {err}") from None
                 if hook != "output":
                     raise ValueError(
                         "hook='input' applies to plain modules; use the hook point's name instead"
@@ -112,24 +126,24 @@ class HookTarget:
                         sub = parent.get_submodule(sub)
                     except AttributeError as exc:
                         raise ValueError(
-                            f"module[1]={module[1]!r} is not a submodule of the model: {exc}"
+                            f"{what}[1]={module[1]!r} is not a submodule of the model: {exc}"
                         ) from None
                 if not isinstance(sub, nn.Module):
                     raise TypeError(
-                        f"module[1] must be an nn.Module or a dotted name, got {type(sub).__name__}"
+                        f"{what}[1] must be an nn.Module or a dotted name, got {type(sub).__name__}"
                     )
                 self.module = sub
             else:
                 raise TypeError(
-                    f"module[0] must be a HookedModel or an nn.Module, got {type(parent).__name__}"
+                    f"{what}[0] must be a HookedModel or an nn.Module, got {type(parent).__name__}"
                 )
         elif isinstance(module, HookedModel):
-            raise TypeError("pass a HookedModel as a (hooked_model, hook_name) pair")
+            raise TypeError(f"{what}: pass a HookedModel as a (hooked_model, hook_name) pair")
         elif isinstance(module, nn.Module):
             self.module, self.model = module, module
         else:
             raise TypeError(
-                "module must be an nn.Module, a (model, submodule or dotted name) pair or a "
+                f"{what} must be an nn.Module, a (model, submodule or dotted name) pair or a "
                 f"(HookedModel, hook_name) pair, got {type(module).__name__}"
             )
         self.forward = forward
@@ -205,6 +219,8 @@ class ActivationSource:
         check_int(input_batch_size, "input_batch_size", minimum=1)
         check_int(drop_first_tokens, "drop_first_tokens", minimum=0)
         check_int(seed, "seed")
+        check_bool(shuffle, "shuffle")
+        check_bool(stop_early, "stop_early")
         self.inputs, self.layout, self.buffer_tokens = inputs, layout, buffer_tokens
         self.shuffle, self.seed, self.input_batch_size = bool(shuffle), seed, input_batch_size
         self.drop_first_tokens, self.stop_early = drop_first_tokens, bool(stop_early)
@@ -247,7 +263,7 @@ class ActivationSource:
 
     def _model_inputs(self) -> Iterator:
         if isinstance(self.inputs, torch.Tensor):
-            yield from self.inputs.split(self.input_batch_size)
+            yield from self.inputs.split(min(self.input_batch_size, max(self.inputs.shape[0], 1)))
         else:
             if self._one_shot:
                 if self._used:
@@ -272,6 +288,14 @@ class ActivationSource:
                 target.run(inp)
             except _Captured:
                 pass
+            except (RuntimeError, TypeError, ValueError, IndexError) as err:
+                if "x" in store:
+                    pass  # the activation was captured; the rest of the model is not needed
+                else:
+                    raise ValueError(
+                        f"the model failed on one of inputs ({type(err).__name__}: {err}); check that inputs "
+                        "are what the model takes (dtype, shape, device)"
+                    ) from err
         if "x" not in store:
             raise RuntimeError(
                 "the forward pass never reached the hooked module (is module inside the model that forward runs?)"
@@ -299,7 +323,10 @@ class ActivationSource:
                 tokens = self._tokens_of(self._capture(inp), inp)
             tokens = tokens.to("cpu", torch.float32)
             if tokens.ndim != 2:
-                raise ValueError(f"activations must become (n, d) tokens, got shape {tuple(tokens.shape)}")
+                raise ValueError(
+                    "activations must become (n, d) tokens (with module=None, inputs must be precomputed "
+                    f"(n, d) tokens), got shape {tuple(tokens.shape)}"
+                )
             if self._d_in is None:
                 self._d_in = tokens.shape[1]
             elif tokens.shape[1] != self._d_in:
@@ -307,6 +334,13 @@ class ActivationSource:
                     f"activation width changed from {self._d_in} to {tokens.shape[1]} between inputs"
                 )
             if tokens.shape[0]:
+                if not bool(torch.isfinite(tokens).all()):
+                    warnings.warn(
+                        "the source's activations contain NaN or inf (from non-finite inputs, or an overflow "
+                        "in the model)",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
                 seen += tokens.shape[0]
                 yield tokens
         if seen == 0:
@@ -354,13 +388,13 @@ class ActivationSource:
                     if self.shuffle:
                         pool = pool[torch.randperm(pool.shape[0], generator=gen)]
                     n_out = (pool.shape[0] // 2) // batch_size * batch_size
-                    yield from pool[:n_out].split(batch_size)
+                    yield from pool[:n_out].split(min(batch_size, max(n_out, 1)))
                     buffer, held = [pool[n_out:]], pool.shape[0] - n_out
         if held:
             pool = torch.cat(buffer)
             if self.shuffle:
                 pool = pool[torch.randperm(pool.shape[0], generator=gen)]
-            for batch in pool.split(batch_size):
+            for batch in pool.split(min(batch_size, max(pool.shape[0], 1))):
                 if batch.shape[0] == batch_size or not drop_last:
                     yield batch
 
@@ -385,7 +419,11 @@ def splice(
     from icml_interp.sae.model import SAE
 
     check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
-    tgt = HookTarget(target, forward, hook)
+    check_choice(layout, "layout", LAYOUTS)
+    check_bool(keep_error, "keep_error")
+    if edit is not None and not callable(edit):
+        raise TypeError(f"edit must be None or callable(f) -> f', got {type(edit).__name__}")
+    tgt = HookTarget(target, forward, hook, "target")
 
     def replace(h):
         tokens = to_tokens(h, layout)

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from icml_interp.sae.config import SAEConfig
 from icml_interp.sae.model import SAE
 from icml_interp.sae.source import ActivationSource
-from icml_interp.validation import check_int, check_tensor, check_type
+from icml_interp.validation import check_bool, check_int, check_number, check_tensor, check_type
 
 INIT_TOKENS = 16384  # tokens used to estimate the input scale and the decoder bias
 # A batch whose variance sum ||x - mean||^2 is at most this fraction of sum ||x||^2 holds (up to float32
@@ -72,11 +72,18 @@ def geometric_median(x: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-6)
     """The point minimizing the sum of Euclidean distances to the rows of ``x (n, d)`` (Weiszfeld's algorithm,
     started at the mean, in float64). Checked: ``x`` is a non-empty 2-d tensor of finite values."""
     check_tensor(x, "x", "(n, d)", ndim=2)
+    if not (x.is_floating_point() or x.dtype in (torch.int32, torch.int64)):
+        raise TypeError(f"x must be a real tensor, got {x.dtype}")
     if not bool(torch.isfinite(x).all()):
         raise ValueError("x must hold finite values, got NaN or inf")
+    check_int(max_iter, "max_iter", minimum=1)
+    tol = check_number(tol, "tol", minimum=0)
     pts = x.double()
+    # work in units of the largest |x| so that squares and sums cannot overflow (the median is scale-equivariant)
+    unit = float(pts.abs().max()) or 1.0
+    pts = pts / unit
     y = pts.mean(0)
-    scale = float(pts.std(0).norm()) or 1.0
+    scale = float(pts.std(0, correction=0).norm()) or 1.0
     for _ in range(max_iter):
         weights = 1.0 / (pts - y).norm(dim=1).clamp_min(1e-12 * scale)
         y_new = (weights[:, None] * pts).sum(0) / weights.sum()
@@ -84,7 +91,8 @@ def geometric_median(x: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-6)
         y = y_new
         if done:
             break
-    return y.to(x.dtype)
+    y = y * unit
+    return y.to(x.dtype) if x.is_floating_point() else y
 
 
 def _lr_factor(step: int, cfg: SAEConfig) -> float:
@@ -99,6 +107,9 @@ def _as_source(source, cfg: SAEConfig) -> ActivationSource:
     if isinstance(source, ActivationSource):
         return source
     if isinstance(source, torch.Tensor):
+        check_tensor(source, "source", "(n, d_in), (B, T, D) or (B, C, H, W) activations", ndim=(2, 3, 4))
+        if not source.is_floating_point():
+            raise TypeError(f"source must hold floating-point activations, got {source.dtype}")
         return ActivationSource.from_activations(source, seed=cfg.seed)
     raise TypeError(
         f"source must be an ActivationSource or a tensor of activations, got {type(source).__name__}"
@@ -170,6 +181,7 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
     check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
     SAEConfig.from_dict(cfg.to_dict())  # __post_init__'s checks, also for a config edited after construction
     check_int(log_every, "log_every", minimum=1)
+    check_bool(progress, "progress")
     src = _as_source(source, cfg)
     batches = src.batches(cfg.batch_size, cycle=True)
 
@@ -342,8 +354,12 @@ def auxk_ablation(source, cfg: SAEConfig, eval_activations: torch.Tensor, *, pro
     (latents dead at the end of training by the ``dead_steps`` rule)."""
     from dataclasses import replace
 
-    from icml_interp.sae.metrics import evaluate_sae
+    from icml_interp.sae.metrics import evaluate_sae, token_batches
 
+    check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
+    check_bool(progress, "progress")
+    check_type(eval_activations, "eval_activations", torch.Tensor, "a tensor of activations")
+    token_batches(eval_activations, None, 1, cfg.d_in, "eval_activations")  # checked before training
     if cfg.architecture not in ("topk", "batchtopk") or cfg.effective_aux_k == 0:
         raise ValueError(
             "cfg must be a topk or batchtopk config with AuxK on (aux_k > 0 and aux_coefficient > 0), got "

@@ -8,7 +8,19 @@ from contextlib import contextmanager
 import torch
 
 from icml_interp.hooks import act_name, wrap
-from icml_interp.validation import check_choice
+from icml_interp.validation import check_choice, check_finite, check_int, check_number, check_token_ids
+
+COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+
+
+def _hook_name(hooked, component, layer) -> str:
+    """The hook name of a residual-width ``component`` at ``layer``, both checked."""
+    check_choice(component, "component", COMPONENTS)
+    check_int(layer, "layer", minimum=0, maximum=hooked.n_layers - 1)
+    name = act_name(component, layer)
+    if name not in hooked.hook_names:
+        raise ValueError(f"component {component!r} has no hook point in this model ({name!r})")
+    return name
 
 
 def difference_of_means(
@@ -23,9 +35,15 @@ def difference_of_means(
     """``mean(act | positive) - mean(act | negative)`` at ``blocks.layer.hook_<component>``, ``position``:
     a ``(d_model,)`` steering vector. The two sets may differ in size and length."""
     hooked = wrap(model)
-    name = act_name(component, layer)
+    sets = [
+        check_token_ids(positive_ids, hooked.d_vocab, "positive_ids"),
+        check_token_ids(negative_ids, hooked.d_vocab, "negative_ids"),
+    ]
+    name = _hook_name(hooked, component, layer)
+    seq = min(ids.shape[1] for ids in sets)
+    check_int(position, "position", minimum=-seq, maximum=seq - 1)
     means = []
-    for ids in (positive_ids, negative_ids):
+    for ids in sets:
         with torch.no_grad():
             _, cache = hooked.run_with_cache(ids, [name])
         means.append(cache[name][:, position].float().mean(0))
@@ -45,19 +63,28 @@ def add_steering_vector(
     """Within the context, add ``alpha * vector`` to ``blocks.layer.hook_<component>`` at every position
     (``positions="all"``) or only at the last position of each forward pass (``"last"``)."""
     hooked = wrap(model)
+    name = _hook_name(hooked, component, layer)
     if not isinstance(vector, torch.Tensor) or vector.shape != (hooked.d_model,):
         raise ValueError(
             f"vector must be a tensor shaped ({hooked.d_model},), got {getattr(vector, 'shape', vector)}"
         )
+    if not (vector.is_floating_point() or vector.dtype in (torch.int32, torch.int64)):
+        raise TypeError(f"vector must be a real floating-point tensor, got {vector.dtype}")
+    check_finite(vector, "vector")
+    alpha = check_number(alpha, "alpha")
     check_choice(positions, "positions", ("all", "last"))
 
     def add(act, hook):
-        delta = (alpha * vector).to(act.dtype)
+        delta = (alpha * vector.to(act.dtype)).to(act.dtype)
+        if not bool(torch.isfinite(delta).all()):
+            raise ValueError(
+                f"alpha * vector overflows the activations' dtype {act.dtype} (alpha={alpha:g}); lower alpha"
+            )
         if positions == "all":
             return act + delta
         new = act.clone()
         new[:, -1] += delta
         return new
 
-    with hooked.hooks([(act_name(component, layer), add)]):
+    with hooked.hooks([(name, add)]):
         yield hooked

@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.base import clone
 
 from icml_stats.conformal.split import conformal_quantile
-from icml_stats.validation import as_split, check_classifier, check_real
+from icml_stats.validation import as_rng, as_split, check_classifier, check_real
 
 
 def lac_sets(classifier, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1) -> np.ndarray:
@@ -44,8 +44,8 @@ def aps_sets(
 ) -> np.ndarray:
     """APS prediction sets ``(n_test, n_classes)`` at level ``1 - alpha``."""
     alpha = check_real(alpha, "alpha", "(0, 1)")
+    rng = as_rng(random_state)
     proba_calib, y_calib, proba_test = _fit_proba(classifier, X_fit, y_fit, X_calib, y_calib, X_test)
-    rng = np.random.default_rng(random_state)
     u_calib = rng.uniform(size=y_calib.size) if randomized else np.ones(y_calib.size)
     scores = _aps_scores(proba_calib, u_calib)[np.arange(y_calib.size), y_calib]  # (n_calib,)
     q = conformal_quantile(scores, alpha)

@@ -18,8 +18,8 @@ from sklearn.base import clone
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import cross_val_predict
 
-from icml_stats.conformal.split import conformal_quantile
-from icml_stats.validation import as_split, check_real
+from icml_stats.conformal.split import conformal_quantile, finite_bounds, finite_scores, fit_clone
+from icml_stats.validation import as_split, check_cv, check_real, check_regressor
 
 SIGMA_FLOOR = 1e-6  # relative to the mean absolute residual: keeps scores finite where sigma_hat ~ 0
 
@@ -46,18 +46,29 @@ def normalized_conformal_interval(
             ``cv``-fold out-of-fold residuals of the fit set.
     """
     alpha = check_real(alpha, "alpha", "(0, 1)")
+    check_regressor(estimator)
+    if scale_estimator is not None:
+        check_regressor(scale_estimator, "scale_estimator")
     X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test)
-    mean = clone(estimator).fit(X_fit, y_fit)
-    residual = np.abs(y_fit - cross_val_predict(clone(estimator), X_fit, y_fit, cv=cv))  # (n_fit,)
-    scale = clone(estimator if scale_estimator is None else scale_estimator).fit(X_fit, residual)
+    cv = check_cv(cv, X_fit.shape[0])
+    mean = fit_clone(estimator, X_fit, y_fit)
+    try:
+        residual = np.abs(y_fit - cross_val_predict(clone(estimator), X_fit, y_fit, cv=cv))  # (n_fit,)
+    except ValueError as err:
+        raise ValueError(f"cross-fitting the estimator on X_fit, y_fit failed: {err}") from err
+    scale = fit_clone(estimator if scale_estimator is None else scale_estimator, X_fit, residual)
     floor = SIGMA_FLOOR * max(float(residual.mean()), np.finfo(float).tiny)
 
     def sigma(X):
         return np.maximum(np.asarray(scale.predict(X), dtype=float), floor)
 
-    q = conformal_quantile(np.abs(y_calib - mean.predict(X_calib)) / sigma(X_calib), alpha)
-    center, width = np.asarray(mean.predict(X_test), dtype=float), q * sigma(X_test)  # (n_test,) each
-    return np.stack([center - width, center + width], axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused just below
+        scores = np.abs(y_calib - mean.predict(X_calib)) / sigma(X_calib)
+    q = conformal_quantile(finite_scores(scores), alpha)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused just below
+        center, width = np.asarray(mean.predict(X_test), dtype=float), q * sigma(X_test)  # (n_test,) each
+        bounds = np.stack([center - width, center + width], axis=1)
+    return finite_bounds(bounds)
 
 
 def cqr_interval(
@@ -71,16 +82,21 @@ def cqr_interval(
     """
     alpha = check_real(alpha, "alpha", "(0, 1)")
     X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test)
+    for model, name in ((lower_estimator, "lower_estimator"), (upper_estimator, "upper_estimator")):
+        if model is not None:
+            check_regressor(model, name)
     if lower_estimator is None:
         lower_estimator = HistGradientBoostingRegressor(loss="quantile", quantile=alpha / 2, random_state=0)
     if upper_estimator is None:
         upper_estimator = HistGradientBoostingRegressor(
             loss="quantile", quantile=1 - alpha / 2, random_state=0
         )
-    lo, hi = clone(lower_estimator).fit(X_fit, y_fit), clone(upper_estimator).fit(X_fit, y_fit)
-    scores = np.maximum(lo.predict(X_calib) - y_calib, y_calib - hi.predict(X_calib))  # (n_calib,)
-    q = conformal_quantile(scores, alpha)
-    bounds = np.stack([lo.predict(X_test) - q, hi.predict(X_test) + q], axis=1).astype(float)
+    lo, hi = fit_clone(lower_estimator, X_fit, y_fit), fit_clone(upper_estimator, X_fit, y_fit)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused just below
+        scores = np.maximum(lo.predict(X_calib) - y_calib, y_calib - hi.predict(X_calib))  # (n_calib,)
+        q = conformal_quantile(finite_scores(scores), alpha)
+        bounds = np.stack([lo.predict(X_test) - q, hi.predict(X_test) + q], axis=1).astype(float)
+    finite_bounds(bounds)
     # crossing quantile fits can give lower > upper for negative q: such a set is empty; keep one point
     bounds[:, 0] = np.minimum(bounds[:, 0], bounds[:, 1])
     return bounds

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 from sklearn.base import clone
 
-from icml_stats.validation import as_array, as_intervals, as_split, check_real
+from icml_stats.validation import as_array, as_intervals, as_split, check_real, check_regressor
 
 
 def conformal_quantile(scores, alpha: float) -> float:
@@ -32,15 +32,46 @@ def conformal_quantile(scores, alpha: float) -> float:
     # the tolerance keeps float noise in (n + 1)(1 - alpha) from pushing an integer rank up by one
     rank = math.ceil((n + 1) * (1 - alpha) - 1e-9)
     if rank > n:
+        # a tiny alpha makes 1/alpha overflow: the number of points it needs is then unbounded
+        needed = f"{math.ceil(1 / alpha) - 1}" if 1 / alpha < 2**53 else "an unbounded number of"
         warnings.warn(
             f"alpha = {alpha:g} is below 1/(n + 1) = {1 / (n + 1):.3g} for n = {n} calibration scores: no finite "
             "threshold guarantees coverage 1 - alpha, so the threshold is inf (every prediction set or interval "
-            f"is trivial); use alpha >= {1 / (n + 1):.3g} or at least {math.ceil(1 / alpha) - 1} calibration points",
+            f"is trivial); use alpha >= {1 / (n + 1):.3g} or at least {needed} calibration points",
             UserWarning,
             stacklevel=2,
         )
         return math.inf
     return float(np.partition(s, rank - 1)[rank - 1])
+
+
+def fit_clone(estimator, X, y, what: str = "X_fit, y_fit"):
+    """A fitted clone of ``estimator``; a fit that fails on the data (e.g. values near the float limit
+    overflow inside it) raises a ValueError naming the data."""
+    try:
+        return clone(estimator).fit(X, y)
+    except ValueError as err:
+        raise ValueError(f"fitting {type(estimator).__name__} on {what} failed: {err}") from err
+
+
+def finite_bounds(bounds: np.ndarray) -> np.ndarray:
+    """The test intervals, refused when the predictions on X_test overflowed."""
+    if not np.isfinite(bounds).all():
+        raise ValueError(
+            "X_test gives non-finite interval bounds (the predictions overflowed): rescale the data"
+        )
+    return bounds
+
+
+def finite_scores(scores) -> np.ndarray:
+    """The calibration scores, refused when they overflowed (fitted on values near the float limit)."""
+    scores = np.asarray(scores, dtype=float)
+    if not np.isfinite(scores).all():
+        raise ValueError(
+            "X_fit, y_fit, X_calib and y_calib give non-finite conformity scores (the model's predictions "
+            "or residuals overflowed or are NaN): rescale the data"
+        )
+    return scores
 
 
 def split_conformal_interval(
@@ -60,11 +91,15 @@ def split_conformal_interval(
         ``[[lower, upper], ...]``: ``mu(x) ∓ q`` with ``q = conformal_quantile(|y_calib - mu(X_calib)|, alpha)``.
     """
     alpha = check_real(alpha, "alpha", "(0, 1)")
+    check_regressor(estimator)
     X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test)
-    model = clone(estimator).fit(X_fit, y_fit)
-    q = conformal_quantile(np.abs(y_calib - model.predict(X_calib)), alpha)  # (n_calib,) scores -> scalar
-    center = np.asarray(model.predict(X_test), dtype=float)  # (n_test,)
-    return np.stack([center - q, center + q], axis=1)  # (n_test, 2)
+    model = fit_clone(estimator, X_fit, y_fit)
+    with np.errstate(over="ignore", invalid="ignore"):  # refused just below
+        scores = finite_scores(np.abs(y_calib - model.predict(X_calib)))  # (n_calib,)
+        q = conformal_quantile(scores, alpha)
+        center = np.asarray(model.predict(X_test), dtype=float)  # (n_test,)
+        bounds = np.stack([center - q, center + q], axis=1)  # (n_test, 2)
+    return finite_bounds(bounds)
 
 
 def coverage(y, intervals) -> float:

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from icml_stats.coverage import metrics as m
 from icml_stats.coverage.ert import LOSSES, SIDES, classifier_or_default, cross_fit_proba, ert_from_proba
-from icml_stats.validation import as_target, cover_from_prediction, set_sizes
+from icml_stats.validation import as_cover, as_target, check_seed, cover_from_prediction, set_sizes
 
 
 class ConditionalCoverageDiagnostic(BaseEstimator):
@@ -86,10 +86,11 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
                 "pass the covers, or the outcomes together with y_intervals or y_sets"
             )
-        X = validate_data(self, X, ensure_min_samples=2, dtype=float)
+        check_seed(self.random_state)
+        X = self._features(X, ensure_min_samples=2)
         n = X.shape[0]
         raw = y_intervals is not None or y_sets is not None
-        cover = cover_from_prediction(n, None if raw else y, y if raw else None, y_intervals, y_sets)
+        cover = _covers(n, y, y_intervals, y_sets)
         t_name = "confidence_level" if target is None else "target"
         t = as_target(self.confidence_level if target is None else target, n, t_name)
         model = classifier_or_default(self.classifier, self.random_state)
@@ -112,7 +113,7 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
     def predict(self, X) -> np.ndarray:
         """Estimated conditional coverage p_hat(x) ``(n,)`` from the classifier refitted on all samples."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = self._features(X, reset=False)
         if self.classifier_ is None:  # every training cover was the same value
             return np.full(X.shape[0], float(self.cover_[0]))
         return self.classifier_.predict_proba(X)[:, list(self.classifier_.classes_).index(1)]
@@ -125,11 +126,10 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         loss = self._check_losses()[0]
         if X is None:
             return self.ert_[(loss, None)].estimate
-        X = validate_data(self, X, reset=False, dtype=float)
+        X = self._features(X, reset=False)
         if y is None:
             raise ValueError("score(X, y) needs y: the covers, or the outcomes with y_intervals or y_sets")
-        raw = y_intervals is not None or y_sets is not None
-        cover = cover_from_prediction(X.shape[0], None if raw else y, y if raw else None, y_intervals, y_sets)
+        cover = _covers(X.shape[0], y, y_intervals, y_sets)
         t = as_target(self.confidence_level if target is None else target, X.shape[0])
         proba = self.predict(X)
         return ert_from_proba(
@@ -219,6 +219,16 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         ax.legend(loc="best", fontsize=8)
         return ax
 
+    def _features(self, X, **kwargs) -> np.ndarray:
+        """``X`` by scikit-learn's ``validate_data``, its refusals naming ``X``."""
+        try:
+            return validate_data(self, X, dtype=float, **kwargs)
+        except (TypeError, ValueError) as err:
+            if "X" in str(err).split():
+                raise
+            kind = TypeError if isinstance(err, TypeError) else ValueError
+            raise kind(f"X (the features) is not valid: {err}") from err
+
     def _standardised(self) -> np.ndarray:
         return (self._X - self.x_mean_) / self.x_scale_
 
@@ -246,7 +256,17 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         return out
 
     def _check_losses(self) -> tuple:
-        losses = (self.losses,) if isinstance(self.losses, str) else tuple(self.losses)
+        try:
+            losses = (self.losses,) if isinstance(self.losses, str) else tuple(self.losses)
+        except TypeError:
+            raise TypeError(f"losses must be a non-empty sequence of {LOSSES}, got {self.losses!r}") from None
         if not losses or any(loss not in LOSSES for loss in losses):
             raise ValueError(f"losses must be a non-empty sequence of {LOSSES}, got {self.losses!r}")
         return losses
+
+
+def _covers(n: int, y, y_intervals, y_sets) -> np.ndarray:
+    """The covers ``(n,)``: ``y`` itself, or computed from outcomes ``y`` with ``y_intervals`` / ``y_sets``."""
+    if y_intervals is None and y_sets is None:
+        return as_cover(y, n, "y")
+    return cover_from_prediction(n, None, y, y_intervals, y_sets)

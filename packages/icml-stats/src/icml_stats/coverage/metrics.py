@@ -18,25 +18,34 @@ bandwidth and the biased estimator ``trace(KHLH) / n^2`` on at most ``max_sample
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from sklearn.cluster import KMeans
 
 from icml_stats.validation import (
+    as_array,
+    as_rng,
     as_samples,
     as_target,
     check_choice,
     check_int,
     check_real,
+    check_seed,
     check_shape,
     cover_from_prediction,
     set_sizes,
 )
+
+MAX_DIRECTIONS = 1_000_000  # WSC's random directions: far beyond where more of them change the minimum
+DIRECTION_CHUNK = 256  # directions scored at once, so memory stays O(chunk n_grid^2) for any n_directions
 
 
 def auto_groups(values, n_groups: int = 10, random_state=None) -> np.ndarray:
     """Integer group labels ``(n,)``: distinct values when at most ``n_groups``, else equal-frequency bins
     (1-D) or k-means clusters (several columns)."""
     n_groups = check_int(n_groups, "n_groups", 1)
+    check_seed(random_state)
     v = as_samples(values, "values")
     distinct, labels = np.unique(v, axis=0, return_inverse=True)
     if distinct.shape[0] <= n_groups:
@@ -108,8 +117,10 @@ def size_stratified_coverage(
     ``statistic="gap"`` returns CovGap over the size groups, ``"min"`` the smallest group coverage.
     """
     z, s = _covers_and_sizes("size_stratified_coverage", cover, sizes, y, y_intervals, y_sets)
+    # group the dense ranks of the sizes: the same groups, and unbounded intervals (inf) are the largest
+    ranks = np.unique(s, return_inverse=True)[1].reshape(-1).astype(float)
     return _group_statistic(
-        auto_groups(s, n_groups), z, as_target(confidence_level, z.size), statistic, weighted
+        auto_groups(ranks, n_groups), z, as_target(confidence_level, z.size), statistic, weighted
     )
 
 
@@ -128,8 +139,8 @@ def equal_opportunity_coverage(
 
     ``statistic="gap"`` returns CovGap over those groups, ``"min"`` the smallest group coverage.
     """
-    yv = np.asarray(y, dtype=float)
-    n = yv.shape[0] if yv.ndim >= 1 else 0
+    yv = as_array(y, "y", ("n",), hint=" (one outcome per sample)")
+    n = yv.shape[0]
     z = cover_from_prediction(n, cover, None if cover is not None else y, y_intervals, y_sets)
     return _group_statistic(auto_groups(yv, n_groups), z, as_target(confidence_level, n), statistic, weighted)
 
@@ -155,28 +166,36 @@ def worst_slab_coverage(
     """
     x, z, _ = _inputs(x, cover, 0.5, y, y_intervals, y_sets)
     delta = check_real(delta, "delta", "(0, 1]")
-    n_directions = check_int(n_directions, "n_directions", 1)
+    n_directions = check_int(n_directions, "n_directions", 1, MAX_DIRECTIONS)
     n_grid = check_int(n_grid, "n_grid", 1)
-    rng = np.random.default_rng(random_state)
+    rng = as_rng(random_state)
     xs = (x - x.mean(axis=0)) / np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
     directions = rng.standard_normal((n_directions, x.shape[1]))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    chunks = [directions[i : i + DIRECTION_CHUNK] for i in range(0, n_directions, DIRECTION_CHUNK)]
     if not split:
-        order = np.argsort(xs @ directions.T, axis=0).T  # (M, n) sample order along each direction
-        return float(slab_minima(z[order], delta, n_grid).min())
+        # (chunk, n) sample order along each direction of a chunk
+        return float(min(slab_minima(z[np.argsort(xs @ v.T, axis=0).T], delta, n_grid).min() for v in chunks))
     half = rng.permutation(x.shape[0])
     a, b = half[: x.shape[0] // 2], half[x.shape[0] // 2 :]
     if a.size == 0 or b.size == 0:
         raise ValueError("worst_slab_coverage(split=True) needs at least 2 samples")
-    proj_a = xs[a] @ directions.T  # (n_a, M)
-    order = np.argsort(proj_a, axis=0).T  # (M, n_a)
-    best, lo, hi = slab_minima(z[a][order], delta, n_grid, return_slab=True)
+    parts = [
+        slab_minima(z[a][np.argsort(xs[a] @ v.T, axis=0).T], delta, n_grid, return_slab=True) for v in chunks
+    ]
+    best, lo, hi = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))  # (M,) each
     m = int(np.argmin(best))
-    sorted_proj = proj_a[order[m], m]
+    sorted_proj = np.sort(xs[a] @ directions[m])  # (n_a,)
     low, high = sorted_proj[lo[m]], sorted_proj[hi[m] - 1]
     proj_b = xs[b] @ directions[m]
     inside = (low <= proj_b) & (proj_b <= high)
     if not inside.any():
+        warnings.warn(
+            "worst_slab_coverage(split=True): no held-out point falls in the slab chosen on the other half, "
+            "so its coverage is undefined (NaN); use more samples or a larger delta",
+            UserWarning,
+            stacklevel=2,
+        )
         return float("nan")
     return float(z[b][inside].mean())
 
@@ -186,6 +205,7 @@ def slab_minima(sorted_cover, delta: float, n_grid: int, return_slab: bool = Fal
     with run boundaries on a grid of ``n_grid + 1`` evenly spaced positions (plus ``ceil(delta n)`` offsets)."""
     m_dirs, n = sorted_cover.shape
     need = max(1, int(np.ceil(delta * n)))
+    n_grid = min(n_grid, max(n - need, 1))  # a finer grid already holds every position: same boundaries
     csum = np.concatenate([np.zeros((m_dirs, 1)), np.cumsum(sorted_cover, axis=1)], axis=1)  # (M, n + 1)
     starts = np.unique(np.linspace(0, n - need, n_grid + 1).round().astype(int))
     ends = np.unique(np.concatenate([starts + need, np.linspace(need, n, n_grid + 1).round().astype(int)]))
@@ -208,6 +228,9 @@ def slab_minima(sorted_cover, delta: float, n_grid: int, return_slab: bool = Fal
 def pearson_correlation(cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None) -> float:
     """Pearson correlation between cover and set size (0 for a constant input)."""
     z, s = _covers_and_sizes("pearson_correlation", cover, sizes, y, y_intervals, y_sets)
+    if not _finite_sizes("pearson_correlation", s):
+        return float("nan")
+    s = s / max(float(np.abs(s).max()), np.finfo(float).tiny)  # scale-free; huge sizes would overflow std
     if z.std() == 0 or s.std() == 0:
         return 0.0
     return float(np.corrcoef(z, s)[0, 1])
@@ -218,13 +241,29 @@ def hsic(
 ) -> float:
     """HSIC between cover and set size, Gaussian kernels with median-distance bandwidths (0 when independent)."""
     z, s = _covers_and_sizes("hsic", cover, sizes, y, y_intervals, y_sets)
+    if not _finite_sizes("hsic", s):
+        return float("nan")
+    s = s / max(float(np.abs(s).max()), np.finfo(float).tiny)  # the median bandwidth makes HSIC scale-free
     max_samples = check_int(max_samples, "max_samples", 2)
+    rng = as_rng(random_state)
     if z.size > max_samples:
-        keep = np.random.default_rng(random_state).choice(z.size, max_samples, replace=False)
+        keep = rng.choice(z.size, max_samples, replace=False)
         z, s = z[keep], s[keep]
     k, l_ = _gaussian_gram(z), _gaussian_gram(s)
     kc = k - k.mean(axis=0) - k.mean(axis=1, keepdims=True) + k.mean()  # H K H
     return float(np.sum(kc * l_) / z.size**2)
+
+
+def _finite_sizes(metric: str, s: np.ndarray) -> bool:
+    """Whether every set size is finite; warns (the metric is then NaN) if not, e.g. an unbounded interval."""
+    if np.isfinite(s).all():
+        return True
+    warnings.warn(
+        f"{metric}: some set sizes are infinite (unbounded intervals), so the metric is undefined (NaN)",
+        UserWarning,
+        stacklevel=3,
+    )
+    return False
 
 
 def _gaussian_gram(v: np.ndarray) -> np.ndarray:

@@ -29,21 +29,30 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from icml_stats.validation import check_int, check_real
+from icml_stats.validation import as_array, check_int, check_real
 
 ONS_RATE = 2.0 / (2.0 - math.log(3.0))  # Cutkosky & Orabona's step for payoffs in [-1, 1]
+MAX_GRID = 1_000_000  # MixtureWealth's fractions: a finer grid changes the mixture by nothing visible
+LOGIT_MAX = 50.0  # |beta0| beyond this puts sigmoid(beta0) at 0 or 1 to double precision
 
 
 def ville_threshold(alpha) -> float:
     """The wealth ``1/alpha`` at which a test-by-betting rejects at level ``alpha`` (Ville's inequality)."""
-    return 1.0 / check_real(alpha, "alpha", "(0, 1)")
+    threshold = 1.0 / check_real(alpha, "alpha", "(0, 1)")
+    if math.isinf(threshold):
+        raise ValueError(
+            f"alpha must be at least {1 / np.finfo(float).max:g} (1/alpha overflows), got {alpha!r}"
+        )
+    return threshold
 
 
 def anytime_p_value(wealth) -> float:
     """``min(1, 1 / max(1, sup_t W_t))``: valid at any stopping time by Ville's inequality."""
-    w = np.asarray(wealth, dtype=float)
-    if w.ndim != 1 or np.isnan(w).any() or (w < 0).any():
-        raise ValueError("wealth must be a 1-D array of nonnegative numbers without NaN")
+    w = as_array(wealth, "wealth", interval="[0, inf]")  # an infinite wealth is a p-value of 0
+    if w.ndim != 1:
+        raise ValueError(
+            f"wealth must be a 1-D array of nonnegative numbers without NaN, got shape {w.shape}"
+        )
     top = max(1.0, float(w.max())) if w.size else 1.0
     return min(1.0, 1.0 / top)
 
@@ -85,7 +94,8 @@ class ONS:
         g = _payoff(payoff)
         z = g / (1.0 + self.value * g)  # minus the derivative of log(1 + lambda g)
         self._curvature += z * z
-        self.value = float(np.clip(self.value + ONS_RATE * z / self._curvature, 0.0, self.max_fraction))
+        # z / curvature first: a payoff near the float limit would make ONS_RATE * z overflow (inf / inf)
+        self.value = float(np.clip(self.value + ONS_RATE * (z / self._curvature), 0.0, self.max_fraction))
 
 
 class AGRAPA:
@@ -120,7 +130,8 @@ class SigmoidFraction:
 
     def __init__(self, max_fraction: float = 0.9, beta0: float = 0.0, scale: float = 3.0):
         self.max_fraction = check_real(max_fraction, "max_fraction", "(0, 1)")  # below 1 for a sigmoid
-        self.beta0, self.scale = float(beta0), float(scale)
+        self.beta0 = check_real(beta0, "beta0", f"[-{LOGIT_MAX:g}, {LOGIT_MAX:g}]")
+        self.scale = check_real(scale, "scale", "(0, inf)")
         self.beta = float(beta0)
         self._seen: list[float] = []
 
@@ -128,17 +139,18 @@ class SigmoidFraction:
         return min(float(1.0 / (1.0 + math.exp(-self.beta))), self.max_fraction)
 
     def fit(self, payoffs) -> SigmoidFraction:
-        g = np.asarray(payoffs, dtype=float).ravel()
-        if g.size and (not np.isfinite(g).all() or (g < -1).any()):
-            raise ValueError("payoffs must be finite and >= -1")
+        g = as_array(payoffs, "payoffs", interval="[-1, inf)").ravel()
         upper = math.log(self.max_fraction / (1.0 - self.max_fraction))
 
         def loss(beta: float) -> float:
             lam = 1.0 / (1.0 + math.exp(-beta))
-            return -float(np.log1p(lam * g).sum()) + (beta - self.beta0) ** 2 / (2 * self.scale**2)
+            with np.errstate(over="ignore"):  # a tiny scale: an infinite penalty away from beta0
+                penalty = 0.5 * np.square(np.float64(beta - self.beta0) / self.scale)
+            return -float(np.log1p(lam * g).sum()) + float(penalty)
 
+        lower = min(-12.0, upper - 1.0)  # a tiny max_fraction puts its logit below -12
         self.beta = float(
-            minimize_scalar(loss, bounds=(-12.0, upper), method="bounded", options={"xatol": 1e-4}).x
+            minimize_scalar(loss, bounds=(lower, upper), method="bounded", options={"xatol": 1e-4}).x
         )
         return self
 
@@ -150,21 +162,20 @@ class SigmoidFraction:
 STRATEGIES = {"ons": ONS, "agrapa": AGRAPA, "sigmoid": SigmoidFraction, "constant": ConstantFraction}
 
 
-def make_strategy(strategy, max_fraction: float | None = None):
+def make_strategy(strategy, max_fraction: float | None = None, name: str = "betting"):
     """A strategy object from a name (``"ons"``, ``"agrapa"``, ``"sigmoid"``, ``"constant"``) or an object."""
     if strategy is None:
         return None
     if isinstance(strategy, str):
         if strategy not in STRATEGIES:
             raise ValueError(
-                f"betting must be one of {tuple(STRATEGIES)} or a strategy object, got {strategy!r}"
+                f"{name} must be one of the betting strategies {tuple(STRATEGIES)} or a strategy object, "
+                f"got {strategy!r}"
             )
         cls = STRATEGIES[strategy]
         return cls() if max_fraction is None else cls(max_fraction)
-    if not (hasattr(strategy, "fraction") and hasattr(strategy, "observe")):
-        raise TypeError(
-            f"betting must be a name or an object with fraction() and observe(), got {type(strategy).__name__}"
-        )
+    if isinstance(strategy, type) or not (hasattr(strategy, "fraction") and hasattr(strategy, "observe")):
+        raise TypeError(f"{name} must be a name or an object with fraction() and observe(), got {strategy!r}")
     return strategy
 
 
@@ -201,7 +212,7 @@ class WealthProcess(_Wealth):
 
     def __init__(self, strategy="ons", alpha: float = 0.05):
         super().__init__(alpha)
-        self.strategy = make_strategy(strategy)
+        self.strategy = make_strategy(strategy, name="strategy")
         self.fractions: list[float] = []
 
     def step(self, payoff, fraction: float | None = None) -> float:
@@ -222,7 +233,7 @@ class MixtureWealth(_Wealth):
 
     def __init__(self, grid_size: int = 1000, alpha: float = 0.05):
         super().__init__(alpha)
-        grid_size = check_int(grid_size, "grid_size", 1)
+        grid_size = check_int(grid_size, "grid_size", 1, MAX_GRID)
         self.grid = np.linspace(0.0, 1.0, grid_size + 1, endpoint=False)[1:]  # (G,) fractions in (0, 1)
         self._wealths = np.ones(grid_size)
 
@@ -267,6 +278,7 @@ class SequentialTestResult:
 
     def rejected_by(self, n: int) -> bool:
         """Whether the test had rejected after ``n`` samples."""
+        n = check_int(n, "n", 0)
         return self.stopping_time is not None and self.stopping_time <= n
 
     def plot(self, ax=None, label: str | None = None):

@@ -26,6 +26,14 @@ import numpy as np
 from icml_stats.seqci.kernels import GaussianConditional
 from icml_stats.validation import check_int, check_real
 
+MAX_SIZE = 10**8  # entries of c = n x d: 800 MB of float64, more than any benchmark here needs
+
+
+def check_size(n: int, d: int) -> None:
+    """Refuse a sample ``c (n, d)`` too large to allocate before numpy tries (a MemoryError otherwise)."""
+    if n * d > MAX_SIZE:
+        raise ValueError(f"n * d must be at most {MAX_SIZE:g} (the entries of c), got n = {n}, d = {d}")
+
 
 @dataclass(frozen=True, eq=False)
 class CIData:
@@ -46,7 +54,13 @@ class CIData:
 
 def gaussian_ci(n: int, d: int = 5, effect: float = 0.0, seed: int = 0, data_seed: int = 0) -> CIData:
     """The Gaussian CI benchmark; ``seed`` draws the samples, ``data_seed`` the directions ``u, v``."""
-    n, d, effect = check_int(n, "n", 1), check_int(d, "d", 1), check_real(effect, "effect")
+    n, d, effect = (
+        check_int(n, "n", 1, MAX_SIZE),
+        check_int(d, "d", 1, MAX_SIZE),
+        check_real(effect, "effect"),
+    )
+    seed, data_seed = check_int(seed, "seed", 0), check_int(data_seed, "data_seed", 0)
+    check_size(n, d)
     dirs = np.random.default_rng([data_seed, 7919])
     v = dirs.standard_normal(d) / np.sqrt(d)
     u = dirs.standard_normal(d) / np.sqrt(d)
@@ -74,7 +88,10 @@ def sinusoidal_ci(
     index_r: int = 0,
 ) -> CIData:
     """The sinusoidal CI-hardness family; ``index_*`` pick the coordinates of ``C`` that drive A, B and r."""
-    n, d = check_int(n, "n", 1), check_int(d, "d", 1)
+    n, d = check_int(n, "n", 1, MAX_SIZE), check_int(d, "d", 1, MAX_SIZE)
+    check_size(n, d)
+    seed = check_int(seed, "seed", 0)
+    freq = check_real(freq, "freq")
     effect = check_real(effect, "effect", "[-1, 1]")  # it scales a correlation
     index_a, index_b, index_r = (
         check_int(i, name, 0, d - 1)

@@ -23,22 +23,38 @@ The ridge is the absolute diagonal term ``r``; we search ``r = n * lam`` over a 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from icml_stats.validation import as_array, as_matched_samples, as_samples, check_real
+from icml_stats.validation import as_array, as_matched_samples, as_rng, as_samples, check_int, check_real
 
 RIDGE_GRID = tuple(10.0 ** np.arange(-5, 1))  # lam; the absolute ridge is n * lam
 MEDIAN_MAX = 500  # the median heuristic looks at most at this many points
 
 
 def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances ``(n, m)`` between the rows of ``x (n, d)`` and ``y (m, d)``."""
+    """Squared Euclidean distances ``(n, m)`` between the rows of ``x (n, d)`` and ``y (m, d)``.
+
+    Entries beyond 1e100 in size are scaled down first, so that the squares cannot overflow into
+    ``inf - inf = NaN``; a distance beyond the float range is then ``inf``."""
+    top = max(float(np.abs(x).max(initial=0.0)), float(np.abs(y).max(initial=0.0)))
+    if top > 1e100:
+        with np.errstate(over="ignore"):
+            return top * (top * sq_distances(x / top, y / top))  # 0 stays 0 (inf * 0 would be NaN)
     d = (x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2.0 * x @ y.T
     return np.maximum(d, 0.0)
+
+
+def _pair(x, y) -> tuple[np.ndarray, np.ndarray]:
+    """Two finite sample arrays ``(n, d)`` and ``(m, d)`` with the same columns, for a kernel's Gram."""
+    x, y = as_samples(x, "x"), as_samples(y, "y")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"x and y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+    return x, y
 
 
 def median_bandwidth(x, max_points: int = MEDIAN_MAX, rng=None) -> float:
@@ -47,12 +63,15 @@ def median_bandwidth(x, max_points: int = MEDIAN_MAX, rng=None) -> float:
     Falls back to 1.0 when all distances are zero (a constant variable).
     """
     x = as_samples(x, "x")
+    max_points = check_int(max_points, "max_points", 2)
+    rng = as_rng(0 if rng is None else rng, "rng")
     if x.shape[0] > max_points:
-        rng = np.random.default_rng(0) if rng is None else rng
         x = x[rng.choice(x.shape[0], max_points, replace=False)]
-    d = sq_distances(x, x)[np.triu_indices(x.shape[0], 1)]
+    top = float(np.abs(x).max())
+    scale = top if top > 1e100 else 1.0  # squared distances of huge entries would overflow
+    d = sq_distances(x / scale, x / scale)[np.triu_indices(x.shape[0], 1)]
     d = d[d > 0]
-    return float(math.sqrt(np.median(d))) if d.size else 1.0
+    return min(scale * float(math.sqrt(np.median(d))), np.finfo(float).max) if d.size else 1.0
 
 
 class RBF:
@@ -68,7 +87,12 @@ class RBF:
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         if self.bandwidth is None:
             raise ValueError("RBF bandwidth is not set: pass bandwidth= or call fitted(x) first")
-        return np.exp(-sq_distances(x, y) / (2.0 * self.bandwidth**2))
+        x, y = _pair(x, y)
+        h = self.bandwidth
+        if 1e-100 < h < 1e100:
+            return np.exp(-sq_distances(x, y) / (2.0 * h**2))
+        with np.errstate(over="ignore", under="ignore"):  # h^2 would overflow or underflow to 0
+            return np.exp(-sq_distances(x / h, y / h) / 2.0)
 
     def __repr__(self) -> str:
         return f"RBF(bandwidth={self.bandwidth!r})"
@@ -81,15 +105,24 @@ class Linear:
         return self
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return x @ y.T
+        x, y = _pair(x, y)
+        gram = x @ y.T
+        if not np.isfinite(gram).all():
+            warnings.warn("Linear kernel: inner products overflowed to inf", RuntimeWarning, stacklevel=2)
+        return gram
 
     def __repr__(self) -> str:
         return "Linear()"
 
 
 def _gram(K, name: str, n: int | None = None) -> np.ndarray:
-    """A finite square Gram matrix (``(n, n)`` when ``n`` is given)."""
-    return as_array(K, name, ("n", "n") if n is None else (n, n), hint="" if n is None else " (like K_x)")
+    """A finite square Gram matrix (``(n, n)`` when ``n`` is given): symmetric, with a nonnegative diagonal
+    (what every positive semi-definite matrix has; a LOO loss of anything else can turn negative)."""
+    K = as_array(K, name, ("n", "n") if n is None else (n, n), hint="" if n is None else " (like K_x)")
+    top = float(np.abs(K).max())
+    if np.any(np.diag(K) < 0) or not np.allclose(K, K.T, rtol=1e-7, atol=1e-9 * top):
+        raise ValueError(f"{name} must be a Gram matrix: symmetric, with a nonnegative diagonal")
+    return K
 
 
 def krr_loo_loss(K_x, K_y, ridge: float) -> float:
@@ -105,36 +138,79 @@ def krr_loo_loss(K_x, K_y, ridge: float) -> float:
     K_y = _gram(K_y, "K_y", K_x.shape[0])
     r = check_real(ridge, "ridge", "(0, inf)")
     n = K_x.shape[0]
-    W = np.linalg.solve(K_x + r * np.eye(n), np.eye(n))  # (K_x + rI)^-1
+    if r < n * np.finfo(float).eps * float(np.abs(K_x).max()):
+        # K_x + r I is singular to float precision: the direct solve returns garbage (even a negative
+        # loss); the eigendecomposition of loo_losses stays a sum of squares
+        warnings.warn(
+            f"ridge = {r:g} is below float precision relative to K_x: the leave-one-out loss is computed "
+            "from the eigendecomposition of K_x and is only as accurate as its smallest eigenvalues",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return float(loo_losses(K_x, K_y, [r])[0])
+    try:
+        W = np.linalg.solve(K_x + r * np.eye(n), np.eye(n))  # (K_x + rI)^-1
+    except np.linalg.LinAlgError:  # K_x not positive semi-definite: -r is one of its eigenvalues
+        raise ValueError(
+            f"K_x + ridge I is singular (K_x is not a PSD Gram matrix?), ridge = {r:g}"
+        ) from None
     resid = r * W  # I - H
-    num = ((resid @ K_y) * resid).sum(1)  # diag((I - H) K_y (I - H)^T)
-    return float(np.mean(num / np.diag(resid) ** 2))
+    with np.errstate(all="ignore"):  # reported below
+        num = ((resid @ K_y) * resid).sum(1)  # diag((I - H) K_y (I - H)^T)
+        loss = float(np.mean(num / np.diag(resid) ** 2))
+    _warn_if_not_finite(np.array([loss]))
+    return loss
+
+
+def _warn_if_not_finite(losses: np.ndarray) -> None:
+    """LOO losses overflow or divide 0 by 0 when a ridge is tiny against K_x's scale: say so."""
+    if not np.isfinite(losses).all():
+        warnings.warn(
+            "the leave-one-out loss is not finite for some ridge: the ridge is too small (or the Gram "
+            "matrices too large) for float precision; use a larger ridge",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def loo_losses(K_x, K_y, ridges) -> np.ndarray:
     """:func:`krr_loo_loss` for each absolute ridge in ``ridges``, from one eigendecomposition of ``K_x``."""
     K_x = _gram(K_x, "K_x")
     K_y = _gram(K_y, "K_y", K_x.shape[0])
+    ridges = as_array(ridges, "ridges", ("n_ridges",), interval="(0, inf)", hint=" (at least one ridge)")
     s, U = np.linalg.eigh(K_x)
     s = np.maximum(s, 0.0)
     M = U.T @ K_y @ U  # (n, n)
     U2 = U * U
     out = []
-    for r in ridges:
-        g = check_real(r, "ridge", "(0, inf)") / (s + r)  # eigenvalues of I - H
-        Ug = U * g  # (n, n)
-        num = ((Ug @ M) * Ug).sum(1)  # diag(U g M g U^T)
-        out.append(float(np.mean(num / (U2 @ g) ** 2)))
-    return np.array(out)
+    with np.errstate(all="ignore"):  # reported below
+        for r in ridges:
+            g = r / (s + r)  # eigenvalues of I - H
+            Ug = U * g  # (n, n)
+            num = ((Ug @ M) * Ug).sum(1)  # diag(U g M g U^T)
+            out.append(float(np.mean(num / (U2 @ g) ** 2)))
+    losses = np.array(out)
+    _warn_if_not_finite(losses)
+    return losses
 
 
 def select_ridge(K_x, K_y, grid=RIDGE_GRID) -> float:
     """The ``lam`` of ``grid`` whose absolute ridge ``n * lam`` has the smallest closed-form LOO loss."""
-    n = np.asarray(K_x).shape[0]
-    grid = tuple(grid)
-    if not grid:
-        raise ValueError("grid must hold at least one ridge")
-    return float(grid[int(np.argmin(loo_losses(K_x, K_y, [n * lam for lam in grid])))])
+    n = _gram(K_x, "K_x").shape[0]
+    lams = _ridge_grid(grid)
+    with np.errstate(over="ignore"):
+        ridges = n * lams
+    if not np.isfinite(ridges).all():
+        raise ValueError(f"grid must hold ridges lam with n * lam finite (n = {n}), got max {lams.max():g}")
+    losses = loo_losses(K_x, K_y, ridges)
+    if not np.isfinite(losses).any():
+        raise ValueError("grid holds no ridge with a finite leave-one-out loss: use larger ridges")
+    return float(lams[int(np.argmin(np.where(np.isfinite(losses), losses, np.inf)))])
+
+
+def _ridge_grid(grid) -> np.ndarray:
+    """A non-empty 1-D grid of ridges ``lam > 0``."""
+    return as_array(grid, "grid", ("n_ridges",), interval="(0, inf)", hint=" (at least one ridge)")
 
 
 def choose_ridge(
@@ -188,7 +264,13 @@ class ConditionalMeanEmbedding:
 
     def fit(self, c, y) -> ConditionalMeanEmbedding:
         C, Y = as_matched_samples(c=c, y=y)
-        rng = np.random.default_rng(self.random_state)
+        _check_kernel(self.input_kernel, "input_kernel")
+        _check_kernel(self.output_kernel, "output_kernel")
+        if self.ridge is not None:
+            check_real(self.ridge, "ridge", "(0, inf)")
+        _ridge_grid(self.grid)
+        check_int(self.max_select, "max_select", 2)
+        rng = as_rng(self.random_state)
         self.input_kernel_: RBF | Linear = (RBF() if self.input_kernel is None else self.input_kernel).fitted(
             C, rng
         )
@@ -196,6 +278,12 @@ class ConditionalMeanEmbedding:
             RBF() if self.output_kernel is None else self.output_kernel
         ).fitted(Y, rng)
         n = C.shape[0]
+        K_CC, K_YY = self.input_kernel_(C, C), self.output_kernel_(Y, Y)  # (n, n) each
+        for name, K in (("c", K_CC), ("y", K_YY)):
+            if not np.isfinite(K).all():
+                raise ValueError(
+                    f"{name} is too large for its kernel: the Gram matrix overflows; rescale {name}"
+                )
         self.ridge_: float
         if self.ridge is None:
             self.ridge_ = choose_ridge(
@@ -205,13 +293,15 @@ class ConditionalMeanEmbedding:
             self.ridge_ = check_real(self.ridge, "ridge", "(0, inf)")
         self.C_, self.Y_, self.n_ = C, Y, n
         self._dual: np.ndarray | None = None
-        self.K_YY_ = self.output_kernel_(Y, Y)  # (n, n)
-        self._chol = cho_factor(self.input_kernel_(C, C) + n * self.ridge_ * np.eye(n))
+        self.K_YY_ = K_YY
+        self._chol = cho_factor(K_CC + n * self.ridge_ * np.eye(n))
         return self
 
     def weights(self, c) -> np.ndarray:
         """``beta (m, n)``: ``mu(c_u) = sum_j beta[u, j] phi(Y_j)``."""
         c = as_samples(c, "c")
+        if c.shape[1] != self.C_.shape[1]:
+            raise ValueError(f"c must have {self.C_.shape[1]} columns like the fitted c, got {c.shape[1]}")
         return cho_solve(self._chol, self.input_kernel_(self.C_, c)).T
 
     def predict_mean(self, c) -> np.ndarray:
@@ -236,6 +326,14 @@ class ConditionalMeanEmbedding:
         L1 = self.output_kernel_(self.Y_, y1)  # (n, n1)
         L2 = L1 if y2 is y1 else self.output_kernel_(self.Y_, y2)  # (n, n2)
         return self.output_kernel_(y1, y2) - b1 @ L2 - (b2 @ L1).T + b1 @ self.K_YY_ @ b2.T
+
+
+def _check_kernel(kernel, name: str) -> None:
+    """None (the default RBF) or a kernel object with ``fitted`` and a Gram ``__call__``."""
+    if kernel is not None and (
+        isinstance(kernel, type) or not (callable(kernel) and hasattr(kernel, "fitted"))
+    ):
+        raise TypeError(f"{name} must be a kernel such as RBF() or Linear() (or None), got {kernel!r}")
 
 
 class GaussianConditional:
@@ -265,15 +363,29 @@ class GaussianConditional:
     def centered_gram(self, kernel: RBF, c1, a1, c2, a2) -> np.ndarray:
         """Exact ``<phi(a1_u) - mu(c1_u), phi(a2_v) - mu(c2_v)>`` ``(n1, n2)`` under ``kernel`` (an RBF)."""
         if not isinstance(kernel, RBF) or kernel.bandwidth is None:
-            raise TypeError("the exact Gaussian embedding needs an RBF kernel with its bandwidth set")
-        h2, s2 = kernel.bandwidth**2, self.std**2
+            raise TypeError(
+                f"kernel must be an RBF kernel with its bandwidth set (the exact Gaussian embedding), got {kernel!r}"
+            )
+        c1, a1 = as_matched_samples(c1=c1, a1=a1)
+        c2, a2 = as_matched_samples(c2=c2, a2=a2)
+        for name, got, like in (("c2", c2, c1), ("a2", a2, a1)):
+            if got.shape[1] != like.shape[1]:
+                raise ValueError(
+                    f"{name} must have {like.shape[1]} columns like {name[0]}1, got {got.shape[1]}"
+                )
+        h = kernel.bandwidth
         p = a1.shape[1]
         m1, m2 = self._means(c1, p), self._means(c2, p)
-        one = (h2 / (h2 + s2)) ** (p / 2)
-        two = (h2 / (h2 + 2 * s2)) ** (p / 2)
-        return (
-            kernel(a1, a2)
-            - one * np.exp(-sq_distances(a1, m2) / (2 * (h2 + s2)))
-            - one * np.exp(-sq_distances(m1, a2) / (2 * (h2 + s2)))
-            + two * np.exp(-sq_distances(m1, m2) / (2 * (h2 + 2 * s2)))
-        )
+        with np.errstate(over="ignore", under="ignore"):  # s / h beyond the float range: r = inf or 0
+            r = (self.std / h) ** 2 if self.std < h * 1e150 else math.inf  # s^2 / h^2
+
+            def smoothed(x, y, k):  # exp(-|x - y|^2 / (2 (h^2 + k s^2))), in units of h
+                return np.exp(-sq_distances(x / h, y / h) / (2.0 * (1.0 + k * r)))
+
+            one, two = (1.0 + r) ** (-p / 2), (1.0 + 2.0 * r) ** (-p / 2)
+            return (
+                kernel(a1, a2)
+                - one * smoothed(a1, m2, 1)
+                - one * smoothed(m1, a2, 1)
+                + two * smoothed(m1, m2, 2)
+            )

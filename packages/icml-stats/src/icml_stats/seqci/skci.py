@@ -78,8 +78,10 @@ from icml_stats.seqci.kernels import (
     median_bandwidth,
 )
 from icml_stats.validation import (
+    as_array,
     as_batch,
     as_matched_samples,
+    as_rng,
     as_samples,
     check_choice,
     check_int,
@@ -94,8 +96,11 @@ REFRESH_GROWTH = 1.25  # bandwidths and ridges are re-chosen when the past has g
 def shift_for(sigma: float) -> float:
     """The truncate-and-shift premium: the root of ``gamma = sigma Phi((gamma - 1) / sigma)`` (the official
     code's formula; 0 when ``sigma == 0``)."""
-    if not sigma > 0:
+    sigma = check_real(sigma, "sigma", "[0, inf)")
+    if sigma == 0:
         return 0.0
+    if sigma > 1e100:  # solve for gamma / sigma instead: the bracket below would overflow
+        return sigma * float(brentq(lambda u: u - ndtr(u - 1.0 / sigma), 0.0, 2.0, xtol=1e-15))
     f = lambda g: g - sigma * ndtr((g - 1.0) / sigma)  # noqa: E731  (increasing past 0: one root)
     return float(brentq(f, 0.0, max(2.0, 8.0 * sigma + 1.0), xtol=1e-10))
 
@@ -164,16 +169,24 @@ class SKCI:
         self.n_anchors = None if n_anchors is None else check_int(n_anchors, "n_anchors", 2)
         self.warmup = check_int(warmup, "warmup", 4, self.max_past)  # at most max_past
         self.c_bandwidth_factors = tuple(
-            check_real(f, "c_bandwidth_factors[i]", "(0, inf)") for f in c_bandwidth_factors
+            float(f)
+            for f in as_array(
+                c_bandwidth_factors,
+                "c_bandwidth_factors",
+                ("n_factors",),
+                interval="(0, inf)",
+                hint=" (at least one factor)",
+            )
         )
-        if not self.c_bandwidth_factors:
-            raise ValueError("c_bandwidth_factors must hold at least one factor")
         self.eps = check_real(eps, "eps", "(0, inf)")
         self.random_state = random_state
-        self._rng = np.random.default_rng(random_state)
+        self._rng = as_rng(random_state)
         self._learned = betting == "sigmoid"
         self._fraction = SigmoidFraction()  # used when the fraction is learned
-        self._process = WealthProcess(None if self._learned else make_strategy(betting), self.alpha)
+        strategy = None if self._learned else make_strategy(betting)
+        if strategy is None and not self._learned:
+            raise TypeError("betting must be 'sigmoid', another strategy name or a strategy object, got None")
+        self._process = WealthProcess(strategy, self.alpha)
         self._past: list[np.ndarray] | None = None  # [A (n, p), B (n, q), C (n, d)]
         self._dims: tuple[int, ...] | None = None
         self._n_seen = 0
@@ -334,9 +347,11 @@ def run_ablation(a, b, c, variants: dict, batch_size: int = 20, **common) -> dic
     if not isinstance(variants, dict) or not variants:
         raise ValueError("variants must be a non-empty dict name -> overrides")
     for name, over in variants.items():
+        if not isinstance(over, dict):
+            raise TypeError(f"variants[{name!r}] must be a dict of overrides, got {over!r}")
         bad = set(over) - set(ABLATION_KEYS)
         if bad:
-            raise ValueError(f"variant {name!r} may only override {ABLATION_KEYS}, got {sorted(bad)}")
+            raise ValueError(f"variants[{name!r}] may only override {ABLATION_KEYS}, got {sorted(bad)}")
     tests = {name: SKCI(**{**common, **over}) for name, over in variants.items()}
     a, b, c = as_matched_samples(a=a, b=b, c=c)
     batch_size = check_int(batch_size, "batch_size", 1)

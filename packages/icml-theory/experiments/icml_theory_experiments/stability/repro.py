@@ -100,8 +100,9 @@ def _setting(n: int, pilot_pairs: int, n_datasets: int, seed: int) -> dict:
             loss_moment=erm.loss_moment,
             p=P,
         )
-        row = {"n": n, "delta": delta}
+        row: dict[str, float | bool] = {"n": n, "delta": delta}
         for name, b in (*bounds.items(), ("mcdiarmid", mc_bounds), ("erm-lp", erm_bound)):
+            b = np.asarray(b, dtype=float)
             k = int(np.sum(z > b))
             covers, p_value = _covers(k, n_datasets, delta)
             row[f"{name} violations"] = k / n_datasets
@@ -199,7 +200,12 @@ def run(budget: str = "quick", seed: int = 0, n_datasets: int = DATASETS) -> dic
         "rows": rows,
         "figures": figures,
         "headroom": {"holds": headroom, "upper z99 at n=100": upper, "gaussian": gaussian},
-        "checks": {"lp covers": lp_cover, "chebyshev covers": cheb_cover, "slopes": slopes, "slopes in range": slope_ok},
+        "checks": {
+            "lp covers": lp_cover,
+            "chebyshev covers": cheb_cover,
+            "slopes": slopes,
+            "slopes in range": slope_ok,
+        },
         "notes": (
             f"budget={budget} (pilot {PILOT[budget]} replace-one pairs per n), seed={seed}, {n_datasets} datasets per n, "
             f"{time.perf_counter() - start:.0f} s. "

@@ -10,6 +10,8 @@ matrix, so the whole spectrum is one fast Walsh–Hadamard transform.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from icml_kernels import fwht
@@ -34,7 +36,7 @@ def fourier_coefficients(values, *, dtype: torch.dtype = torch.float64) -> torch
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     table = as_truth_table(values, "values", dtype)
-    return fwht(table, scale=1.0 / table.shape[-1])  # (..., 2^n)
+    return warn_overflow(fwht(table, scale=1.0 / table.shape[-1]), "values")  # (..., 2^n)
 
 
 def spectral_weights(coeffs) -> torch.Tensor:
@@ -51,7 +53,7 @@ def spectral_weights(coeffs) -> torch.Tensor:
     n = size.bit_length() - 1
     levels = subset_sizes(n).to(c.device)  # (2^n,) |S| of each index S
     weights = torch.zeros((*c.shape[:-1], n + 1), dtype=torch.float64, device=c.device)
-    return weights.index_add_(-1, levels, c * c)  # (..., n + 1)
+    return warn_overflow(weights.index_add_(-1, levels, c * c), "coeffs")  # (..., n + 1)
 
 
 def subset_sizes(n: int) -> torch.Tensor:
@@ -65,7 +67,12 @@ def subset_sizes(n: int) -> torch.Tensor:
 
 def as_truth_table(values, name: str, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Check a ``(..., 2^n)`` table of finite real numbers and return it in ``dtype`` (float64)."""
-    t = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    try:
+        t = values if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"{name} must be a tensor, array or sequence of real numbers, got {type(values).__name__}"
+        ) from None
     if t.dtype == torch.bool or t.is_complex():
         raise TypeError(f"{name} must hold real numbers (a float or integer dtype), got {t.dtype}")
     if t.dim() == 0:
@@ -79,3 +86,15 @@ def as_truth_table(values, name: str, dtype: torch.dtype = torch.float64) -> tor
     if not torch.isfinite(t).all():
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")
     return t
+
+
+def warn_overflow(result, name: str):
+    """``result`` of finite input ``name``, with a ``RuntimeWarning`` if it overflowed to inf (or NaN)."""
+    values = result if isinstance(result, torch.Tensor) else torch.as_tensor(result)
+    if not bool(torch.isfinite(values).all()):
+        warnings.warn(
+            f"{name} is too large: the result overflowed float64 (inf or NaN entries)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return result

@@ -39,6 +39,7 @@ def majority_coefficient(n: int, k: int) -> float:
 
 def majority_spectrum(n: int) -> torch.Tensor:
     """All ``2^n`` coefficients of ``Maj_n`` from the closed form, indexed like :func:`fourier_coefficients`."""
+    n = _check_odd(n)
     by_level = torch.tensor([majority_coefficient(n, k) for k in range(n + 1)], dtype=torch.float64)
     return by_level[subset_sizes(n)]  # (2^n,)
 

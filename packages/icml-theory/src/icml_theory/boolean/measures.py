@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from icml_theory.boolean.fourier import as_truth_table, spectral_weights, subset_sizes
+from icml_theory.boolean.fourier import as_truth_table, spectral_weights, subset_sizes, warn_overflow
 from icml_theory.validation import check_int
 
 
@@ -40,14 +40,14 @@ def influences(coeffs) -> torch.Tensor:
     n = c.shape[-1].bit_length() - 1
     squares = c * c
     out = [_bit_view(squares, i)[..., 1, :].sum(dim=(-2, -1)) for i in range(n)]
-    return torch.stack(out, dim=-1) if out else c.new_zeros((*c.shape[:-1], 0))
+    return warn_overflow(torch.stack(out, dim=-1) if out else c.new_zeros((*c.shape[:-1], 0)), "coeffs")
 
 
 def total_influence(coeffs) -> torch.Tensor:
     """Total influence ``I[f] = sum_S |S| f̂(S)^2`` (average sensitivity for Boolean ``f``), ``(...)``."""
     weights = spectral_weights(coeffs)  # (..., n + 1)
     degrees = torch.arange(weights.shape[-1], dtype=torch.float64, device=weights.device)
-    return (weights * degrees).sum(-1)
+    return warn_overflow((weights * degrees).sum(-1), "coeffs")
 
 
 def low_degree_weight(coeffs, degree: int) -> torch.Tensor:
@@ -56,7 +56,7 @@ def low_degree_weight(coeffs, degree: int) -> torch.Tensor:
     ``degree`` may exceed ``n`` (then it is ``E[f^2]``); for Boolean ``f`` the result lies in [0, 1].
     """
     d = check_int(degree, "degree", 0)
-    return spectral_weights(coeffs)[..., : d + 1].sum(-1)
+    return warn_overflow(spectral_weights(coeffs)[..., : d + 1].sum(-1), "coeffs")
 
 
 def junta_weights(coeffs) -> torch.Tensor:
@@ -91,7 +91,7 @@ def best_junta(coeffs, k: int) -> tuple[float, tuple[int, ...]]:
     k = check_int(k, "k", 0, n)
     masked = torch.where(subset_sizes(n).to(zeta.device) == k, zeta, zeta.new_tensor(-1.0))
     best = int(masked.argmax())
-    return float(zeta[best]), tuple(i for i in range(n) if best >> i & 1)
+    return float(warn_overflow(zeta[best], "coeffs")), tuple(i for i in range(n) if best >> i & 1)
 
 
 def flip_influences(values) -> torch.Tensor:
@@ -113,7 +113,7 @@ def flip_influences(values) -> torch.Tensor:
         pair = _bit_view(t, i)  # (..., 2^(n-i-1), 2, 2^i): the two values differing in bit i
         half_diff = (pair[..., 0, :] - pair[..., 1, :]) / 2
         out.append((half_diff * half_diff).sum(dim=(-2, -1)) * 2 / t.shape[-1])  # each pair counted twice
-    return torch.stack(out, dim=-1) if out else t.new_zeros((*t.shape[:-1], 0))
+    return warn_overflow(torch.stack(out, dim=-1) if out else t.new_zeros((*t.shape[:-1], 0)), "values")
 
 
 def _subset_sums(coeffs) -> torch.Tensor:
@@ -123,4 +123,4 @@ def _subset_sums(coeffs) -> torch.Tensor:
     for i in range(c.shape[-1].bit_length() - 1):
         view = _bit_view(g, i)
         view[..., 1, :] += view[..., 0, :]  # J with bit i collects J without it
-    return g
+    return warn_overflow(g, "coeffs")

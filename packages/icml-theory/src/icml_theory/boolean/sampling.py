@@ -17,6 +17,7 @@ at ``level``:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ import torch
 from scipy import stats
 
 from icml_theory.boolean.fourier import as_truth_table
-from icml_theory.validation import check_int, check_real
+from icml_theory.validation import check_int, check_real, check_seed
 
 BooleanFunction = Callable[[torch.Tensor], torch.Tensor]
 
@@ -57,9 +58,17 @@ def truth_table_function(values) -> BooleanFunction:
     weights = 2 ** torch.arange(n)
 
     def f(x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != n:
+            raise ValueError(f"x must be a tensor of (m, {n}) ±1 points, got {_shape_of(x)}")
+        if not bool(((x == 1) | (x == -1)).all()):
+            raise ValueError("x must hold ±1 entries only")
         return table[((x < 0).long() * weights).sum(-1)]
 
     return f
+
+
+def _shape_of(x) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def _points(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
@@ -70,8 +79,12 @@ def _points(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
 def _evaluate(f: BooleanFunction, x: torch.Tensor) -> torch.Tensor:
     """``f(x)`` checked: ``m`` finite real values, as float64."""
     y = f(x)
-    if not isinstance(y, torch.Tensor):
-        y = torch.as_tensor(y)
+    try:
+        y = y if isinstance(y, torch.Tensor) else torch.as_tensor(y)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"f must return a tensor of real values, got {type(y).__name__}") from None
+    if y.is_complex():
+        raise TypeError(f"f must return real values, got {y.dtype}")
     y = y.reshape(-1)
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"f must return one value per point ({x.shape[0]}), got shape {tuple(y.shape)}")
@@ -87,7 +100,7 @@ def _check_common(f, n, samples, level, seed) -> tuple[int, int, float, torch.Ge
     n = check_int(n, "n", 1, 62)
     samples = check_int(samples, "samples", 2)
     level = check_real(level, "level", "(0, 1)")
-    return n, samples, level, torch.Generator().manual_seed(check_int(seed, "seed", 0))
+    return n, samples, level, torch.Generator().manual_seed(check_seed(seed))
 
 
 def _mean_estimate(terms: torch.Tensor, level: float) -> Estimate:
@@ -96,7 +109,18 @@ def _mean_estimate(terms: torch.Tensor, level: float) -> Estimate:
     value = terms.mean(0)
     stderr = terms.std(0, correction=1) / math.sqrt(m)
     z = float(stats.norm.ppf(0.5 + level / 2))
-    return Estimate(value, value - z * stderr, value + z * stderr, stderr, level, m)
+    return _checked(Estimate(value, value - z * stderr, value + z * stderr, stderr, level, m))
+
+
+def _checked(estimate: Estimate) -> Estimate:
+    """``estimate``, with a ``RuntimeWarning`` when huge (finite) values of ``f`` overflowed it."""
+    if not all(bool(torch.isfinite(t).all()) for t in (estimate.value, estimate.low, estimate.high)):
+        warnings.warn(
+            "the estimate overflowed float64 (inf or NaN): f's values are too large",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return estimate
 
 
 def _batched(f: BooleanFunction, n: int, samples: int, batch_size: int, gen, fn) -> torch.Tensor:
@@ -125,8 +149,17 @@ def estimate_coefficients(
     Returns an :class:`Estimate` of shape ``(len(subsets),)``.
     """
     n, samples, level, gen = _check_common(f, n, samples, level, seed)
+    batch_size = check_int(batch_size, "batch_size", 1)
+    if isinstance(subsets, str | bytes) or not isinstance(subsets, Iterable):
+        raise TypeError(
+            f"subsets must be a collection of subsets (iterables of variable indices), got {subsets!r}"
+        )
     masks = []
     for s in subsets:
+        if isinstance(s, str | bytes) or not isinstance(s, Iterable):
+            raise TypeError(
+                f"subsets entries must be iterables of variable indices in [0, {n - 1}], got {s!r}"
+            )
         members = sorted({check_int(i, "subsets entries", 0, n - 1) for i in s})
         masks.append(
             torch.zeros(n, dtype=torch.bool).index_fill_(0, torch.tensor(members, dtype=torch.long), True)
@@ -146,6 +179,7 @@ def _flip_estimate(f, n, samples, level, seed, batch_size, total: bool) -> Estim
     """Sample means of ``((f(x) - f(x^{⊕i})) / 2)^2``: per coordinate ``i`` (the influences), or summed over
     ``i`` per point (the total influence, whose per-point sums are i.i.d. too)."""
     n, samples, level, gen = _check_common(f, n, samples, level, seed)
+    batch_size = check_int(batch_size, "batch_size", 1)
 
     def terms(x, y):  # (m, n), or (m,) when total
         cols = []
@@ -188,8 +222,11 @@ def estimate_total_influence(
 
 def krawtchouk_kernel(n: int, degree: int) -> torch.Tensor:
     """``K_d(h) = sum_{k <= d} sum_j (-1)^j C(h, j) C(n - h, k - j)`` for ``h = 0..n``: the value of
-    ``sum_{|S| <= d} chi_S(z)`` at any ``z`` with ``h`` entries equal to -1 (exact integers, as float64)."""
+    ``sum_{|S| <= d} chi_S(z)`` at any ``z`` with ``h`` entries equal to -1 (exact integers, as float64);
+    ``n`` at most 62, like the estimators that use it."""
     n, d = check_int(n, "n", 1), check_int(degree, "degree", 0)
+    if n > 62:  # O(n^3) big-integer terms: a huge n would run for ever
+        raise ValueError(f"n must be at most 62, like the estimators that use the kernel, got {n}")
     values = [
         sum(
             (-1) ** j * math.comb(h, j) * math.comb(n - h, k - j)
@@ -232,4 +269,4 @@ def estimate_low_degree_weight(
     value = est.mean()
     stderr = est.std(correction=1) / math.sqrt(batches)
     t = float(stats.t.ppf(0.5 + level / 2, batches - 1))
-    return Estimate(value, value - t * stderr, value + t * stderr, stderr, level, size * batches)
+    return _checked(Estimate(value, value - t * stderr, value + t * stderr, stderr, level, size * batches))

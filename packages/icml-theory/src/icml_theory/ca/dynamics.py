@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import torch
 
-from icml_theory.ca.rules import CELLS, Rule
-from icml_theory.validation import check_int
+from icml_theory.ca.rules import CELLS, Rule, as_cells
+from icml_theory.validation import check_bool, check_int
 
 MAX_TABLE_INPUTS = 25  # k <= 2: 2^25 entries (32 MiB as uint8)
 _CHUNK = 1 << 22
 
 
 def _check_state(state, name: str = "state") -> torch.Tensor:
-    if not isinstance(state, torch.Tensor):
-        state = torch.as_tensor(state)
+    state = as_cells(state, name)
     if state.dim() < 2:
         raise ValueError(
             f"{name} must have at least 2 dimensions (rows, columns), got shape {tuple(state.shape)}"
@@ -55,6 +54,7 @@ def simulate(state, rule: Rule, steps: int, *, history: bool = False) -> torch.T
     stacked on a new first dimension."""
     s, rule = _check_state(state), _check_rule(rule)
     steps = check_int(steps, "steps", 0)
+    history = check_bool(history, "history")
     states = [s]
     for _ in range(steps):
         states.append(step(states[-1], rule))
@@ -139,5 +139,7 @@ def local_map(rule: Rule, k: int):
 
 def as_pm1(table) -> torch.Tensor:
     """A 0/1 table as the ±1 function of :mod:`icml_theory.boolean` (0 -> +1, 1 -> -1), float64."""
-    t = torch.as_tensor(table)
+    t = as_cells(table, "table")
+    if t.is_complex() or not bool(((t == 0) | (t == 1)).all()):
+        raise ValueError("table must hold states 0 or 1")
     return 1.0 - 2.0 * t.to(torch.float64)

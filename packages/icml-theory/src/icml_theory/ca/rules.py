@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from icml_theory.validation import check_int, check_real
+from icml_theory.validation import check_bool, check_int, check_real, check_seed
 
 CELLS = 9  # the Moore neighbourhood, centre included
 CENTER = 4
@@ -49,9 +49,9 @@ class Rule:
     name: str = field(default="custom")
 
     def __post_init__(self) -> None:
-        t = self.table
-        if not isinstance(t, torch.Tensor):
-            t = torch.as_tensor(t)
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a string, got {type(self.name).__name__} {self.name!r}")
+        t = as_cells(self.table, "table")
         if t.shape != (1 << CELLS,):
             raise ValueError(
                 f"table must hold one next state per 3x3 neighbourhood, shape (512,), got {tuple(t.shape)}"
@@ -91,12 +91,20 @@ class Rule:
     def from_function(cls, fn: Callable[[torch.Tensor], torch.Tensor], name: str = "custom") -> Rule:
         """Rule from ``fn(cells)``, ``cells`` a uint8 ``(512, 3, 3)`` tensor of every neighbourhood,
         returning 512 next states."""
-        return cls(torch.as_tensor(fn(_BITS.reshape(-1, 3, 3))).reshape(-1), name)
+        if not callable(fn):
+            raise TypeError(f"fn must be a callable of (512, 3, 3) neighbourhoods, got {type(fn).__name__}")
+        out = as_cells(fn(_BITS.reshape(-1, 3, 3)), "fn(cells)")
+        if out.numel() != 1 << CELLS or out.is_floating_point() or out.is_complex():
+            raise ValueError(
+                f"fn must return 512 next states 0 or 1 (integers or bools), got {out.dtype} of shape "
+                f"{tuple(out.shape)}"
+            )
+        return cls(out.reshape(-1), name)
 
     @classmethod
     def from_table(cls, table, name: str = "custom") -> Rule:
         """Rule from any 512 next states indexed as in this module's docstring."""
-        return cls(torch.as_tensor(table), name)
+        return cls(as_cells(table, "table"), name)
 
     @classmethod
     def random(
@@ -104,8 +112,9 @@ class Rule:
     ) -> Rule:
         """A random table: each entry 1 with probability ``density``; with ``symmetric=True`` one draw per
         orbit of the square's 8 symmetries, so the rule is isotropic."""
-        seed = check_int(seed, "seed", 0)
+        seed = check_seed(seed)
         density = check_real(density, "density", "[0, 1]")
+        symmetric = check_bool(symmetric, "symmetric")
         gen = torch.Generator().manual_seed(seed)
         draws = (torch.rand(1 << CELLS, generator=gen) < density).to(torch.uint8)
         if symmetric:
@@ -124,6 +133,18 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r})"
+
+
+def as_cells(values, name: str) -> torch.Tensor:
+    """``values`` as a tensor; anything torch cannot read is a ``TypeError`` naming ``name``."""
+    if isinstance(values, torch.Tensor):
+        return values
+    try:
+        return torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"{name} must be a tensor, array or sequence of 0/1 states, got {type(values).__name__}"
+        ) from None
 
 
 def _permute_index(perm: torch.Tensor) -> torch.Tensor:

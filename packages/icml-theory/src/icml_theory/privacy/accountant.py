@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 from icml_theory.privacy.conversions import OptimalConverter, cks_epsilon, mironov_epsilon
 from icml_theory.privacy.profiles import ComposedRDP, SubsampledGaussianRDP
 from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, TradeoffCurve
 from icml_theory.validation import check_alphas, check_choice, check_int, check_real
 
 METHODS = ("optimal", "cks", "mironov")
+MIN_NOISE = 0.01  # get_noise_multiplier searches no lower: epsilon there is in the thousands
 
 
 class OptimalRDPAccountant:
@@ -30,7 +33,7 @@ class OptimalRDPAccountant:
         """Record ``num_steps`` steps with noise multiplier ``noise_multiplier`` and sampling rate ``sample_rate``."""
         sigma = check_real(noise_multiplier, "noise_multiplier", "(0, inf)")
         q = check_real(sample_rate, "sample_rate", "(0, 1]")
-        n = check_int(num_steps, "num_steps", 1)
+        n = check_int(num_steps, "num_steps", 1, sys.maxsize - len(self))  # len() must stay an index
         if self.history and self.history[-1][:2] == (sigma, q):
             self.history[-1] = (sigma, q, self.history[-1][2] + n)
         else:
@@ -95,8 +98,10 @@ def get_noise_multiplier(
     """
     target_epsilon = check_real(target_epsilon, "target_epsilon", "(0, inf)")
     check_real(target_delta, "target_delta", "(0, 1)")
+    check_real(sample_rate, "sample_rate", "(0, 1]")
     check_int(steps, "steps", 1)
     epsilon_tolerance = check_real(epsilon_tolerance, "epsilon_tolerance", "(0, inf]")
+    setting = f"target_epsilon = {target_epsilon} at target_delta = {target_delta}, sample_rate = {sample_rate}, steps = {steps}"
 
     def eps(sigma, method="optimal"):
         acc = OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=sample_rate, num_steps=steps)
@@ -108,12 +113,16 @@ def get_noise_multiplier(
     while eps(hi, "cks") > target_epsilon:
         lo, hi = hi, 2 * hi
         if hi > 1e6:
-            raise ValueError("no noise multiplier up to 1e6 reaches the target epsilon")
+            raise ValueError(f"no noise multiplier up to 1e6 reaches {setting}")
     while hi - lo > 1e-3 * hi:
+        if hi < MIN_NOISE:
+            raise ValueError(
+                f"every noise multiplier down to {MIN_NOISE} meets {setting}: ask for a smaller target_epsilon"
+            )
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if eps(mid, "cks") > target_epsilon else (lo, mid)
     lo, eps_hi = hi, eps(hi)
-    while True:  # walk down until the optimal epsilon exceeds the target
+    while lo > MIN_NOISE:  # walk down until the optimal epsilon exceeds the target
         lo = 0.9 * lo
         e = eps(lo)
         if e > target_epsilon:

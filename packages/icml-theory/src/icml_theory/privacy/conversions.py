@@ -32,6 +32,7 @@ Classical conversions on the same inputs (orders ``> 1`` only; they have no use 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -44,7 +45,7 @@ from icml_theory.privacy.tradeoff import (
     order_grid,
     rdp_values,
 )
-from icml_theory.validation import as_rdp_table, check_alphas, check_profile, check_real
+from icml_theory.validation import as_array, as_rdp_table, check_alphas, check_profile, check_real
 
 COARSE_ALPHAS = np.concatenate([[0.0], np.geomspace(1e-40, 0.5, 201)])
 ALPHA_ROUNDS = 18
@@ -94,8 +95,8 @@ class OptimalConverter:
         return np.maximum(upper, at0)
 
     def delta(self, epsilons) -> np.ndarray:
-        """``delta(eps)`` of the optimal trade-off for each ``eps`` (array)."""
-        eps = np.asarray(epsilons, dtype=np.float64).ravel()
+        """``delta(eps)`` of the optimal trade-off for each ``eps >= 0`` (array; ``inf`` gives 0)."""
+        eps = as_array(epsilons, "epsilons", "[0, inf]").ravel()
         e = np.exp(np.minimum(eps, 700.0))  # delta(eps) is 0 long before e^700 (alpha >= 1e-40)
 
         def objective(alpha, power, j):
@@ -109,13 +110,17 @@ class OptimalConverter:
         optimal = np.clip(np.maximum(self._maximize(objective, bound, e.size), first), 0.0, 1.0)
         t, r = self._classical_inputs()
         classical = np.array(
-            [min(cks_delta(t, r, x)[0], mironov_delta(t, r, x)[0]) if np.isfinite(x) else 0.0 for x in eps]
+            [
+                min(cks_delta(t, r, x)[0], mironov_delta(t, r, x)[0]) if np.isfinite(x) and t.size else 1.0
+                for x in eps
+            ]
         )
-        return np.minimum(optimal, classical)
+        return np.where(np.isinf(eps), 0.0, np.minimum(optimal, classical))
 
     def epsilon(self, deltas) -> np.ndarray:
-        """``eps(delta)`` of the optimal trade-off for each ``delta`` (array); 0 when ``delta >= delta(0)``."""
-        d = np.asarray(deltas, dtype=np.float64).ravel()
+        """``eps(delta)`` of the optimal trade-off for each ``delta`` in [0, 1] (array); 0 when ``delta >= delta(0)``,
+        ``inf`` when no finite ``eps`` reaches ``delta`` (e.g. ``delta = 0`` for a Gaussian profile)."""
+        d = as_array(deltas, "deltas", "[0, 1]", "deltas").ravel()
 
         def objective(alpha, power, j):
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -131,10 +136,30 @@ class OptimalConverter:
         # and the classical conversions' value below
         optimal = np.where(-math.expm1(self.coarse.log_beta[1]) - d > 0, np.inf, eps)
         t, r = self._classical_inputs()
-        classical = np.array(
-            [min(cks_epsilon(t, r, x)[0], mironov_epsilon(t, r, x)[0]) if 0 < x < 1 else 0.0 for x in d]
-        )
-        return np.minimum(optimal, classical)
+        classical = np.array([self._classical_epsilon(t, r, x) for x in d])
+        out = np.minimum(optimal, classical)
+        if np.isinf(out).any():
+            warnings.warn(
+                f"no finite epsilon reaches deltas {d[np.isinf(out)].tolist()} from the RDP values at these "
+                "orders: epsilon = inf there",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return out
+
+    @staticmethod
+    def _classical_epsilon(t, r, delta) -> float:
+        """The smaller of the CKS and Mironov epsilons, on the orders each can use (inf: none)."""
+        if delta >= 1:
+            return 0.0
+        if delta <= 0:
+            return math.inf  # no classical conversion reaches delta = 0
+        eps = [math.inf]
+        if np.any(t > 1):
+            eps.append(mironov_epsilon(t, r, delta)[0])
+        if np.any(t > 1.01):
+            eps.append(cks_epsilon(t, r, delta)[0])
+        return min(eps)
 
     def _classical_inputs(self) -> tuple[np.ndarray, np.ndarray]:
         """The orders ``> 1`` of the grid and their RDP values: what the classical conversions use."""
@@ -153,8 +178,10 @@ def optimal_delta(profile, epsilon: float, *, orders=None) -> float:
 
 
 def tpr_at_fpr(profile, fpr, *, orders=None) -> np.ndarray:
-    """The most power (TPR = ``1 - f(FPR)``) a membership-inference attack can have at false-positive rate ``fpr``."""
-    return 1 - optimal_tradeoff(profile, check_alphas(fpr, "fpr"), orders=orders).beta
+    """The most power (TPR = ``1 - f(FPR)``) a membership-inference attack can have at false-positive rate
+    ``fpr`` (any shape; the result has the same shape)."""
+    alphas = check_alphas(fpr, "fpr")
+    return (1 - optimal_tradeoff(profile, alphas.ravel(), orders=orders).beta).reshape(alphas.shape)
 
 
 def max_advantage(profile, *, orders=None) -> float:
@@ -166,8 +193,12 @@ def mironov_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
     """Mironov (2017, Prop. 3): ``min_tau rho(tau) + log(1/delta)/(tau - 1)`` over orders > 1; returns (eps, order)."""
     t, r = as_rdp_table(orders, rdp, "rdp")
     delta = check_real(delta, "delta", "(0, 1)")
+    if not np.any(t > 1):
+        raise ValueError(
+            f"orders must include an order > 1 (the conversion uses only those), got {t.tolist()}"
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
-        eps = np.where(t > 1, r + math.log(1 / delta) / (t - 1), np.inf)
+        eps = np.where(t > 1, r - math.log(delta) / (t - 1), np.inf)  # -log(delta): no overflow of 1/delta
     k = int(np.argmin(eps))
     return max(0.0, float(eps[k])), float(t[k])
 
@@ -176,6 +207,10 @@ def mironov_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
     """Mironov (2017): ``delta = min_tau exp((tau - 1)(rho - eps))`` over orders > 1; returns (delta, order)."""
     t, r = as_rdp_table(orders, rdp, "rdp")
     epsilon = check_real(epsilon, "epsilon", "[0, inf)")
+    if not np.any(t > 1):
+        raise ValueError(
+            f"orders must include an order > 1 (the conversion uses only those), got {t.tolist()}"
+        )
     with np.errstate(invalid="ignore"):
         logd = np.where(t > 1, (t - 1) * (r - epsilon), np.inf)
     k = int(np.argmin(logd))
@@ -190,6 +225,10 @@ def cks_epsilon(orders, rdp, delta: float) -> tuple[float, float]:
         eps = np.where(t > 1.01, r + np.log1p(-1 / t) - (math.log(delta) + np.log(t)) / (t - 1), np.inf)
         eps = np.where(delta**2 + np.expm1(-r) > 0, 0.0, eps)
     k = int(np.argmin(eps))
+    if np.isinf(eps[k]) and not np.any(t > 1.01):
+        raise ValueError(
+            f"orders must include an order > 1.01 (the conversion uses only those), got {t.tolist()}"
+        )
     return max(0.0, float(eps[k])), float(t[k])
 
 
@@ -208,8 +247,8 @@ def cks_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
 def tradeoff_from_epsilon_delta_curve(alphas, epsilons, deltas) -> np.ndarray:
     """The trade-off implied by a family of ``(eps_i, delta_i)`` guarantees: ``max_i f_{eps_i, delta_i}(alpha)``."""
     a = check_alphas(alphas)
-    eps = np.asarray(epsilons, dtype=np.float64).ravel()
-    dl = np.asarray(deltas, dtype=np.float64).ravel()
+    eps = as_array(epsilons, "epsilons", "[0, inf]").ravel()  # inf: a guarantee that constrains nothing
+    dl = as_array(deltas, "deltas", "[0, 1]").ravel()
     if eps.size != dl.size or eps.size == 0:
         raise ValueError("epsilons and deltas must be non-empty and of equal length")
     out = np.zeros(a.shape)

@@ -14,19 +14,30 @@ fractional orders: see :class:`SubsampledGaussianRDP` for how we compute it (our
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from scipy.special import gammaln
 
-from icml_theory.validation import as_rdp_table, check_int, check_orders, check_real
+from icml_theory.validation import as_array, as_rdp_table, check_int, check_orders, check_real
+
+MAX_GRID = 1 << 24  # most points of SubsampledGaussianRDP's quadrature grid (128 MiB per order)
 
 
 class RDPProfile:
     """Base class: a valid RDP guarantee ``rho(tau)`` for both directions of every neighbouring pair."""
 
+    _finite = False  # True: finite parameters give finite RDP values, so inf or NaN means overflow
+
     def __call__(self, orders):
         tau = check_orders(orders)
         out = np.asarray(self._rdp(np.atleast_1d(tau)), dtype=np.float64).reshape(tau.shape)
+        if self._finite and not np.isfinite(out).all():
+            warnings.warn(
+                f"{self!r}: the RDP values overflowed float64 at some orders (inf: no guarantee there)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return out if out.ndim else float(out)
 
     def _rdp(self, tau: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
@@ -49,6 +60,8 @@ class GaussianRDP(RDPProfile):
     ``mu = sqrt(steps) * sensitivity / sigma``, whose exact trade-off is :func:`gaussian_tradeoff`.
     """
 
+    _finite = True
+
     def __init__(self, sigma: float, sensitivity: float = 1.0, steps: int = 1):
         self.sigma = check_real(sigma, "sigma", "(0, inf)")
         self.sensitivity = check_real(sensitivity, "sensitivity", "(0, inf)")
@@ -60,7 +73,8 @@ class GaussianRDP(RDPProfile):
         return math.sqrt(self.steps) * self.sensitivity / self.sigma
 
     def _rdp(self, tau):
-        return tau * self.mu**2 / 2
+        with np.errstate(over="ignore"):
+            return tau * (self.mu * self.mu) / 2  # mu * mu: inf (then a warning) where mu**2 would raise
 
     def __repr__(self):
         return f"GaussianRDP(sigma={self.sigma}, sensitivity={self.sensitivity}, steps={self.steps})"
@@ -68,7 +82,14 @@ class GaussianRDP(RDPProfile):
 
 def bernoulli_renyi(tau, p, q) -> np.ndarray:
     """``D_tau(Bern(p) || Bern(q))`` for ``p, q`` in (0, 1), vectorized; the KL divergence at ``tau = 1``."""
-    tau, p, q = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (tau, p, q)))
+    tau = as_array(tau, "tau", "[0, inf)", "Rényi orders")
+    p, q = as_array(p, "p", "(0, 1)", "probabilities"), as_array(q, "q", "(0, 1)", "probabilities")
+    try:
+        tau, p, q = np.broadcast_arrays(tau, p, q)
+    except ValueError:
+        raise ValueError(
+            f"tau, p and q must broadcast to one shape, got {tau.shape}, {p.shape} and {q.shape}"
+        ) from None
     return bernoulli_renyi_from_logs(tau, np.log(p), np.log1p(-p), np.log(q), np.log1p(-q))
 
 
@@ -87,8 +108,10 @@ def bernoulli_renyi_from_logs(tau, lp, lp1, lq, lq1):
         far = np.logaddexp(lp + t1 * a, lp1 + t1 * b)
         close = np.abs(t1) <= 0.5
         if np.any(close):
-            near = np.log1p(p * np.expm1(t1 * a) + p1 * np.expm1(t1 * b))
-            near = np.where(np.isnan(near), far, near)  # 0 * inf terms (p = 0 or 1) contribute nothing
+            s_minus_1 = p * np.expm1(t1 * a) + p1 * np.expm1(t1 * b)
+            near = np.log1p(s_minus_1)
+            # 0 * inf terms (p = 0 or 1) contribute nothing; S - 1 near -1 (S near 0) has cancelled: use far
+            near = np.where(np.isnan(near) | (np.abs(s_minus_1) > 0.5), far, near)
             logs = np.where(close, near, far)
         else:
             logs = far
@@ -108,6 +131,8 @@ class RandomizedResponseRDP(RDPProfile):
     :func:`randomized_response_tradeoff` (one step).
     """
 
+    _finite = True
+
     def __init__(self, epsilon: float, steps: int = 1):
         self.epsilon = check_real(epsilon, "epsilon", "(0, inf)")
         self.steps = check_int(steps, "steps", 1)
@@ -115,7 +140,8 @@ class RandomizedResponseRDP(RDPProfile):
     def _rdp(self, tau):
         lp = -np.logaddexp(0.0, -self.epsilon)  # log e^eps/(1+e^eps)
         lp1 = -np.logaddexp(0.0, self.epsilon)
-        return self.steps * bernoulli_renyi_from_logs(tau, lp, lp1, lp1, lp)
+        # a divergence: rounding below 0 (tiny epsilon) is clamped
+        return self.steps * np.maximum(bernoulli_renyi_from_logs(tau, lp, lp1, lp1, lp), 0.0)
 
     def __repr__(self):
         return f"RandomizedResponseRDP(epsilon={self.epsilon}, steps={self.steps})"
@@ -129,6 +155,8 @@ class LaplaceRDP(RDPProfile):
     ``tau > 1``; the same three-piece integral written with ``expm1`` is valid for every ``tau > 0``
     (including the removable singularity at ``tau = 1/2``), and ``rho(1) = 1/lambda + e^{-1/lambda} - 1``.
     """
+
+    _finite = True
 
     def __init__(self, scale: float, sensitivity: float = 1.0, steps: int = 1):
         self.scale = check_real(scale, "scale", "(0, inf)")
@@ -150,7 +178,7 @@ class LaplaceRDP(RDPProfile):
             )
             logs = np.where(np.abs(t1) < 0.25, np.log1p(s_minus_1), logs)
             out = np.where(t1 == 0, c + math.expm1(-c), logs / np.where(t1 == 0, 1.0, t1))
-        return self.steps * out
+        return self.steps * np.maximum(out, 0.0)  # a divergence: rounding below 0 (tiny c) is clamped
 
     def __repr__(self):
         return f"LaplaceRDP(scale={self.scale}, sensitivity={self.sensitivity}, steps={self.steps})"
@@ -176,6 +204,8 @@ class SubsampledGaussianRDP(RDPProfile):
       precision next to the KL order.
     """
 
+    _finite = True
+
     def __init__(self, sample_rate: float, sigma: float, steps: int = 1):
         self.sample_rate = check_real(sample_rate, "sample_rate", "(0, 1]")
         self.sigma = check_real(sigma, "sigma", "(0, inf)")
@@ -183,7 +213,32 @@ class SubsampledGaussianRDP(RDPProfile):
 
     def _rdp(self, tau):
         if self.sample_rate == 1.0:  # no subsampling: the Gaussian mechanism
-            return self.steps * tau / (2 * self.sigma**2)
+            return self._gaussian_bound(tau)
+        s = self.sigma
+        if s > 1e100:  # the quadrature grid overflows; the Gaussian bound is below 1e-200 here
+            return self._gaussian_bound(tau)
+        # orders whose quadrature grid would exceed MAX_GRID points (tiny sigma): the Gaussian bound
+        too_big = 16 * (2 + 32 * s + np.maximum(tau, 1.0)) / s > MAX_GRID
+        if np.any(too_big):
+            warnings.warn(
+                f"sigma = {s} is too small for the quadrature at some orders: using the valid but looser "
+                "Gaussian bound steps * tau / (2 sigma^2) there",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            out = self._gaussian_bound(tau)
+            if not np.all(too_big):
+                out[~too_big] = self._rdp_quadrature(tau[~too_big])
+            return out
+        return self._rdp_quadrature(tau)
+
+    def _gaussian_bound(self, tau):
+        """``steps * tau / (2 sigma^2)``: the RDP of the unsubsampled step, a valid bound in both directions
+        (Rényi divergence is jointly quasi-convex, van Erven and Harremoës 2014, Thm 13)."""
+        with np.errstate(over="ignore", divide="ignore"):
+            return self.steps * tau / (2 * self.sigma * self.sigma)
+
+    def _rdp_quadrature(self, tau):
         t = tau.ravel()
         fwd = self._log_moments(t)  # log E_mu0[r^tau]
         rev = self._log_moments(1.0 - t)  # log E_mu0[r^(1-tau)]
@@ -238,7 +293,7 @@ class SubsampledGaussianRDP(RDPProfile):
 
     def _log_moment_binomial(self, lam: int) -> float:
         k = np.arange(lam + 1)
-        q, s2 = self.sample_rate, self.sigma**2
+        q, s2 = self.sample_rate, self.sigma * self.sigma
         terms = (
             gammaln(lam + 1)
             - gammaln(k + 1)
@@ -267,6 +322,14 @@ class SubsampledGaussianRDP(RDPProfile):
         )
 
 
+def _iterable(x) -> bool:
+    try:
+        iter(x)
+    except TypeError:
+        return False
+    return not isinstance(x, str | bytes)
+
+
 def _lse(x: np.ndarray) -> np.ndarray:
     """Row-wise log-sum-exp of a finite 2-d array (scipy's is slow on many small calls)."""
     top = x.max(axis=1)
@@ -277,13 +340,18 @@ class ComposedRDP(RDPProfile):
     """Composition: ``rho(tau) = sum_i counts[i] * profiles[i](tau)`` (RDP adds under composition)."""
 
     def __init__(self, profiles, counts=None):
+        if isinstance(profiles, RDPProfile) or not _iterable(profiles):
+            raise TypeError(f"profiles must be a non-empty sequence of RDPProfile objects, got {profiles!r}")
         profiles = list(profiles)
         if not profiles or not all(isinstance(p, RDPProfile) for p in profiles):
             raise TypeError("profiles must be a non-empty sequence of RDPProfile objects")
+        if counts is not None and not _iterable(counts):
+            raise TypeError(f"counts must be a sequence of integers >= 1, one per profile, got {counts!r}")
         counts = [1] * len(profiles) if counts is None else [check_int(c, "counts[i]", 1) for c in counts]
         if len(counts) != len(profiles):
             raise ValueError(f"counts must have one entry per profile ({len(profiles)}), got {len(counts)}")
         self.profiles, self.counts = profiles, counts
+        self._finite = all(p._finite for p in profiles)
 
     def _rdp(self, tau):
         total = np.zeros_like(tau)

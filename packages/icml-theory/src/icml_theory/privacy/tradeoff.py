@@ -28,7 +28,14 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from icml_theory.privacy.profiles import bernoulli_renyi_from_logs
-from icml_theory.validation import as_array, check_alphas, check_orders, check_profile, check_real
+from icml_theory.validation import (
+    as_array,
+    check_alphas,
+    check_bool,
+    check_orders,
+    check_profile,
+    check_real,
+)
 
 DEFAULT_ORDERS = np.concatenate([np.linspace(0.5, 0.95, 10), [1.0], np.geomspace(1.01, 1e4, 110)])
 LOG_BETA_MIN = math.log(1e-300)
@@ -105,7 +112,10 @@ def single_order_tradeoff(alphas, order: float, rho: float) -> np.ndarray:
         float64 array shaped like ``alphas``, never above the exact single-order trade-off.
     """
     a = check_alphas(alphas)
-    tau = float(check_orders(order, "order"))
+    orders = check_orders(order, "order")
+    if orders.size != 1:
+        raise ValueError(f"order must be one Rényi order >= 0.5, got {orders.size} values")
+    tau = float(orders.reshape(()))
     rho = check_real(rho, "rho", "[0, inf]")
     return _single(a, np.full(a.shape, tau), np.full(a.shape, rho))
 
@@ -139,12 +149,18 @@ def optimal_tradeoff(profile, alphas, *, orders=None, refine: bool = True) -> Tr
     profile = check_profile(profile)
     a = check_alphas(alphas).ravel()
     grid = order_grid(orders)
+    refine = check_bool(refine, "refine")
     return optimal_from_grid(profile, a, grid, rdp_values(profile, grid), refine)
 
 
 def order_grid(orders=None) -> np.ndarray:
     """The sorted global grid of orders: :data:`DEFAULT_ORDERS`, or the checked ``orders`` (each >= 0.5)."""
-    return DEFAULT_ORDERS if orders is None else np.unique(check_orders(orders).ravel())
+    if orders is None:
+        return DEFAULT_ORDERS
+    grid = np.unique(check_orders(orders).ravel())
+    if grid.size == 0:
+        raise ValueError("orders must hold at least one Rényi order >= 0.5, got none")
+    return grid
 
 
 def optimal_from_grid(profile, a, grid, rho_grid, refine) -> TradeoffCurve:
@@ -160,9 +176,12 @@ def optimal_from_grid(profile, a, grid, rho_grid, refine) -> TradeoffCurve:
 
 def rdp_values(profile, tau) -> np.ndarray:
     """``profile(tau)`` shaped like ``tau``, checked: RDP values are >= 0 (``inf``: no guarantee)."""
-    return as_array(profile(tau), "profile(orders)", "[0, inf]", "non-negative RDP values").reshape(
-        np.shape(tau)
-    )
+    values = as_array(profile(tau), "profile(orders)", "[0, inf]", "non-negative RDP values")
+    if values.size != np.size(tau):
+        raise ValueError(
+            f"profile(orders) must return one RDP value per order ({np.size(tau)}), got shape {values.shape}"
+        )
+    return values.reshape(np.shape(tau))
 
 
 def _refine(profile, a, grid, best, log_beta, order):

@@ -60,6 +60,13 @@ def _root_sum_squares(c: np.ndarray) -> float:
     return top * math.sqrt(float(np.sum((c / top) ** 2))) if top > 0 else 0.0
 
 
+def _finite(value: float, what: str) -> float:
+    """``value``, with a RuntimeWarning when finite inputs overflowed it to inf."""
+    if not math.isfinite(value):
+        warnings.warn(f"{what} overflows float64; returning inf", RuntimeWarning, stacklevel=3)
+    return value
+
+
 def _delta(delta) -> float:
     return check_real(delta, "delta", "(0, 1)")
 
@@ -79,7 +86,7 @@ def lp_moment_bound(c, p, *, constant: float | None = None) -> float:
     """The bound sqrt(K_p Σ c_i²) on ‖Z − EZ‖_p, with K_p = ``constant`` (default p − 1, Rio's constant)."""
     c, p = _differences(c), _order(p)
     k = p - 1 if constant is None else check_real(constant, "constant", "(0, inf)")
-    return math.sqrt(k) * _root_sum_squares(c)
+    return _finite(math.sqrt(k) * _root_sum_squares(c), "lp_moment_bound")
 
 
 def best_order(delta, p) -> float:
@@ -96,7 +103,7 @@ def lp_deviation(c, p, delta, *, optimize_order: bool = True, two_sided: bool = 
     c, p, delta = _differences(c), _order(p), _delta(delta)
     _flag(two_sided, "two_sided")  # Markov on |Z - EZ|: the same t serves either side
     q = best_order(delta, p) if _flag(optimize_order, "optimize_order") else p
-    return lp_moment_bound(c, q) * delta ** (-1 / q)
+    return _finite(lp_moment_bound(c, q) * delta ** (-1 / q), "lp_deviation")
 
 
 def fuk_nagaev_deviation(
@@ -152,7 +159,9 @@ def mcdiarmid_deviation(c, delta, *, two_sided: bool = False) -> float:
     when ``c`` bounds each coordinate's difference almost surely."""
     c, delta = _differences(c), _delta(delta)
     k = 2 if _flag(two_sided, "two_sided") else 1
-    return _root_sum_squares(c) * math.sqrt((math.log(k) - math.log(delta)) / 2)
+    return _finite(
+        _root_sum_squares(c) * math.sqrt((math.log(k) - math.log(delta)) / 2), "mcdiarmid_deviation"
+    )
 
 
 def chebyshev_deviation(c2, delta, *, two_sided: bool = False) -> float:
@@ -160,4 +169,5 @@ def chebyshev_deviation(c2, delta, *, two_sided: bool = False) -> float:
     sd·sqrt((1 − δ)/δ)). ``c2`` holds the differences in L_2."""
     c2, delta = _differences(c2, "c2"), _delta(delta)
     sd = _root_sum_squares(c2) / math.sqrt(2)
-    return sd / math.sqrt(delta) if _flag(two_sided, "two_sided") else sd * math.sqrt((1 - delta) / delta)
+    t = sd / math.sqrt(delta) if _flag(two_sided, "two_sided") else sd * math.sqrt((1 - delta) / delta)
+    return _finite(t, "chebyshev_deviation")

@@ -44,7 +44,7 @@ class StabilityEstimate:
     n_pairs: int
 
 
-def _rng(seed) -> np.random.Generator:
+def as_generator(seed) -> np.random.Generator:
     if isinstance(seed, np.random.Generator):
         return seed
     if seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):
@@ -52,7 +52,7 @@ def _rng(seed) -> np.random.Generator:
     raise TypeError(f"seed must be None, an int >= 0 or a numpy Generator, got {seed!r}")
 
 
-def _rows(sample: Callable, rng: np.random.Generator, size: int) -> np.ndarray:
+def draw_rows(sample: Callable, rng: np.random.Generator, size: int) -> np.ndarray:
     rows = np.asarray(sample(rng, size))
     if rows.ndim == 0 or rows.shape[0] != size:
         raise ValueError(f"sample(rng, {size}) must return an array of {size} rows, got shape {rows.shape}")
@@ -84,13 +84,13 @@ def replace_one_differences(
         raise TypeError(f"batched must be a bool, got {type(batched).__name__}")
     if coordinate is not None:
         coordinate = check_int(coordinate, "coordinate", 0, n - 1)
-    rng = _rng(seed)
+    rng = as_generator(seed)
     out = np.empty(n_pairs)
     for start in range(0, n_pairs, chunk):
         b = min(chunk, n_pairs - start)
-        rows = _rows(sample, rng, b * n)
+        rows = draw_rows(sample, rng, b * n)
         data = rows.reshape(b, n, *rows.shape[1:])
-        fresh = _rows(sample, rng, b)
+        fresh = draw_rows(sample, rng, b)
         where = np.full(b, coordinate) if coordinate is not None else rng.integers(0, n, size=b)
         replaced = data.copy()
         replaced[np.arange(b), where] = fresh
@@ -133,7 +133,7 @@ def replace_one_stability(
     d = replace_one_differences(
         phi, sample, n, n_pairs, coordinate=coordinate, batched=batched, chunk=chunk, seed=seed
     )
-    return _estimate(np.abs(d), p, confidence)
+    return norm_estimate(np.abs(d), p, confidence)
 
 
 def lp_norm(values: np.ndarray, p: float, axis=None) -> np.ndarray | float:
@@ -151,12 +151,12 @@ def stability_from_differences(differences, p=2.0, confidence=0.95) -> Stability
     d = as_array(differences, "differences", "(-inf, inf)", "finite differences").reshape(-1)
     if d.size == 0:
         raise ValueError("differences must be non-empty")
-    return _estimate(
+    return norm_estimate(
         np.abs(d), check_real(p, "p", "[1, inf)"), check_real(confidence, "confidence", "(0, 1)")
     )
 
 
-def _estimate(abs_d: np.ndarray, p: float, confidence: float) -> StabilityEstimate:
+def norm_estimate(abs_d: np.ndarray, p: float, confidence: float) -> StabilityEstimate:
     """The estimate of ||D||_p from |D| (module docstring), scaled by max |D| against over- and underflow."""
     b = abs_d.size
     top = float(abs_d.max())

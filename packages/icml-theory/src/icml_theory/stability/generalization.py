@@ -36,6 +36,7 @@ is left to :func:`~icml_theory.stability.concentration.mcdiarmid_deviation`.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +47,7 @@ from icml_theory.stability.concentration import (
     fuk_nagaev_deviation,
     lp_deviation,
 )
-from icml_theory.stability.estimate import StabilityEstimate, _estimate, _rng, _rows, lp_norm
+from icml_theory.stability.estimate import StabilityEstimate, as_generator, draw_rows, lp_norm, norm_estimate
 from icml_theory.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -69,6 +70,13 @@ def _deviation(c: float, count: int, p: float, delta: float, deviation: str) -> 
     (c sqrt(count) for Σ c², c count^{1/p} for Σ c^p), so a huge count allocates nothing."""
     check_choice(deviation, "deviation", DEVIATIONS)
     c2 = np.array([c * math.sqrt(count)])
+    if not (math.isfinite(c) and np.isfinite(c2).all()):
+        warnings.warn(
+            "the bounded difference a * stability + b * loss_moment / size overflows float64; returning inf",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return math.inf
     if deviation == "lp":
         return lp_deviation(c2, p, delta)
     if deviation == "rio":
@@ -203,11 +211,11 @@ def erm_stability(
         raise TypeError(f"sample must be a callable (rng, size) -> rows, got {type(sample).__name__}")
     n, n_pairs, chunk = check_int(n, "n", 1), check_int(n_pairs, "n_pairs", 2), check_int(chunk, "chunk", 1)
     p = check_real(p, "p", "[1, inf)")
-    rng = _rng(seed)
+    rng = as_generator(seed)
     gammas, diffs, losses = [], [], []
     for start in range(0, n_pairs, chunk):
         b = min(chunk, n_pairs - start)
-        rows = _rows(sample, rng, b * (n + 2))
+        rows = draw_rows(sample, rng, b * (n + 2))
         rows = rows.reshape(b, n + 2, *rows.shape[1:])
         data, fresh, probe = rows[:, :n], rows[:, n], rows[:, n + 1]
         where = rng.integers(0, n, size=b)
@@ -225,7 +233,7 @@ def erm_stability(
     if not (np.isfinite(g).all() and np.isfinite(d).all() and np.isfinite(ell).all()):
         raise ValueError("the model's fit or loss returned NaN or inf on a sampled dataset")
     # beta_p and M_p must serve at fresh points and at kept training points alike: the larger of the two
-    fresh_est, kept_est = (_estimate(np.abs(d[:, k]), p, 0.95) for k in (0, 1))
+    fresh_est, kept_est = (norm_estimate(np.abs(d[:, k]), p, 0.95) for k in (0, 1))
     return ERMStability(
         mean_stability=float(g.mean()),
         mean_stability_se=float(g.std(ddof=1) / math.sqrt(g.size)),
