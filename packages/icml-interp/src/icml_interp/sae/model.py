@@ -70,6 +70,11 @@ def topk_activation(pre: torch.Tensor, k: int) -> torch.Tensor:
         raise TypeError(f"pre must be a floating-point tensor, got {pre.dtype}")
     check_finite(pre, "pre")
     check_int(k, "k", minimum=1, maximum=pre.shape[-1])
+    return _topk(pre, k)
+
+
+def _topk(pre: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`topk_activation` without its checks: the SAE's own pre-activations (from checked input)."""
     if pre.numel() == 0:  # no tokens: nothing to select
         return torch.zeros_like(pre)
     values, indices = torch.topk(pre, k=k, dim=-1, sorted=False)
@@ -126,7 +131,7 @@ class SAE(nn.Module):
         """The inference nonlinearity (batch independent) applied to pre-activations."""
         arch = self.cfg.architecture
         if arch == "topk":
-            return topk_activation(pre, self.cfg.k)
+            return _topk(pre, self.cfg.k)
         if arch == "relu":
             return pre.relu()
         return pre.relu() * (pre > self.threshold).to(pre.dtype)  # jumprelu, batchtopk (SAELens' JumpReLU)
@@ -142,8 +147,8 @@ class SAE(nn.Module):
         return f @ self.W_dec + self.b_dec
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The reconstruction ``decode(encode(x))``."""
-        return self.decode(self.encode(x))
+        """The reconstruction ``decode(encode(x))`` (``x`` checked once; the latents are the SAE's own)."""
+        return self.encode(x) @ self.W_dec + self.b_dec
 
     # ------------------------------------------------------------------ training pieces
     def encode_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
