@@ -543,6 +543,10 @@ def test_normalized_effect(data):
         normalized_effect(1e308, -1e308, -1e308 + 1e293)
 
 
+# a token metric's ids must fit the model's vocabulary: the refusal names the metric's own argument
+PATCH_RELATED = {"clean_ids": ["corrupt_ids"], "corrupt_ids": ["clean_ids"], "metric": ["correct", "wrong"]}
+
+
 @FUZZ.covers(activation_patching)
 @FEW
 @given(data=st.data())
@@ -564,8 +568,7 @@ def test_activation_patching(zoo, data):
             "progress": False,
         },
         strategies={"model": NOT_MODELS, "metric": BAD_METRICS},
-        # a token metric's ids must fit the model's vocabulary: the refusal names the metric's own argument
-        related={"clean_ids": ["corrupt_ids"], "corrupt_ids": ["clean_ids"], "metric": ["correct", "wrong"]},
+        related=PATCH_RELATED,
         check=_ok_result(range(1, 11)),
     )
 
@@ -589,8 +592,7 @@ def test_attribution_patching(zoo, data):
             "per_head": True,
         },
         strategies={"model": NOT_MODELS, "metric": BAD_METRICS},
-        # a token metric's ids must fit the model's vocabulary: the refusal names the metric's own argument
-        related={"clean_ids": ["corrupt_ids"], "corrupt_ids": ["clean_ids"], "metric": ["correct", "wrong"]},
+        related=PATCH_RELATED,
         check=_ok_result(range(1, 21)),
     )
 
