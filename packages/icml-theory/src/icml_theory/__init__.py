@@ -2,7 +2,7 @@
 
 The privacy accountants (:mod:`icml_theory.privacy`) and the L_p-stability bounds (:mod:`icml_theory.stability`)
 need only numpy and scipy (``pip install icml-theory``). The parts built on torch
-(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, and the systems that train networks) need the ``torch`` extra
+(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, :mod:`icml_theory.bandits`, and the systems that train networks) need the ``torch`` extra
 (``pip install 'icml-theory[torch]'``); they are imported when first used, so the accountant never pulls
 torch in.
 """
@@ -26,6 +26,7 @@ _LAZY = {
         "subset_sizes",
     ),
     "ca": (),
+    "bandits": (),
 }
 _LAZY_NAMES = {name: sub for sub, names in _LAZY.items() for name in names}
 

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -23,8 +24,8 @@ from icml_theory_experiments.bandits.environment import make_problem
 
 KAPPAS = (5.0, 50.0, 200.0)
 D, K = 8, 10
-SHARED = {"lam": 0.01, "lr": 0.03, "steps": 10, "train_every": 5, "width": 32}
-BUDGETS = {
+SHARED: dict[str, Any] = {"lam": 0.01, "lr": 0.03, "steps": 10, "train_every": 5, "width": 32}
+BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"T": 600, "seeds": (0, 1), "tune": False},
     "full": {"T": 2000, "seeds": (0, 1, 2, 3, 4), "tune": True},
 }
@@ -120,31 +121,36 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
     workers = workers or min(2, os.cpu_count() or 1)
     start = time.perf_counter()
     knobs: dict[tuple[str, float], float | None] = {}
-    tuning: dict[str, dict] = {}
+    tuning: dict[str, dict[float, float]] = {}
     if cfg["tune"]:  # each method's knob by its final regret on a seed that is not evaluated
-        jobs = [
+        tune_jobs = [
             (m, k, v, TUNING_SEED + seed, T)
             for k in KAPPAS
             for m in METHODS
             for v in (EPSILON_GRID if m == "eps-greedy" else NU_GRID)
         ]
-        for r in _map(jobs, workers):
+        for r in _map(tune_jobs, workers):
             tuning.setdefault(f"{r['method']} kappa={r['kappa']:g}", {})[r["knob"]] = r["curve"][-1]
         for k in KAPPAS:
             for m in METHODS:
                 scores = tuning[f"{m} kappa={k:g}"]
-                knobs[m, k] = min(scores, key=scores.get)
-    jobs = [(m, k, knobs.get((m, k)), s, T) for k in KAPPAS for m in (*METHODS, *REFERENCES) for s in seeds]
+                knobs[m, k] = min(scores.items(), key=lambda item: item[1])[0]
+    jobs: list[tuple] = [
+        (m, k, knobs.get((m, k)), s, T) for k in KAPPAS for m in (*METHODS, *REFERENCES) for s in seeds
+    ]
     results = _map(jobs, workers)
-    final = {(r["method"], r["kappa"]): {} for r in results}
+    final: dict[tuple[str, float], dict[int, float]] = {(r["method"], r["kappa"]): {} for r in results}
     curves: dict[tuple[str, float], list] = {}
     for r in results:
         final[r["method"], r["kappa"]][r["seed"]] = r["curve"][-1]
         curves.setdefault((r["method"], r["kappa"]), []).append(r["curve"])
     problems = {k: [r for r in results if r["kappa"] == k and r["method"] == "random"] for k in KAPPAS}
 
-    rows, figures = [], []
-    headroom_parts, claim_parts, notes = {}, {}, []
+    rows: list[dict[str, Any]] = []
+    figures: list[dict[str, Any]] = []
+    headroom_parts: dict[str, dict[str, Any]] = {}
+    claim_parts: dict[str, dict[str, bool]] = {}
+    notes: list[str] = []
     for k in KAPPAS:
         vec = {m: np.array([final[m, k][s] for s in seeds]) for m in (*METHODS, *REFERENCES)}
         mean_curve = {m: np.mean(curves[m, k], axis=0) for m in (*METHODS, *REFERENCES)}

@@ -18,6 +18,12 @@ from icml_theory.validation import check_choice, check_int, check_real
 METHODS = ("sherman-morrison", "explicit")
 
 
+def _finite_norms(norms: torch.Tensor) -> torch.Tensor:
+    if not torch.isfinite(norms).all():
+        raise ValueError("G must have rows whose norms are finite: gᵀ A⁻¹ g overflows float64")
+    return norms
+
+
 class FullConfidence:
     """``A = λ I + Σ w g gᵀ`` with its inverse kept exactly (float64).
 
@@ -36,19 +42,22 @@ class FullConfidence:
         """Add ``weight · g gᵀ`` (``weight >= 0``)."""
         g = as_tensor(g, "g", 1, self.dim)
         w = check_real(weight, "weight", "[0, inf)")
-        self.matrix.add_(torch.outer(g, g), alpha=w)
+        delta = torch.outer(g, g).mul_(w)
+        matrix = self.matrix + delta
         if self.method == "explicit":
-            self.inverse = torch.linalg.inv(self.matrix)
+            inverse = torch.linalg.inv(matrix)
         else:
             u = self.inverse @ g
-            denom = 1.0 + w * float(g @ u)
-            self.inverse.sub_(torch.outer(u, u), alpha=w / denom)
+            inverse = self.inverse - torch.outer(u, u).mul_(w / (1.0 + w * float(g @ u)))
+        # nothing changes unless the new state is finite (an overflowing g or weight is refused)
+        if not (torch.isfinite(matrix).all() and torch.isfinite(inverse).all()):
+            raise ValueError("g and weight must keep the matrix finite: weight * g gᵀ overflows float64")
+        self.matrix, self.inverse = matrix, inverse
         self.count += 1
 
     def norms(self, G) -> torch.Tensor:
         """``sqrt(g_kᵀ A⁻¹ g_k)`` for each row ``g_k`` of ``G`` (shape ``(n, dim)``)."""
-        G = as_tensor(G, "G", 2, self.dim, rows=False)
-        return self._norms(G)
+        return _finite_norms(self._norms(as_tensor(G, "G", 2, self.dim, rows=False)))
 
     def _norms(self, G: torch.Tensor) -> torch.Tensor:
         return ((G @ self.inverse) * G).sum(-1).clamp_min(0.0).sqrt()
@@ -73,7 +82,10 @@ class DiagonalConfidence:
         """Add ``weight · g²`` to the diagonal (``weight >= 0``)."""
         g = as_tensor(g, "g", 1, self.dim)
         w = check_real(weight, "weight", "[0, inf)")
-        self.diagonal.add_(g * g, alpha=w)
+        diagonal = self.diagonal + w * g * g
+        if not torch.isfinite(diagonal).all():
+            raise ValueError("g and weight must keep the matrix finite: weight * g² overflows float64")
+        self.diagonal = diagonal
         self.count += 1
 
     @property
@@ -83,8 +95,7 @@ class DiagonalConfidence:
 
     def norms(self, G) -> torch.Tensor:
         """``sqrt(Σ_j G_kj² / d_j)`` for each row of ``G``."""
-        G = as_tensor(G, "G", 2, self.dim, rows=False)
-        return self._norms(G)
+        return _finite_norms(self._norms(as_tensor(G, "G", 2, self.dim, rows=False)))
 
     def _norms(self, G: torch.Tensor) -> torch.Tensor:
         return ((G * G) / self.diagonal).sum(-1).sqrt()
@@ -113,4 +124,6 @@ def effective_dimension(gram, lam: float = 1.0, n: int | None = None) -> float:
     eig = torch.linalg.eigvalsh(G)
     if float(eig.min()) < -1e-9 * max(scale, 1e-300) * G.shape[0]:
         raise ValueError(f"gram must be positive semi-definite, got eigenvalue {float(eig.min()):.3g}")
-    return float(torch.log1p(eig.clamp_min(0.0) / lam).sum()) / math.log1p(size / lam)
+    # log(λ + x) − log λ rather than log1p(x / λ): x / λ overflows for tiny λ
+    numerator = float((torch.log(lam + eig.clamp_min(0.0)) - math.log(lam)).sum())
+    return numerator / (math.log(lam + size) - math.log(lam))

@@ -6,6 +6,7 @@ Li et al. (2011) on logged data with uniformly random logged actions; :func:`cla
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +48,11 @@ def _check_policy(policy) -> None:
         )
 
 
+def _check_arm(a, K: int) -> None:
+    if isinstance(a, bool | np.bool_) or not (isinstance(a, int | np.integer) and 0 <= a < K):
+        raise ValueError(f"policy.select returned {a!r}, not an arm index in [0, {K})")
+
+
 def _check_progress(progress) -> Callable[[int, int], None] | None:
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be None or a callable (t, T), got {type(progress).__name__}")
@@ -67,13 +73,14 @@ def play(policy, contexts, rewards, expected=None, *, progress=None) -> BanditRu
     M = R if expected is None else as_tensor(expected, "expected", 2).numpy()
     if M.shape != R.shape:
         raise ValueError(f"expected must have shape (T, K) = {R.shape}, got {M.shape}")
+    if M.min() < 0 or M.max() > 1:
+        raise ValueError("expected must lie in [0, 1] (mean rewards)")
     progress = _check_progress(progress)
     T = X.shape[0]
     arms = np.empty(T, dtype=np.int64)
     for t in range(T):
         a = policy.select(X[t])
-        if not (isinstance(a, int | np.integer) and 0 <= a < X.shape[1]):
-            raise ValueError(f"policy.select returned {a!r}, not an arm index in [0, {X.shape[1]})")
+        _check_arm(a, X.shape[1])
         policy.update(X[t, a], float(R[t, a]))
         arms[t] = a
         if progress is not None:
@@ -110,6 +117,8 @@ def log_uniform(contexts, rewards, *, seed: int = 0) -> tuple[np.ndarray, np.nda
     R = as_tensor(rewards, "rewards", 2).numpy()
     if R.shape != tuple(X.shape[:2]):
         raise ValueError(f"rewards must have shape (n, K) = {tuple(X.shape[:2])}, got {R.shape}")
+    if R.min() < 0 or R.max() > 1:
+        raise ValueError("rewards must lie in [0, 1]")
     rng = np.random.default_rng(check_seed(seed))
     actions = rng.integers(0, X.shape[1], size=X.shape[0])
     return actions, R[np.arange(X.shape[0]), actions]
@@ -137,10 +146,18 @@ def replay(policy, contexts, actions, rewards, *, progress=None) -> ReplayResult
     progress = _check_progress(progress)
     gained: list[float] = []
     for t in range(n):
-        if policy.select(X[t]) == a[t]:
+        chosen = policy.select(X[t])
+        _check_arm(chosen, K)
+        if chosen == a[t]:
             policy.update(X[t, a[t]], float(r[t]))
             gained.append(float(r[t]))
         if progress is not None:
             progress(t + 1, n)
     running = np.cumsum(gained) / np.arange(1, len(gained) + 1) if gained else np.empty(0)
+    if not gained:
+        warnings.warn(
+            "replay: the policy never chose a logged action; its value is NaN (no events)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return ReplayResult(float(running[-1]) if gained else float("nan"), len(gained), running)

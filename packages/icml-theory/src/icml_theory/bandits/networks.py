@@ -1,7 +1,7 @@
 """The reward network ``f(x; θ)`` of the neural bandits and its gradient features ``g(x) = ∇_θ f(x; θ) / sqrt(m)``.
 
 The network is a ReLU MLP of width ``m`` built from two identical halves whose outputs are subtracted, so
-that ``f(x; θ_0) = 0`` for every ``x`` at initialization (the symmetric initialization of NeuralUCB's
+that ``f(x; θ_0) = 0`` (up to rounding) for every ``x`` at initialization (the symmetric initialization of NeuralUCB's
 analysis, Zhou et al. 2020); after the first update the halves move independently.
 """
 
@@ -45,7 +45,8 @@ def _mlp(dim: int, width: int, depth: int, generator: torch.Generator) -> torch.
 
 
 class RewardNetwork(torch.nn.Module):
-    """``f(x; θ)``: a ReLU MLP with ``depth`` hidden layers of width ``width`` (even), zero at init.
+    """``f(x; θ)``: a ReLU MLP with ``depth`` hidden layers of width ``width`` (even), zero at init (up to
+    the rounding of the output layer's sum, ~1e-16).
 
     ``gradients(X)`` returns the rows ``g(x_k) = ∇_θ f(x_k; θ) / sqrt(width)`` (float64), the features of
     the confidence matrices; ``num_parameters`` is their length ``p``."""
@@ -116,4 +117,7 @@ def ntk_gram(network: RewardNetwork, contexts) -> torch.Tensor:
     if not isinstance(network, RewardNetwork):
         raise TypeError(f"network must be a RewardNetwork, got {type(network).__name__}")
     J = network.gradients(as_tensor(contexts, "contexts", 2, network.dim))
-    return J @ J.T
+    G = J @ J.T
+    if not (torch.isfinite(J).all() and torch.isfinite(G).all()):
+        raise ValueError("contexts are too large: their gradient features' inner products overflow float64")
+    return G

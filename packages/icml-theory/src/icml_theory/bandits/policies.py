@@ -12,6 +12,7 @@ second-order term of UCB-2 are **our reconstruction**, each exposed as an argume
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +24,8 @@ from icml_theory.bandits.networks import RewardNetwork
 from icml_theory.validation import check_choice, check_int, check_real, check_seed
 
 CONFIDENCES = ("full", "diagonal")
+# beyond these, 1/λ or ν² leave float64's comfortable range (scores of rewards in [0, 1] need neither)
+LAM_RANGE, NU_RANGE = "[1e-12, 1e12]", "[0, 1e6]"
 # |mu''| <= 1/(6 sqrt 3) for the logistic link: half of it bounds the Taylor remainder of mu
 SECOND_ORDER = 1.0 / (12.0 * math.sqrt(3.0))
 
@@ -112,9 +115,9 @@ class NeuralBandit(BanditPolicy):
         seed: int = 0,
     ) -> None:
         super().__init__(dim, seed)
-        self.lam = check_real(lam, "lam", "(0, inf)")
-        self.nu = check_real(nu, "nu", "[0, inf)")
-        self.lr = check_real(lr, "lr", "(0, inf)")
+        self.lam = check_real(lam, "lam", LAM_RANGE)
+        self.nu = check_real(nu, "nu", NU_RANGE)
+        self.lr = check_real(lr, "lr", "(0, 10]")
         self.steps = check_int(steps, "steps", 0, 1 << 20)
         self.train_every = check_int(train_every, "train_every", 1)
         self.batch_size = check_int(batch_size, "batch_size", 1)
@@ -122,7 +125,7 @@ class NeuralBandit(BanditPolicy):
         self.network = RewardNetwork(self.dim, width, depth, self.seed)
         p = self.network.num_parameters
         kind = check_choice(confidence, "confidence", CONFIDENCES)
-        self.confidence = (
+        self.confidence: FullConfidence | DiagonalConfidence | None = (
             (FullConfidence(p, self.lam) if kind == "full" else DiagonalConfidence(p, self.lam))
             if self.uses_confidence
             else None
@@ -146,7 +149,7 @@ class NeuralBandit(BanditPolicy):
 
     def _scores(self, X: torch.Tensor) -> np.ndarray:
         f, G = self._predict(X)
-        norms = self.confidence._norms(G) if self.uses_confidence else None
+        norms = self.confidence._norms(G) if self.confidence is not None else None
         return self._index(f, norms).numpy()
 
     def _index(
@@ -159,7 +162,7 @@ class NeuralBandit(BanditPolicy):
         return 1.0
 
     def _learn(self, x: torch.Tensor, r: float) -> None:
-        if self.uses_confidence:
+        if self.confidence is not None:
             hit = None
             if self._cache is not None:
                 X, f_all, G_all = self._cache
@@ -189,6 +192,7 @@ class NeuralBandit(BanditPolicy):
         if not self.steps:
             return
         params = list(self.network.parameters())
+        saved = [p.detach().clone() for p in params]
         decay = self.network.width * self.lam / n  # gradient of (m λ / 2) ‖θ − θ_0‖², divided by n
         for _ in range(self.steps):
             if n > self.batch_size:  # an unbiased minibatch of the objective
@@ -205,17 +209,35 @@ class NeuralBandit(BanditPolicy):
             (data * scale).backward()
             with torch.no_grad():
                 for p, p0 in zip(params, self.network.initial, strict=True):
+                    assert p.grad is not None
                     p.grad.add_(p - p0, alpha=decay)
             self._optimizer.step()
+        if not all(torch.isfinite(p).all() for p in params):  # diverged: keep the last finite network
+            with torch.no_grad():
+                for p, old in zip(params, saved, strict=True):
+                    p.copy_(old)
+            self._optimizer = torch.optim.Adam(params, lr=self.lr, foreach=True)
+            warnings.warn(
+                f"{type(self).__name__}: training diverged (non-finite parameters); kept the previous network. "
+                "Lower lr or scale the contexts.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def __repr__(self) -> str:
-        kind = self.confidence.method if self.confidence is not None else "none"
+        kind = (
+            "none"
+            if self.confidence is None
+            else "diagonal"
+            if self.confidence.method == "diagonal"
+            else "full"
+        )
         return f"{type(self).__name__}(dim={self.dim}, nu={self.nu}, lam={self.lam}, confidence={kind!r}, t={self.t})"
 
 
 def _check_kappa(kappa) -> float:
     # mu'(z) <= 1/4 everywhere, so kappa = sup 1/mu' >= 4
-    return check_real(kappa, "kappa", "[4, inf)")
+    return check_real(kappa, "kappa", "[4, 1e12]")
 
 
 class NeuralLogUCB1(NeuralBandit):
@@ -240,7 +262,7 @@ class NeuralLogUCB2(NeuralBandit):
 
     def __init__(self, dim: int, *, kappa: float, second_order: float = SECOND_ORDER, **kwargs) -> None:
         self.kappa = _check_kappa(kappa)
-        self.second_order = check_real(second_order, "second_order", "[0, inf)")
+        self.second_order = check_real(second_order, "second_order", NU_RANGE)
         super().__init__(dim, **kwargs)
 
     def _weight(self, f: float) -> float:
@@ -249,7 +271,7 @@ class NeuralLogUCB2(NeuralBandit):
 
     def _index(self, f, norms):
         mu = torch.sigmoid(f)
-        return mu + self.nu * mu * (1 - mu) * norms + self.second_order * self.nu**2 * norms**2
+        return mu + self.nu * mu * (1 - mu) * norms + self.second_order * (self.nu * self.nu) * norms**2
 
 
 class NeuralUCB(NeuralBandit):
@@ -315,12 +337,12 @@ class GLMUCB(BanditPolicy):
                 f"features must be a callable from (K, dim) arrays to (K, q) arrays, got {type(features).__name__}"
             )
         self.features = features if features is not None else _with_bias
-        self.lam = check_real(lam, "lam", "(0, inf)")
-        self.nu = check_real(nu, "nu", "[0, inf)")
+        self.lam = check_real(lam, "lam", LAM_RANGE)
+        self.nu = check_real(nu, "nu", NU_RANGE)
         self.train_every = check_int(train_every, "train_every", 1)
         self.newton_steps = check_int(newton_steps, "newton_steps", 0, 1000)
-        self.confidence: FullConfidence | None = None
-        self.theta: np.ndarray | None = None
+        self.confidence: FullConfidence | None = None  # made at the first call, when q is known
+        self.theta = np.zeros(0)
         self._Phi: list[np.ndarray] = []
         self._r: list[float] = []
 
@@ -347,13 +369,18 @@ class GLMUCB(BanditPolicy):
 
     def _scores(self, X: torch.Tensor) -> np.ndarray:
         Phi = self._phi(X)
+        assert self.confidence is not None
         z = np.clip(Phi @ self.theta, -700, 700)
         norms = self.confidence._norms(torch.from_numpy(Phi)).numpy()
         return 1.0 / (1.0 + np.exp(-z)) + self.nu * norms
 
     def _learn(self, x: torch.Tensor, r: float) -> None:
         phi = self._phi(x[None])[0]
-        self.confidence.update(phi)
+        assert self.confidence is not None
+        try:
+            self.confidence.update(phi)
+        except ValueError as err:
+            raise ValueError(f"context has features too large for the confidence matrix ({err})") from None
         self._Phi.append(phi)
         self._r.append(r)
         if (self.t + 1) % self.train_every == 0:
@@ -367,7 +394,10 @@ class GLMUCB(BanditPolicy):
             mu = 1.0 / (1.0 + np.exp(-np.clip(Phi @ theta, -700, 700)))
             gradient = Phi.T @ (mu - r) + self.lam * theta
             hessian = (Phi * (mu * (1 - mu))[:, None]).T @ Phi + self.lam * eye
-            step = np.linalg.solve(hessian, gradient)
+            try:
+                step = np.linalg.solve(hessian, gradient)
+            except np.linalg.LinAlgError:  # numerically singular (tiny λ): the least-squares step
+                step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
             theta -= step
             if np.max(np.abs(step)) < 1e-10:
                 break
