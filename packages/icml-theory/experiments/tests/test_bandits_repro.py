@@ -21,6 +21,18 @@ def test_realized_kappa_is_within_5_percent_of_its_target(kappa):
         assert problem.realized_kappa <= kappa * (1 + 1e-9)  # sup over all contexts bounds the drawn ones
 
 
+@pytest.mark.parametrize("kappa", repro.KAPPAS)
+def test_fixed_arms_hit_kappa_and_make_the_best_arm_the_quietest(kappa):
+    for seed in range(3):
+        problem = make_problem(kappa, 50, seed=seed, arms="fixed")
+        assert (problem.contexts == problem.contexts[:1]).all()  # the same arms every round
+        np.testing.assert_allclose(np.linalg.norm(problem.contexts[0], axis=1), 1.0, rtol=1e-12)
+        assert problem.realized_kappa == pytest.approx(kappa, rel=1e-9)
+        best = problem.means[0].max()
+        assert best * (1 - best) == pytest.approx(1 / kappa, rel=1e-9)  # the optimal arm has variance 1/kappa
+        assert len(np.unique(problem.means[0].round(12))) == repro.K
+
+
 def test_the_problem_is_what_its_means_say():
     problem = make_problem(50.0, 4000, K=10, d=8, seed=0)
     np.testing.assert_allclose(problem.means, 1 / (1 + np.exp(-problem.logit(problem.contexts))), rtol=1e-12)

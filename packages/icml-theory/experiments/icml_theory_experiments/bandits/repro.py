@@ -35,7 +35,9 @@ EPSILON_GRID = (0.02, 0.05, 0.1)
 DEFAULT_KNOB = {"eps-greedy": 0.05}  # quick (no tuning): the grids' middle values
 OURS = "NeuralLog-UCB-2"
 METHODS = ("NeuralLog-UCB-2", "NeuralLog-UCB-1", "NeuralUCB", "NeuralTS", "eps-greedy", "GLM-UCB")
-REFERENCES = ("random", "GLM-UCB (true h)")
+REFERENCES = ("random", "GLM-UCB (true h)", "greedy")
+GREEDY_RATIO = 1.5  # declared revision: exploration pays (greedy >= 1.5x the best method at kappa >= 50)
+TESTBED = "fixed"  # the declared revision; "fresh" is the first testbed (docs page)
 HEADROOM_RATIO = 5.0
 VARIANCE_MAX = 0.1
 KAPPA_TOLERANCE = 0.05
@@ -62,6 +64,8 @@ def _policy(method: str, kappa: float, knob: float | None, seed: int, problem):
         )
     if method == "GLM-UCB":
         return b.GLMUCB(D, nu=nu, seed=seed)
+    if method == "greedy":  # NeuralLog-UCB-2 without a bonus: the exploration-headroom reference
+        return b.NeuralLogUCB2(D, kappa=kappa, nu=0.0, seed=seed, **SHARED)
     if method == "GLM-UCB (true h)":
         return b.GLMUCB(
             D, nu=nu, seed=seed, features=lambda x: np.stack([problem.logit(x), np.ones(len(x))], 1)
@@ -76,8 +80,8 @@ def _one(job: tuple) -> dict:
     from icml_theory.bandits import play
 
     torch.set_num_threads(1)
-    method, kappa, knob, seed, T = job
-    problem = make_problem(kappa, T, K=K, d=D, seed=seed)
+    method, kappa, knob, seed, T, arms = job
+    problem = make_problem(kappa, T, K=K, d=D, seed=seed, arms=arms)
     start = time.perf_counter()
     run = play(_policy(method, kappa, knob, seed, problem), problem.contexts, problem.rewards, problem.means)
     return {
@@ -115,7 +119,7 @@ def _slope(curve: np.ndarray) -> float:
     return float(np.polyfit(np.log(t), np.log(y), 1)[0])
 
 
-def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dict:
+def run(budget: str = "quick", seed: int = 0, workers: int | None = None, testbed: str = TESTBED) -> dict:
     cfg = BUDGETS[budget]
     T, seeds = cfg["T"], tuple(s + seed for s in cfg["seeds"])
     workers = workers or min(2, os.cpu_count() or 1)
@@ -124,7 +128,7 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
     tuning: dict[str, dict[float, float]] = {}
     if cfg["tune"]:  # each method's knob by its final regret on a seed that is not evaluated
         tune_jobs = [
-            (m, k, v, TUNING_SEED + seed, T)
+            (m, k, v, TUNING_SEED + seed, T, testbed)
             for k in KAPPAS
             for m in METHODS
             for v in (EPSILON_GRID if m == "eps-greedy" else NU_GRID)
@@ -136,7 +140,10 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
                 scores = tuning[f"{m} kappa={k:g}"]
                 knobs[m, k] = min(scores.items(), key=lambda item: item[1])[0]
     jobs: list[tuple] = [
-        (m, k, knobs.get((m, k)), s, T) for k in KAPPAS for m in (*METHODS, *REFERENCES) for s in seeds
+        (m, k, knobs.get((m, k)), s, T, testbed)
+        for k in KAPPAS
+        for m in (*METHODS, *REFERENCES)
+        for s in seeds
     ]
     results = _map(jobs, workers)
     final: dict[tuple[str, float], dict[int, float]] = {(r["method"], r["kappa"]): {} for r in results}
@@ -156,11 +163,18 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
         mean_curve = {m: np.mean(curves[m, k], axis=0) for m in (*METHODS, *REFERENCES)}
         realized = [p["realized kappa"] for p in problems[k]]
         variance = float(np.mean([p["optimal variance"] for p in problems[k]]))
-        ratio = float(vec["random"].mean() / vec["GLM-UCB (true h)"].mean())
+        oracle = float(vec["GLM-UCB (true h)"].mean())
+        ratio = float(vec["random"].mean()) / oracle if oracle > 0 else math.inf
         kappa_ok = all(abs(x / k - 1) <= KAPPA_TOLERANCE for x in realized)
-        head = ratio >= HEADROOM_RATIO and kappa_ok and (k < 50 or variance <= VARIANCE_MAX)
+        greedy = float(vec["greedy"].mean()) / min(float(vec[m].mean()) for m in METHODS)
+        head = (
+            ratio >= HEADROOM_RATIO
+            and kappa_ok
+            and (k < 50 or (variance <= VARIANCE_MAX and greedy >= GREEDY_RATIO))
+        )
         headroom_parts[f"kappa={k:g}"] = {
             "random / GLM-UCB(true h)": ratio,
+            "greedy / best method": greedy,
             "realized kappa": realized,
             "optimal-arm variance": variance,
             "holds": head,
@@ -235,7 +249,7 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
         "criterion": (
             f"headroom at every kappa: random's final regret >= {HEADROOM_RATIO:g} x GLM-UCB given the true h(x), "
             f"realized kappa within {KAPPA_TOLERANCE:.0%} of its target, and at kappa >= 50 the optimal arm's reward "
-            f"variance <= {VARIANCE_MAX}; then at kappa = 5 mean UCB-2 <= mean UCB-1 and UCB-1 within {NEAR:.0%} of "
+            f"variance <= {VARIANCE_MAX} and greedy (UCB-2 with nu = 0) >= {GREEDY_RATIO:g} x the best method's regret; then at kappa = 5 mean UCB-2 <= mean UCB-1 and UCB-1 within {NEAR:.0%} of "
             "NeuralUCB; at kappa >= 50 the paired t 95% interval of (UCB-2 - other) below 0 for every other method; "
             f"log-log slope of UCB-1's and UCB-2's mean cumulative regret over the second half < {SLOPE_MAX}. "
             + (
@@ -253,7 +267,7 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
         "tuning": {k: {str(v): s for v, s in d.items()} for k, d in tuning.items()},
         "threads": f"torch 1 thread per run, {workers} worker processes",
         "notes": (
-            f"budget={budget}, T={T}, K={K}, d={D}, seeds {seeds}, {time.perf_counter() - start:.0f} s. "
+            f"testbed={testbed} arms, budget={budget}, T={T}, K={K}, d={D}, seeds {seeds}, {time.perf_counter() - start:.0f} s. "
             + (
                 "every criterion held"
                 if headroom and holds
@@ -272,8 +286,9 @@ def main() -> None:
     parser.add_argument("--budget", choices=("quick", "full"), default="full")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--testbed", choices=("fixed", "fresh"), default=TESTBED)
     args = parser.parse_args()
-    print(json.dumps(run(args.budget, args.seed, args.workers), indent=1, default=float))
+    print(json.dumps(run(args.budget, args.seed, args.workers, args.testbed), indent=1, default=float))
 
 
 if __name__ == "__main__":

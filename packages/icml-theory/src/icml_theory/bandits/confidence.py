@@ -16,6 +16,13 @@ from icml_theory.bandits._checks import as_tensor
 from icml_theory.validation import check_choice, check_int, check_real
 
 METHODS = ("sherman-morrison", "explicit")
+_LIMIT = 1e300  # an update term above this could overflow float64 when added
+
+
+def _square(v: torch.Tensor) -> float:
+    """``max |v_i|²`` as a float (inf rather than Python's OverflowError)."""
+    top = float(v.abs().max())
+    return top * top
 
 
 def _finite_norms(norms: torch.Tensor) -> torch.Tensor:
@@ -42,17 +49,22 @@ class FullConfidence:
         """Add ``weight · g gᵀ`` (``weight >= 0``)."""
         g = as_tensor(g, "g", 1, self.dim)
         w = check_real(weight, "weight", "[0, inf)")
-        delta = torch.outer(g, g).mul_(w)
-        matrix = self.matrix + delta
+        # refuse an overflowing update before anything changes (scalar checks; the updates below are
+        # in-place rank-one BLAS calls, no p x p temporaries)
+        if not w * _square(g) < _LIMIT:
+            raise ValueError("g and weight must keep the matrix finite: weight * g gᵀ overflows float64")
         if self.method == "explicit":
-            inverse = torch.linalg.inv(matrix)
+            self.matrix.addr_(g, g, alpha=w)
+            self.inverse = torch.linalg.inv(self.matrix)
         else:
             u = self.inverse @ g
-            inverse = self.inverse - torch.outer(u, u).mul_(w / (1.0 + w * float(g @ u)))
-        # nothing changes unless the new state is finite (an overflowing g or weight is refused)
-        if not (torch.isfinite(matrix).all() and torch.isfinite(inverse).all()):
-            raise ValueError("g and weight must keep the matrix finite: weight * g gᵀ overflows float64")
-        self.matrix, self.inverse = matrix, inverse
+            c = w / (1.0 + w * float(g @ u))
+            if not (math.isfinite(c) and c * _square(u) < _LIMIT):
+                raise ValueError(
+                    "g and weight must keep the inverse finite: the rank-one update overflows float64"
+                )
+            self.matrix.addr_(g, g, alpha=w)
+            self.inverse.addr_(u, u, alpha=-c)
         self.count += 1
 
     def norms(self, G) -> torch.Tensor:
@@ -82,10 +94,9 @@ class DiagonalConfidence:
         """Add ``weight · g²`` to the diagonal (``weight >= 0``)."""
         g = as_tensor(g, "g", 1, self.dim)
         w = check_real(weight, "weight", "[0, inf)")
-        diagonal = self.diagonal + w * g * g
-        if not torch.isfinite(diagonal).all():
+        if not w * _square(g) < _LIMIT:
             raise ValueError("g and weight must keep the matrix finite: weight * g² overflows float64")
-        self.diagonal = diagonal
+        self.diagonal.addcmul_(g, g, value=w)
         self.count += 1
 
     @property
