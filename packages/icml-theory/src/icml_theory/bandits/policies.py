@@ -87,14 +87,15 @@ class NeuralBandit(BanditPolicy):
     confidence matrix over its gradient features.
 
     Training (every ``train_every`` updates, ``steps`` Adam steps at learning rate ``lr``, warm-started, on
-    the whole history or, past ``batch_size`` observations, on a random minibatch of that size) minimizes ``Σ_i loss(f(x_i; θ), r_i) + (m λ / 2) ‖θ − θ_0‖²`` (divided by the number of observations),
-    with the logistic loss (``f`` is a logit) or the squared loss (``f`` is the mean), so that the
+    the whole history or, past ``batch_size`` observations, on a random minibatch of that size) minimizes
+    ``Σ_i loss(f(x_i; θ), r_i) + (m λ / 2) ‖θ − θ_0‖²`` (divided by the number of observations), with the
+    logistic loss (``f`` is a logit) or the squared loss (``f`` is the mean), so that the
     confidence matrix ``λ I + Σ w_i g_i g_iᵀ`` is the Hessian of the linearized objective.
     ``confidence="diagonal"`` keeps only its diagonal. ``nu`` scales the exploration.
 
     The defaults (``λ = 0.01``, ``lr = 0.03``, 10 steps every 5 rounds, width 32) are the shared settings
-    of the ``neurallog-kappa`` reproduction: with NeuralUCB's ``λ = 1`` the ``m λ`` pull towards ``θ_0``
-    kept every network near-greedy-linear regret there (measured; docs page)."""
+    of the ``neurallog-kappa`` reproduction: in its pilot, NeuralUCB's ``λ = 1`` held the networks so close
+    to ``θ_0`` that even greedy play had near-linear regret (docs page)."""
 
     loss = "logistic"
     uses_confidence = True
@@ -178,7 +179,12 @@ class NeuralBandit(BanditPolicy):
                 raise ValueError(
                     "context gave a non-finite prediction or gradient: features this large overflow the model; scale them"
                 )
-            self.confidence.update(g, self._weight(f))
+            try:
+                self.confidence.update(g, self._weight(f))
+            except ValueError as err:
+                raise ValueError(
+                    f"context is too large for the confidence matrix ({err}); scale the features"
+                ) from None
         self._cache = None
         if self.t == self._X.shape[0]:
             self._X = torch.cat([self._X, torch.empty_like(self._X)])
