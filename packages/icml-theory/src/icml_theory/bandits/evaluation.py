@@ -48,6 +48,17 @@ def _check_policy(policy) -> None:
         )
 
 
+def _problem(contexts, rewards):
+    """``contexts`` ``(n, K, d)`` as a tensor and ``rewards`` ``(n, K)`` in [0, 1] as an array."""
+    X = as_tensor(contexts, "contexts", 3)
+    R = as_tensor(rewards, "rewards", 2).numpy()
+    if R.shape != tuple(X.shape[:2]):
+        raise ValueError(f"rewards must have shape (n, K) = {tuple(X.shape[:2])}, got {R.shape}")
+    if R.min() < 0 or R.max() > 1:
+        raise ValueError("rewards must lie in [0, 1]")
+    return X, R
+
+
 def _check_arm(a, K: int) -> None:
     if isinstance(a, bool | np.bool_) or not (isinstance(a, int | np.integer) and 0 <= a < K):
         raise ValueError(f"policy.select returned {a!r}, not an arm index in [0, {K})")
@@ -64,12 +75,7 @@ def play(policy, contexts, rewards, expected=None, *, progress=None) -> BanditRu
     reward each arm would give), ``expected`` ``(T, K)`` the mean rewards for the pseudo-regret (default:
     the realized ``rewards``). ``progress(t, T)`` is called after each round."""
     _check_policy(policy)
-    X = as_tensor(contexts, "contexts", 3)
-    R = as_tensor(rewards, "rewards", 2).numpy()
-    if R.shape != tuple(X.shape[:2]):
-        raise ValueError(f"rewards must have shape (T, K) = {tuple(X.shape[:2])}, got {R.shape}")
-    if R.min() < 0 or R.max() > 1:
-        raise ValueError("rewards must lie in [0, 1]")
+    X, R = _problem(contexts, rewards)
     M = R if expected is None else as_tensor(expected, "expected", 2).numpy()
     if M.shape != R.shape:
         raise ValueError(f"expected must have shape (T, K) = {R.shape}, got {M.shape}")
@@ -113,12 +119,7 @@ def classification_bandit(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 def log_uniform(contexts, rewards, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A log of a uniformly random logging policy over the rows: ``(actions, observed rewards)``, each ``(n,)``."""
-    X = as_tensor(contexts, "contexts", 3)
-    R = as_tensor(rewards, "rewards", 2).numpy()
-    if R.shape != tuple(X.shape[:2]):
-        raise ValueError(f"rewards must have shape (n, K) = {tuple(X.shape[:2])}, got {R.shape}")
-    if R.min() < 0 or R.max() > 1:
-        raise ValueError("rewards must lie in [0, 1]")
+    X, R = _problem(contexts, rewards)
     rng = np.random.default_rng(check_seed(seed))
     actions = rng.integers(0, X.shape[1], size=X.shape[0])
     return actions, R[np.arange(X.shape[0]), actions]
