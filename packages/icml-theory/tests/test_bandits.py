@@ -32,14 +32,7 @@ from icml_theory.bandits import (
 )
 from icml_tools.fuzz import rejects
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Single-threaded torch, as in test_fuzz.py: the tensors here are tiny."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rel_fro(a, b) -> float:

@@ -45,13 +45,7 @@ FUZZ.exempt(BanditRun, "frozen result record built only by play, whose fuzz test
 FUZZ.exempt(ReplayResult, "frozen result record built only by replay, whose fuzz test checks it")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Single-threaded torch, as in test_fuzz.py: the tensors here are tiny."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small(valid, top: int):
