@@ -5,16 +5,18 @@ of inference steps an energy trace needs to close most of the gap to the equilib
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
-from icml_theory.pc._checks import check_batch, check_output
+from icml_theory.pc._checks import check_batch, check_finite, check_output, forward_checked
 from icml_theory.pc.energy import (
     LOSSES,
     _error_energy,
-    _forward_states,
     _local_energy,
+    _output_loss,
     _states_from_errors,
     as_layers,
 )
@@ -55,9 +57,9 @@ def equilibrium(
     if not params:
         raise ValueError("model must have parameters, got none")
     x, y = check_batch(x, y, loss, params[0])
-    with torch.no_grad():
-        forward = _forward_states(layers, x)
+    forward = forward_checked(layers, x)
     check_output(forward[-1], y, loss)
+    check_finite(beta * _output_loss(forward[-1], y, loss), "the energy of the forward pass", "x, y or beta")
     errors = [torch.zeros_like(s, requires_grad=True) for s in forward[:-1]]
     iterations, left = 0, 0.0
 
@@ -121,20 +123,21 @@ def relative_error(estimate: Sequence[torch.Tensor], reference: Sequence[torch.T
     b = torch.cat([t.detach().reshape(-1).double().cpu() for t in reference])
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
         raise ValueError("estimate and reference must be finite")
-    scale = float(b.norm())
-    if scale == 0.0:
+    if not bool((b != 0).any()):
         raise ValueError("reference must not be all zeros (the relative error is undefined)")
-    return float((a - b).norm()) / scale
+    # scaled by the largest entry first, so that huge finite values do not overflow the norms
+    scale = max(float(a.abs().max()), float(b.abs().max()))
+    a, b = a / scale, b / scale
+    ratio = float((a - b).norm()) / float(b.norm())
+    if not math.isfinite(ratio):
+        raise ValueError("the relative error overflows: reference is tiny next to estimate")
+    return ratio
 
 
 def iterations_to_tolerance(energies, equilibrium_energy: float, tol: float = 0.01) -> int | None:
     """The first inference step ``t`` with ``E_t − E* <= tol · (E_0 − E*)`` — the step where the trace has closed
     all but ``tol`` of its gap to the equilibrium energy ``E*`` — or None if it never does."""
-    trace = (
-        torch.as_tensor(energies, dtype=torch.float64).reshape(-1)
-        if not isinstance(energies, torch.Tensor)
-        else energies.detach().double().reshape(-1).cpu()
-    )
+    trace = _trace(energies)
     if trace.numel() == 0 or not torch.isfinite(trace).all():
         raise ValueError("energies must be a non-empty, finite energy trace")
     target = check_real(equilibrium_energy, "equilibrium_energy")
@@ -144,3 +147,20 @@ def iterations_to_tolerance(energies, equilibrium_energy: float, tol: float = 0.
         return 0
     hits = (gap <= tol * float(gap[0])).nonzero()
     return int(hits[0]) if len(hits) else None
+
+
+def _trace(energies) -> torch.Tensor:
+    """``energies`` (a tensor, an array or a list of real numbers) as a 1-D float64 tensor."""
+    if isinstance(energies, torch.Tensor):
+        if energies.is_complex() or energies.dtype == torch.bool:
+            raise TypeError(f"energies must hold real numbers, got a {energies.dtype} tensor")
+        return energies.detach().double().reshape(-1).cpu()
+    try:
+        array = np.asarray(energies)
+        if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+            raise TypeError
+        return torch.as_tensor(array.astype(np.float64)).reshape(-1)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"energies must be a sequence of real numbers, got {type(energies).__name__}"
+        ) from None

@@ -25,7 +25,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from icml_theory.pc._checks import as_input, check_batch, check_output, check_tensors
+from icml_theory.pc._checks import (
+    as_input,
+    check_batch,
+    check_finite,
+    check_output,
+    check_tensors,
+    forward_checked,
+)
 from icml_theory.validation import check_choice, check_real
 
 LOSSES = ("mse", "ce")
@@ -73,20 +80,18 @@ def output_loss(output: torch.Tensor, target: torch.Tensor, loss: str = "ce") ->
     """ℓ summed over the batch: ``"mse"`` ½‖output − target‖², ``"ce"`` cross-entropy of logits against class
     indices (``output`` of shape ``(B, C, …)``, ``target`` of shape ``(B, …)``)."""
     loss = check_choice(loss, "loss", LOSSES)
-    output = as_input(
-        output,
-        "output",
-        output if isinstance(output, torch.Tensor) and output.is_floating_point() else torch.zeros(()),
-    )
-    _, target = check_batch(output, target, loss, output)
-    check_output(output, target, loss)
-    return _output_loss(output, target, loss)
+    like = output if isinstance(output, torch.Tensor) and output.is_floating_point() else torch.zeros(())
+    output, target = check_batch(output, target, loss, like, names=("output", "target"))
+    check_output(output, target, loss, "target")
+    return check_finite(_output_loss(output, target, loss), "the loss", "output or target")
 
 
 def forward_states(model, x) -> list[torch.Tensor]:
     """The forward pass ``[s_1, …, s_L]`` (``s_L`` the output): the states where every error is zero."""
     layers = as_layers(model)
-    return _forward_states(layers, as_input(x, "x", _like(layers)))
+    x = as_input(x, "x", _like(layers))
+    forward_checked(layers, x)
+    return _forward_states(layers, x)
 
 
 def states_from_errors(model, x, errors) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -94,26 +99,27 @@ def states_from_errors(model, x, errors) -> tuple[list[torch.Tensor], torch.Tens
     layers = as_layers(model)
     like = _like(layers)
     x = as_input(x, "x", like)
-    return _states_from_errors(layers, x, check_tensors(errors, "errors", len(layers) - 1, x.shape[0], like))
+    shapes = [s.shape for s in forward_checked(layers, x)[:-1]]
+    return _states_from_errors(layers, x, check_tensors(errors, "errors", shapes, like))
 
 
 def energy(model, x, y, states, loss: str = "ce", beta: float = 1.0) -> torch.Tensor:
     """The state energy E(s) (a scalar tensor) at hidden states ``[s_1, …, s_{L−1}]``."""
     layers, x, y, states, loss, beta = _checked(model, x, y, states, "states", loss, beta)
-    return _energy(layers, x, y, states, loss, beta)
+    return check_finite(_energy(layers, x, y, states, loss, beta), "the energy", "states, x, y or beta")
 
 
 def error_energy(model, x, y, errors, loss: str = "ce", beta: float = 1.0) -> torch.Tensor:
     """ePC's energy E(e) = Σ ½‖e_l‖² + β ℓ(f_L(s_{L−1}(e)), y) (a scalar tensor)."""
     layers, x, y, errors, loss, beta = _checked(model, x, y, errors, "errors", loss, beta)
-    return _error_energy(layers, x, y, errors, loss, beta)
+    return check_finite(_error_energy(layers, x, y, errors, loss, beta), "the energy", "errors, x, y or beta")
 
 
 def local_energy(model, x, y, states, loss: str = "ce", beta: float = 1.0) -> torch.Tensor:
     """The state energy with every state detached: its value is E(s), its gradient with respect to layer
     ``l``'s parameters is local (only term ``l`` depends on them) and equals ∂E/∂θ_l at ``s``."""
     layers, x, y, states, loss, beta = _checked(model, x, y, states, "states", loss, beta)
-    return _local_energy(layers, x, y, states, loss, beta)
+    return check_finite(_local_energy(layers, x, y, states, loss, beta), "the energy", "states, x, y or beta")
 
 
 # ---------------------------------------------------------------- checks
@@ -128,9 +134,9 @@ def _checked(model, x, y, seq, seq_name: str, loss: str, beta: float):
     beta = check_real(beta, "beta", "(0, inf)")
     like = _like(layers)
     x, y = check_batch(x, y, loss, like)
-    seq = check_tensors(seq, seq_name, len(layers) - 1, x.shape[0], like)
-    with torch.no_grad():
-        check_output(layers[-1](seq[-1] if seq else x), y, loss)
+    forward = forward_checked(layers, x)
+    check_output(forward[-1], y, loss)
+    seq = check_tensors(seq, seq_name, [s.shape for s in forward[:-1]], like)
     return layers, x, y, seq, loss, beta
 
 

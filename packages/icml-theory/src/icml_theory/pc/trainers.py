@@ -21,6 +21,7 @@ forward pass (all errors zero). One design choice of ours: the official ePC code
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from icml_theory.pc._checks import as_input, check_batch, check_output
+from icml_theory.pc._checks import as_input, check_batch, check_finite, check_output, forward_checked
 from icml_theory.pc.energy import (
     LOSSES,
     _energy,
@@ -90,19 +91,27 @@ class Trainer:
                 raise ValueError("optimizer must hold every parameter of model")
         self.optimizer = optimizer
 
-    def _batch(self, x, y) -> tuple[torch.Tensor, torch.Tensor]:
-        return check_batch(x, y, self.loss, next(self.model.parameters()))
+    def _batch(self, x, y) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The checked batch and its forward pass ``[s_1 … s_L]`` (no graph), whose output ``y`` must fit and
+        whose loss must be finite."""
+        x, y = check_batch(x, y, self.loss, next(self.model.parameters()))
+        forward = forward_checked(self.layers, x)
+        check_output(forward[-1], y, self.loss)
+        check_finite(_output_loss(forward[-1], y, self.loss), "the loss of the forward pass", "x or y")
+        return x, y, forward
 
     # ------------------------------------------------------------------ one step
-    def _weight_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def _weight_loss(
+        self, x: torch.Tensor, y: torch.Tensor, forward: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, float]:
         """(the scalar whose gradient is the update, the energy trace, the forward pass's mean loss)."""
         raise NotImplementedError
 
     def gradients(self, x, y) -> TrainStep:
         """Zero the gradients, then leave this method's weight gradients in each parameter's ``.grad`` (no update)."""
-        x, y = self._batch(x, y)
+        x, y, forward = self._batch(x, y)
         self.optimizer.zero_grad(set_to_none=True)
-        objective, energies, loss = self._weight_loss(x, y)
+        objective, energies, loss = self._weight_loss(x, y, forward)
         objective.backward()
         norms = []
         for layer in self.layers:
@@ -132,15 +141,12 @@ class Trainer:
     @torch.no_grad()
     def predict(self, x) -> torch.Tensor:
         """The forward pass (every error zero), as predictive coding predicts at test time."""
-        h = as_input(x, "x", next(self.model.parameters()))
-        for f in self.layers:
-            h = f(h)
-        return h
+        return forward_checked(self.layers, as_input(x, "x", next(self.model.parameters())))[-1]
 
     def fit(self, x, y, *, epochs: int = 1, batch_size: int = 64, seed: int = 0) -> list[float]:
         """Train for ``epochs`` passes over ``(x, y)`` in shuffled mini-batches (the order fixed by ``seed``, so
         trainers given the same seed see the same batches); returns each epoch's mean batch loss."""
-        x, y = self._batch(x, y)
+        x, y, _ = self._batch(x, y)
         epochs = check_int(epochs, "epochs", 1)
         batch_size = check_int(batch_size, "batch_size", 1)
         gen = torch.Generator().manual_seed(check_seed(seed))
@@ -191,11 +197,10 @@ class Backprop(Trainer):
 
     method = "bp"
 
-    def _weight_loss(self, x, y):
+    def _weight_loss(self, x, y, forward):
         output = (
             self.model(x) if isinstance(self.model, nn.Sequential) else _forward_states(self.layers, x)[-1]
         )
-        check_output(output, y, self.loss)
         loss = _output_loss(output, y, self.loss) / x.shape[0]
         return loss, torch.empty(0), float(loss.detach())
 
@@ -227,8 +232,15 @@ class _PC(Trainer):
         """Run inference on a batch: (the hidden states ``[s_1 … s_{L−1}]`` reached, the energy before each step)."""
         return self._infer(*self._batch(x, y))
 
-    def _infer(self, x, y) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _infer(self, x, y, forward) -> tuple[list[torch.Tensor], torch.Tensor]:
         raise NotImplementedError
+
+    @property
+    def _advice(self) -> str:
+        return (
+            f"; use a smaller inference_lr (the energy's curvature grows with beta={self.beta:g}, and with the "
+            "weights: a smaller lr keeps them from growing large)"
+        )
 
     def _diverged(self, trace: torch.Tensor) -> None:
         """Inference from the forward pass should lower the energy; gradient descent with a step size too large
@@ -237,26 +249,25 @@ class _PC(Trainer):
         if not torch.isfinite(trace).all():
             step = int((~torch.isfinite(trace)).nonzero()[0])
             raise ValueError(
-                f"inference_lr={self.inference_lr:g} made the energy diverge (not finite at inference step {step}); "
-                "use a smaller inference_lr"
+                f"inference_lr={self.inference_lr:g} made the energy diverge (not finite at inference step {step})"
+                + self._advice
             )
         start, end = float(trace[0]), float(trace[-1])
         if end > 2 * start + 1e-12:
             raise ValueError(
                 f"inference_lr={self.inference_lr:g} made the energy diverge (it rose from {start:.6g} to {end:.6g} "
-                "during inference); use a smaller inference_lr"
+                "during inference)" + self._advice
             )
 
-    def _weight_loss(self, x, y):
-        with torch.no_grad():
-            forward = _forward_states(self.layers, x)
-        check_output(forward[-1], y, self.loss)
-        loss = float(_output_loss(forward[-1], y, self.loss)) / x.shape[0]
-        states, trace = self._infer(x, y)
+    def _weight_loss(self, x, y, forward):
+        loss = float(_output_loss(forward[-1], y, self.loss))
+        if not math.isfinite(self.beta * loss):
+            raise ValueError(f"beta={self.beta:g} times the loss {loss:g} overflows; use a smaller beta")
+        states, trace = self._infer(x, y, forward)
         local = _local_energy(self.layers, x, y, states, self.loss, self.beta)
         energies = torch.cat([trace, local.detach().reshape(1).to(trace)])
         self._diverged(energies)
-        return local / x.shape[0], energies.double().cpu(), loss
+        return local / x.shape[0], energies.double().cpu(), loss / x.shape[0]
 
 
 class SPC(_PC):
@@ -264,9 +275,8 @@ class SPC(_PC):
 
     method = "spc"
 
-    def _infer(self, x, y):
-        with torch.no_grad():
-            states = [s.detach() for s in _forward_states(self.layers, x)[:-1]]
+    def _infer(self, x, y, forward):
+        states = forward[:-1]
         trace = []
         for _ in range(self.inference_steps):
             states = [s.requires_grad_(True) for s in states]
@@ -283,10 +293,8 @@ class EPC(_PC):
 
     method = "epc"
 
-    def _infer(self, x, y):
-        with torch.no_grad():
-            shapes = [s.shape for s in _forward_states(self.layers, x)[:-1]]
-        errors = [x.new_zeros(shape) for shape in shapes]
+    def _infer(self, x, y, forward):
+        errors = [torch.zeros_like(s) for s in forward[:-1]]
         trace = []
         for _ in range(self.inference_steps):
             errors = [e.requires_grad_(True) for e in errors]
