@@ -23,10 +23,13 @@ DEPTHS = (4, 20)
 METHODS = ("BP", "sPC", "ePC")
 LR = 1e-3  # Adam, every method
 BATCH = 64
-INFERENCE = {"inference_lr": 0.05, "inference_steps": 64}  # sPC and ePC alike (the pilot in the docs page)
+INFERENCE: dict[str, Any] = {
+    "inference_lr": 0.05,
+    "inference_steps": 64,
+}  # sPC and ePC alike (the pilot in the docs page)
 BUDGETS: dict[str, dict[str, Any]] = {
-    "quick": {"epochs": 4, "seeds": (0,), "batches": 1, "cap": 2048},
-    "full": {"epochs": 20, "seeds": (0, 1, 2), "batches": 3, "cap": 2048},
+    "quick": {"epochs": 3, "seeds": (0,), "batches": 1, "cap": 512, "reference_iter": 500},
+    "full": {"epochs": 20, "seeds": (0, 1, 2), "batches": 3, "cap": 2048, "reference_iter": 2000},
 }
 ENERGY_TOL = 1e-3  # converged: E_t - E* <= 1e-3 (E_0 - E*), E* from an L-BFGS solve of inference
 BP_MIN = 0.90  # headroom: backprop trains the 20-layer MLP
@@ -90,11 +93,11 @@ def _iterations(job: tuple) -> dict:
     from icml_theory_experiments.pc.testbed import digits, mlp
 
     torch.set_num_threads(1)
-    depth, seed, batch, cap = job
+    depth, seed, batch, cap, reference_iter = job
     x, y, _, _ = digits(torch.float64)
     xb, yb = x[batch * BATCH : (batch + 1) * BATCH], y[batch * BATCH : (batch + 1) * BATCH]
     model = mlp(depth, seed, dtype=torch.float64)
-    eq = equilibrium(model, xb, yb, "ce", tol=1e-9, max_iter=5000)
+    eq = equilibrium(model, xb, yb, "ce", tol=1e-9, max_iter=reference_iter)
     out: dict[str, Any] = {
         "depth": depth,
         "seed": seed,
@@ -137,7 +140,7 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
         for s in seeds
     ]
     it_jobs = [
-        (d, s, b, cfg["cap"])
+        (d, s, b, cfg["cap"], cfg["reference_iter"])
         for d in sorted(DEPTHS, reverse=True)
         for s in seeds
         for b in range(cfg["batches"])
