@@ -29,7 +29,7 @@ def test_mlp_is_seeded_and_initialized_as_documented():
     hidden = torch.cat([layer[0].weight.detach().reshape(-1) for layer in a[1:-1]])
     expected = (5 / 3) * (2 / (WIDTH + WIDTH)) ** 0.5
     assert float(hidden.std()) == pytest.approx(expected, rel=0.02)
-    assert all(float(layer[0].bias.abs().max()) == 0.0 for layer in a[:-1])
+    assert all(float(layer[0].bias.detach().abs().max()) == 0.0 for layer in a[:-1])
 
 
 def test_iteration_job_counts_to_the_tolerance():

@@ -19,7 +19,7 @@ import json
 import torch
 
 from icml_theory.pc import EPC, SPC, equilibrium, forward_states, relative_error
-from icml_theory.pc.energy import _error_energy
+from icml_theory.pc.energy import error_energy
 from icml_theory_experiments.pc.repro import BATCH, BUDGETS, INFERENCE
 from icml_theory_experiments.pc.testbed import digits, mlp
 
@@ -34,7 +34,7 @@ def _extreme_eigenvalue(model, x, y, iterations: int = 100) -> float:
     for _ in range(iterations):
         norm = torch.stack([(t * t).sum() for t in v]).sum().sqrt()
         v = [t / norm for t in v]
-        grads = torch.autograd.grad(_error_energy(layers, x, y, errors, "ce", 1.0), errors, create_graph=True)
+        grads = torch.autograd.grad(error_energy(layers, x, y, errors, "ce", 1.0), errors, create_graph=True)
         hv = torch.autograd.grad(
             torch.stack([(g * t).sum() for g, t in zip(grads, v, strict=True)]).sum(), errors
         )

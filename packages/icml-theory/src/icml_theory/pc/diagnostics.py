@@ -11,15 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+import icml_theory.pc._core as core
 from icml_theory.pc._checks import check_batch, check_finite, check_output, forward_checked
-from icml_theory.pc.energy import (
-    LOSSES,
-    _error_energy,
-    _local_energy,
-    _output_loss,
-    _states_from_errors,
-    as_layers,
-)
+from icml_theory.pc.energy import LOSSES, as_layers
 from icml_theory.validation import check_choice, check_int, check_real
 
 __all__ = ["Equilibrium", "equilibrium", "iterations_to_tolerance", "relative_error"]
@@ -59,12 +53,14 @@ def equilibrium(
     x, y = check_batch(x, y, loss, params[0])
     forward = forward_checked(layers, x)
     check_output(forward[-1], y, loss)
-    check_finite(beta * _output_loss(forward[-1], y, loss), "the energy of the forward pass", "x, y or beta")
+    check_finite(
+        beta * core.output_loss(forward[-1], y, loss), "the energy of the forward pass", "x, y or beta"
+    )
     errors = [torch.zeros_like(s, requires_grad=True) for s in forward[:-1]]
     iterations, left = 0, 0.0
 
     def value() -> torch.Tensor:
-        return _error_energy(layers, x, y, errors, loss, beta)
+        return core.error_energy(layers, x, y, errors, loss, beta)
 
     # L-BFGS with a strong-Wolfe line search until the energy stops changing in float rounding, then L-BFGS
     # with unit steps (which needs no energy values) to drive the gradient itself down to tol
@@ -74,8 +70,8 @@ def equilibrium(
         iterations += _lbfgs(errors, value, max_iter - iterations, tol, search)
         left = max(float(g.abs().max()) for g in torch.autograd.grad(value(), errors))
     with torch.no_grad():
-        states = [s.detach() for s in _states_from_errors(layers, x, [e.detach() for e in errors])[0]]
-    local = _local_energy(layers, x, y, states, loss, beta)
+        states = [s.detach() for s in core.states_from_errors(layers, x, [e.detach() for e in errors])[0]]
+    local = core.local_energy(layers, x, y, states, loss, beta)
     found = torch.autograd.grad(local / x.shape[0], params, allow_unused=True)
     gradients = [torch.zeros_like(p) if g is None else g for p, g in zip(params, found, strict=True)]
     return Equilibrium(states, float(local.detach()), gradients, left, iterations, left <= tol)

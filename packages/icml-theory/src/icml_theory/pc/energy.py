@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+import icml_theory.pc._core as core
 from icml_theory.pc._checks import (
     as_input,
     check_batch,
@@ -83,7 +83,7 @@ def output_loss(output: torch.Tensor, target: torch.Tensor, loss: str = "ce") ->
     like = output if isinstance(output, torch.Tensor) and output.is_floating_point() else torch.zeros(())
     output, target = check_batch(output, target, loss, like, names=("output", "target"))
     check_output(output, target, loss, "target")
-    return check_finite(_output_loss(output, target, loss), "the loss", "output or target")
+    return check_finite(core.output_loss(output, target, loss), "the loss", "output or target")
 
 
 def forward_states(model, x) -> list[torch.Tensor]:
@@ -91,7 +91,7 @@ def forward_states(model, x) -> list[torch.Tensor]:
     layers = as_layers(model)
     x = as_input(x, "x", _like(layers))
     forward_checked(layers, x)
-    return _forward_states(layers, x)
+    return core.forward_states(layers, x)
 
 
 def states_from_errors(model, x, errors) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -100,26 +100,30 @@ def states_from_errors(model, x, errors) -> tuple[list[torch.Tensor], torch.Tens
     like = _like(layers)
     x = as_input(x, "x", like)
     shapes = [s.shape for s in forward_checked(layers, x)[:-1]]
-    return _states_from_errors(layers, x, check_tensors(errors, "errors", shapes, like))
+    return core.states_from_errors(layers, x, check_tensors(errors, "errors", shapes, like))
 
 
 def energy(model, x, y, states, loss: str = "ce", beta: float = 1.0) -> torch.Tensor:
     """The state energy E(s) (a scalar tensor) at hidden states ``[s_1, …, s_{L−1}]``."""
     layers, x, y, states, loss, beta = _checked(model, x, y, states, "states", loss, beta)
-    return check_finite(_energy(layers, x, y, states, loss, beta), "the energy", "states, x, y or beta")
+    return check_finite(core.energy(layers, x, y, states, loss, beta), "the energy", "states, x, y or beta")
 
 
 def error_energy(model, x, y, errors, loss: str = "ce", beta: float = 1.0) -> torch.Tensor:
     """ePC's energy E(e) = Σ ½‖e_l‖² + β ℓ(f_L(s_{L−1}(e)), y) (a scalar tensor)."""
     layers, x, y, errors, loss, beta = _checked(model, x, y, errors, "errors", loss, beta)
-    return check_finite(_error_energy(layers, x, y, errors, loss, beta), "the energy", "errors, x, y or beta")
+    return check_finite(
+        core.error_energy(layers, x, y, errors, loss, beta), "the energy", "errors, x, y or beta"
+    )
 
 
 def local_energy(model, x, y, states, loss: str = "ce", beta: float = 1.0) -> torch.Tensor:
     """The state energy with every state detached: its value is E(s), its gradient with respect to layer
     ``l``'s parameters is local (only term ``l`` depends on them) and equals ∂E/∂θ_l at ``s``."""
     layers, x, y, states, loss, beta = _checked(model, x, y, states, "states", loss, beta)
-    return check_finite(_local_energy(layers, x, y, states, loss, beta), "the energy", "states, x, y or beta")
+    return check_finite(
+        core.local_energy(layers, x, y, states, loss, beta), "the energy", "states, x, y or beta"
+    )
 
 
 # ---------------------------------------------------------------- checks
@@ -138,51 +142,3 @@ def _checked(model, x, y, seq, seq_name: str, loss: str, beta: float):
     check_output(forward[-1], y, loss)
     seq = check_tensors(seq, seq_name, [s.shape for s in forward[:-1]], like)
     return layers, x, y, seq, loss, beta
-
-
-# ---------------------------------------------------------------- unchecked, for the inference loops
-def _output_loss(output: torch.Tensor, target: torch.Tensor, loss: str) -> torch.Tensor:
-    if loss == "mse":
-        return 0.5 * (output - target).pow(2).sum()
-    return F.cross_entropy(output, target, reduction="sum")
-
-
-def _forward_states(layers: Sequence[nn.Module], x: torch.Tensor) -> list[torch.Tensor]:
-    states = []
-    s = x
-    for f in layers:
-        s = f(s)
-        states.append(s)
-    return states
-
-
-def _states_from_errors(
-    layers: Sequence[nn.Module], x: torch.Tensor, errors: Sequence[torch.Tensor]
-) -> tuple[list[torch.Tensor], torch.Tensor]:
-    states = []
-    s = x
-    for f, e in zip(layers[:-1], errors, strict=True):
-        s = f(s) + e
-        states.append(s)
-    return states, layers[-1](s)
-
-
-def _energy(layers, x, y, states, loss: str, beta: float) -> torch.Tensor:
-    total = x.new_zeros(())
-    previous = x
-    for f, s in zip(layers[:-1], states, strict=True):
-        total = total + 0.5 * (s - f(previous)).pow(2).sum()
-        previous = s
-    return total + beta * _output_loss(layers[-1](previous), y, loss)
-
-
-def _error_energy(layers, x, y, errors, loss: str, beta: float) -> torch.Tensor:
-    _, output = _states_from_errors(layers, x, errors)
-    total = x.new_zeros(())
-    for e in errors:
-        total = total + 0.5 * e.pow(2).sum()
-    return total + beta * _output_loss(output, y, loss)
-
-
-def _local_energy(layers, x, y, states, loss: str, beta: float) -> torch.Tensor:
-    return _energy(layers, x, y, [s.detach() for s in states], loss, beta)

@@ -30,17 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
+import icml_theory.pc._core as core
 from icml_theory.pc._checks import as_input, check_batch, check_finite, check_output, forward_checked
-from icml_theory.pc.energy import (
-    LOSSES,
-    _energy,
-    _error_energy,
-    _forward_states,
-    _local_energy,
-    _output_loss,
-    _states_from_errors,
-    as_layers,
-)
+from icml_theory.pc.energy import LOSSES, as_layers
 from icml_theory.validation import check_choice, check_int, check_real, check_seed
 
 __all__ = ["EPC", "SPC", "Backprop", "TrainStep", "Trainer"]
@@ -97,7 +89,7 @@ class Trainer:
         x, y = check_batch(x, y, self.loss, next(self.model.parameters()))
         forward = forward_checked(self.layers, x)
         check_output(forward[-1], y, self.loss)
-        check_finite(_output_loss(forward[-1], y, self.loss), "the loss of the forward pass", "x or y")
+        check_finite(core.output_loss(forward[-1], y, self.loss), "the loss of the forward pass", "x or y")
         return x, y, forward
 
     # ------------------------------------------------------------------ one step
@@ -199,9 +191,11 @@ class Backprop(Trainer):
 
     def _weight_loss(self, x, y, forward):
         output = (
-            self.model(x) if isinstance(self.model, nn.Sequential) else _forward_states(self.layers, x)[-1]
+            self.model(x)
+            if isinstance(self.model, nn.Sequential)
+            else core.forward_states(self.layers, x)[-1]
         )
-        loss = _output_loss(output, y, self.loss) / x.shape[0]
+        loss = core.output_loss(output, y, self.loss) / x.shape[0]
         return loss, torch.empty(0), float(loss.detach())
 
 
@@ -260,11 +254,11 @@ class _PC(Trainer):
             )
 
     def _weight_loss(self, x, y, forward):
-        loss = float(_output_loss(forward[-1], y, self.loss))
+        loss = float(core.output_loss(forward[-1], y, self.loss))
         if not math.isfinite(self.beta * loss):
             raise ValueError(f"beta={self.beta:g} times the loss {loss:g} overflows; use a smaller beta")
         states, trace = self._infer(x, y, forward)
-        local = _local_energy(self.layers, x, y, states, self.loss, self.beta)
+        local = core.local_energy(self.layers, x, y, states, self.loss, self.beta)
         energies = torch.cat([trace, local.detach().reshape(1).to(trace)])
         self._diverged(energies)
         return local / x.shape[0], energies.double().cpu(), loss / x.shape[0]
@@ -280,7 +274,7 @@ class SPC(_PC):
         trace = []
         for _ in range(self.inference_steps):
             states = [s.requires_grad_(True) for s in states]
-            e = _energy(self.layers, x, y, states, self.loss, self.beta)
+            e = core.energy(self.layers, x, y, states, self.loss, self.beta)
             grads = torch.autograd.grad(e, states) if states else ()
             trace.append(e.detach())
             with torch.no_grad():
@@ -298,11 +292,11 @@ class EPC(_PC):
         trace = []
         for _ in range(self.inference_steps):
             errors = [e.requires_grad_(True) for e in errors]
-            e = _error_energy(self.layers, x, y, errors, self.loss, self.beta)
+            e = core.error_energy(self.layers, x, y, errors, self.loss, self.beta)
             grads = torch.autograd.grad(e, errors) if errors else ()
             trace.append(e.detach())
             with torch.no_grad():
                 errors = [v.detach() - self.inference_lr * g for v, g in zip(errors, grads, strict=True)]
         with torch.no_grad():
-            states = [s.detach() for s in _states_from_errors(self.layers, x, errors)[0]]
+            states = [s.detach() for s in core.states_from_errors(self.layers, x, errors)[0]]
         return states, torch.stack(trace)
