@@ -236,6 +236,21 @@ class _PC(Trainer):
             "weights: a smaller lr keeps them from growing large)"
         )
 
+    def _descend(self, variables: list[torch.Tensor], energy) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """``inference_steps`` of gradient descent on ``variables`` (states or errors): (where they end, the
+        energy before each step)."""
+        trace = []
+        for _ in range(self.inference_steps):
+            variables = [v.requires_grad_(True) for v in variables]
+            e = energy(variables)
+            grads = torch.autograd.grad(e, variables) if variables else ()
+            trace.append(e.detach())
+            with torch.no_grad():
+                variables = [
+                    v.detach() - self.inference_lr * g for v, g in zip(variables, grads, strict=True)
+                ]
+        return variables, torch.stack(trace)
+
     def _diverged(self, trace: torch.Tensor) -> None:
         """Inference from the forward pass should lower the energy; gradient descent with a step size too large
         for the energy's curvature climbs instead (and may overflow). A final energy above twice the starting
@@ -270,16 +285,7 @@ class SPC(_PC):
     method = "spc"
 
     def _infer(self, x, y, forward):
-        states = forward[:-1]
-        trace = []
-        for _ in range(self.inference_steps):
-            states = [s.requires_grad_(True) for s in states]
-            e = core.energy(self.layers, x, y, states, self.loss, self.beta)
-            grads = torch.autograd.grad(e, states) if states else ()
-            trace.append(e.detach())
-            with torch.no_grad():
-                states = [s.detach() - self.inference_lr * g for s, g in zip(states, grads, strict=True)]
-        return states, torch.stack(trace)
+        return self._descend(forward[:-1], lambda s: core.energy(self.layers, x, y, s, self.loss, self.beta))
 
 
 class EPC(_PC):
@@ -288,15 +294,8 @@ class EPC(_PC):
     method = "epc"
 
     def _infer(self, x, y, forward):
-        errors = [torch.zeros_like(s) for s in forward[:-1]]
-        trace = []
-        for _ in range(self.inference_steps):
-            errors = [e.requires_grad_(True) for e in errors]
-            e = core.error_energy(self.layers, x, y, errors, self.loss, self.beta)
-            grads = torch.autograd.grad(e, errors) if errors else ()
-            trace.append(e.detach())
-            with torch.no_grad():
-                errors = [v.detach() - self.inference_lr * g for v, g in zip(errors, grads, strict=True)]
+        energy = lambda e: core.error_energy(self.layers, x, y, e, self.loss, self.beta)  # noqa: E731
+        errors, trace = self._descend([torch.zeros_like(s) for s in forward[:-1]], energy)
         with torch.no_grad():
             states = [s.detach() for s in core.states_from_errors(self.layers, x, errors)[0]]
-        return states, torch.stack(trace)
+        return states, trace
