@@ -1,0 +1,212 @@
+"""Global and local Fréchet regression (Petersen & Müller 2019) as scikit-learn estimators.
+
+Both predict a weighted Fréchet mean of the training objects with weights that depend on the query:
+
+* global: ``s_i(x) = 1 + (X_i - Xbar)^T Sigma^-1 (x - Xbar)`` (``Sigma`` the covariance with ``1/n``),
+  ``w_i = s_i / n``; with the Euclidean metric this is the least-squares prediction.
+* local (one predictor ``u``): ``mu_j = n^-1 sum_i K_h(U_i - u) (U_i - u)^j``,
+  ``s_i = K_h(U_i - u) [mu_2 - mu_1 (U_i - u)] / (mu_0 mu_2 - mu_1^2)``, ``w_i = s_i / n``; with the
+  Euclidean metric this is the local-linear smoother. The bandwidth is chosen by K-fold cross-validation
+  of the mean squared distance when not given.
+
+``fit(X, y)`` takes ``X (n, p)`` and the objects ``y`` of the ``space`` (see
+:mod:`icml_stats.frechet.spaces`); ``predict`` returns objects of the space; ``score`` is the Fréchet
+R^2, ``1 - sum d^2(y_i, m(x_i)) / sum d^2(y_i, ybar)`` with ``ybar`` the Fréchet mean of ``y``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.model_selection import KFold
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from icml_stats.frechet.spaces import Space, as_space
+from icml_stats.validation import as_array, check_choice, check_cv, check_real, check_seed
+
+__all__ = [
+    "KERNELS",
+    "GlobalFrechetRegressor",
+    "LocalFrechetRegressor",
+    "global_weights",
+    "local_weights",
+]
+
+KERNELS = ("gaussian", "epanechnikov")
+
+
+def global_weights(x_train, x_query) -> np.ndarray:
+    """Global Fréchet regression weights ``(k, n)`` of the training rows for each query row (sum to 1).
+    A singular covariance is replaced by its pseudo-inverse (the least-norm least-squares fit)."""
+    xt = np.asarray(x_train, dtype=float)
+    xq = np.asarray(x_query, dtype=float)
+    n = len(xt)
+    centre = xt.mean(0)
+    cov = (xt - centre).T @ (xt - centre) / n
+    inv = np.linalg.pinv(cov, hermitian=True)
+    w = (1.0 + (xq - centre) @ inv @ (xt - centre).T) / n
+    return w / w.sum(1, keepdims=True)  # exact in theory (the centred rows sum to 0); removes rounding
+
+
+def local_weights(u_train, u_query, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    """Local-linear Fréchet regression weights ``(k, n)`` for a scalar predictor (each row sums to 1).
+
+    Rows of query points whose window holds too little data for a local line (``mu_0 mu_2 - mu_1^2``
+    vanishing: fewer than two distinct neighbours under the Epanechnikov kernel) are NaN."""
+    ut = np.asarray(u_train, dtype=float).ravel()
+    uq = np.asarray(u_query, dtype=float).ravel()
+    h = check_real(bandwidth, "bandwidth", "(0, inf)")
+    check_choice(kernel, "kernel", KERNELS)
+    t = (ut[None, :] - uq[:, None]) / h
+    if kernel == "gaussian":
+        logk = -0.5 * t**2
+        k = np.exp(logk - logk.max(1, keepdims=True))  # a constant factor per row cancels in the weights
+    else:
+        k = np.maximum(1.0 - t**2, 0.0)
+    mu0, mu1, mu2 = k.sum(1), (k * t).sum(1), (k * t**2).sum(1)
+    det = mu0 * mu2 - mu1**2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = k * (mu2[:, None] - mu1[:, None] * t) / det[:, None]
+    w[~(det > 1e-10 * np.maximum(mu0 * mu2, 1e-300))] = np.nan
+    return w / w.sum(1, keepdims=True)  # exact in theory; removes the rounding of near-singular windows
+
+
+class _FrechetRegressor(BaseEstimator):
+    space: Space | str
+
+    def _fit_space(self, y) -> np.ndarray:
+        self.space_ = as_space(self.space)
+        return self.space_.check(y, "y")
+
+    def _check_y(self, X, y):
+        if len(y) != len(X):
+            raise ValueError(f"y must hold one object per row of X ({len(X)}), got {len(y)}")
+
+    def score(self, X, y) -> float:
+        """Fréchet R^2 of the predictions for ``X`` against the objects ``y`` (1 is perfect, 0 is the
+        Fréchet mean of ``y``)."""
+        check_is_fitted(self)
+        yy = self.space_.check(y, "y")
+        pred = self.predict(X)
+        self._check_y(pred, yy)
+        total = float(self.space_.dist2(yy, self.space_.mean(yy)[None]).sum())
+        resid = float(self.space_.dist2(yy, pred).sum())
+        return 1.0 - resid / total if total > 0 else float(resid == 0)
+
+
+class GlobalFrechetRegressor(_FrechetRegressor):
+    """Global Fréchet regression of objects of ``space`` (a :class:`~icml_stats.frechet.Space` or its
+    name) on a vector predictor. With ``space="euclidean"`` it is ordinary least squares."""
+
+    def __init__(self, space: Space | str = "euclidean"):
+        self.space = space
+
+    def fit(self, X, y):
+        X = validate_data(self, X, dtype=float, ensure_min_samples=2)
+        yy = self._fit_space(y)
+        self._check_y(X, yy)
+        self.X_fit_, self.y_fit_ = X, yy
+        return self
+
+    def weights(self, X) -> np.ndarray:
+        """The regression weights ``(k, n_train)`` for the query rows ``X``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=float, reset=False)
+        return global_weights(self.X_fit_, X)
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted objects ``(k, *object_shape)`` for the rows of ``X``."""
+        return self.space_.means(self.y_fit_, self.weights(X))
+
+
+class LocalFrechetRegressor(_FrechetRegressor):
+    """Local (local-linear) Fréchet regression of objects of ``space`` on one predictor column.
+
+    ``bandwidth``: a positive number, or None to choose it from ``bandwidths`` (default: 15 values from
+    1 % to 100 % of the predictor's standard deviation, geometrically spaced) by ``cv``-fold
+    cross-validation of the mean squared distance (folds shuffled with ``random_state``). With
+    ``space="euclidean"`` it is the local-linear smoother."""
+
+    def __init__(
+        self,
+        space: Space | str = "euclidean",
+        bandwidth: float | None = None,
+        kernel: str = "gaussian",
+        bandwidths=None,
+        cv=5,
+        random_state=None,
+    ):
+        self.space = space
+        self.bandwidth = bandwidth
+        self.kernel = kernel
+        self.bandwidths = bandwidths
+        self.cv = cv
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        X = validate_data(self, X, dtype=float, ensure_min_samples=3)
+        if X.shape[1] != 1:
+            raise ValueError(
+                f"X must have one column (local Fréchet regression on a scalar predictor; use DeSI for an index "
+                f"of several), got {X.shape[1]}"
+            )
+        check_choice(self.kernel, "kernel", KERNELS)
+        check_seed(self.random_state)
+        yy = self._fit_space(y)
+        self._check_y(X, yy)
+        u = X[:, 0]
+        self.X_fit_, self.y_fit_ = X, yy
+        if self.bandwidth is not None:
+            self.bandwidth_ = check_real(self.bandwidth, "bandwidth", "(0, inf)")
+            return self
+        grid = self._grid(u)
+        folds = check_cv(self.cv, len(u))
+        splitter = (
+            KFold(folds, shuffle=True, random_state=self.random_state) if isinstance(folds, int) else folds
+        )
+        losses = np.zeros(len(grid))
+        for train, test in splitter.split(X):
+            for j, h in enumerate(grid):
+                if not np.isfinite(losses[j]):
+                    continue
+                w = local_weights(u[train], u[test], h, self.kernel)
+                if np.isnan(w).any():
+                    losses[j] = np.inf
+                    continue
+                pred = self.space_.means(yy[train], w)
+                losses[j] += float(self.space_.dist2(yy[test], pred).sum())
+        if not np.isfinite(losses).any():
+            raise ValueError(
+                f"bandwidths must include a bandwidth that leaves every held-out point two distinct neighbours "
+                f"under the {self.kernel} kernel; got {grid.tolist()}"
+            )
+        self.bandwidths_ = grid
+        self.cv_losses_ = losses / len(u)
+        self.bandwidth_ = float(grid[int(np.argmin(losses))])
+        return self
+
+    def _grid(self, u) -> np.ndarray:
+        if self.bandwidths is None:
+            sd = float(np.std(u))
+            if sd == 0:
+                raise ValueError("X must vary to choose a bandwidth (its column is constant); give bandwidth")
+            return sd * np.geomspace(0.01, 1.0, 15)
+        grid = as_array(self.bandwidths, "bandwidths", ("k",), interval="(0, inf)")
+        return np.sort(grid)
+
+    def weights(self, X) -> np.ndarray:
+        """The regression weights ``(k, n_train)`` for the query rows ``X`` (one column)."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=float, reset=False)
+        w = local_weights(self.X_fit_[:, 0], X[:, 0], self.bandwidth_, self.kernel)
+        bad = np.isnan(w).any(1)
+        if bad.any():
+            raise ValueError(
+                f"X has {int(bad.sum())} query points with fewer than two distinct training neighbours within "
+                f"bandwidth {self.bandwidth_:.4g} ({self.kernel} kernel); use a larger bandwidth or the gaussian kernel"
+            )
+        return w
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted objects ``(k, *object_shape)`` for the rows of ``X``."""
+        return self.space_.means(self.y_fit_, self.weights(X))
