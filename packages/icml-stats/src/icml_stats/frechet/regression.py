@@ -16,12 +16,14 @@ R^2, ``1 - sum d^2(y_i, m(x_i)) / sum d^2(y_i, ybar)`` with ``ybar`` the Fréche
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import KFold
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from icml_stats.frechet.spaces import Space, as_space
+from icml_stats.frechet.spaces import FrechetMeanError, Space, as_space
 from icml_stats.validation import as_array, check_choice, check_cv, check_real, check_seed
 
 __all__ = [
@@ -125,7 +127,9 @@ class LocalFrechetRegressor(_FrechetRegressor):
     ``bandwidth``: a positive number, or None to choose it from ``bandwidths`` (default: 15 values from
     1 % to 100 % of the predictor's standard deviation, geometrically spaced) by ``cv``-fold
     cross-validation of the mean squared distance (folds shuffled with ``random_state``). With
-    ``space="euclidean"`` it is the local-linear smoother."""
+    ``space="euclidean"`` it is the local-linear smoother. Candidates whose held-out means overflow
+    (:class:`~icml_stats.frechet.FrechetMeanError`) or leave a window empty are skipped; solver warnings
+    are silenced during cross-validation (the final ``predict`` still warns)."""
 
     def __init__(
         self,
@@ -173,7 +177,13 @@ class LocalFrechetRegressor(_FrechetRegressor):
                 if np.isnan(w).any():
                     losses[j] = np.inf
                     continue
-                pred = self.space_.means(yy[train], w)
+                try:
+                    with warnings.catch_warnings():  # solver warnings are not repeated for every candidate
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        pred = self.space_.means(yy[train], w)
+                except FrechetMeanError:
+                    losses[j] = np.inf
+                    continue
                 losses[j] += float(self.space_.dist2(yy[test], pred).sum())
         if not np.isfinite(losses).any():
             raise ValueError(

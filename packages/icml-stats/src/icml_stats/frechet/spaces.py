@@ -41,6 +41,7 @@ __all__ = [
     "SPD",
     "Compositional",
     "Euclidean",
+    "FrechetMeanError",
     "Laplacian",
     "Space",
     "Sphere",
@@ -52,6 +53,10 @@ __all__ = [
 
 _SUM_TOL = 1e-6
 _ROUNDING = 1e-12  # a step that raises the objective by less than this (relative) is rounding, not a rise
+
+
+class FrechetMeanError(ValueError):
+    """A weighted Fréchet mean that floating point cannot represent (weights so extreme that it overflows)."""
 
 
 def check_weights(weights, n: int, name: str = "weights") -> np.ndarray:
@@ -124,7 +129,7 @@ class Space:
             raise ValueError(
                 f"weights must have shape ({len(y)},) for mean (use means for several), got {w.shape}"
             )
-        return self._means(y, w[None])[0]
+        return self._solve(y, w[None])[0]
 
     def means(self, y, weights) -> np.ndarray:
         """One weighted Fréchet mean per row of ``weights (k, n)``: ``(k, *object_shape)``."""
@@ -132,7 +137,23 @@ class Space:
         w = check_weights(weights, len(y))
         if w.ndim != 2:
             raise ValueError(f"weights must have shape (k, {len(y)}) for means, got {w.shape}")
-        return self._means(y, w)
+        return self._solve(y, w)
+
+    def _solve(self, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+        try:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                out = self._means(y, w)
+            ok = np.isfinite(out).all()
+            if ok:
+                self._check_objects(out, "mean")  # an under- or overflowed mean leaves the space
+        except (np.linalg.LinAlgError, ValueError):
+            ok = False
+        if not ok:
+            raise FrechetMeanError(
+                f"weights too extreme for the {self.name} mean: it overflows in floating point "
+                f"(largest |weight| {np.abs(w).max():.3g}); use less extreme weights (e.g. a larger bandwidth)"
+            )
+        return out
 
     def _means(self, y: np.ndarray, w: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -310,6 +331,8 @@ class SPD(Space):
         max_iter = check_int(self.max_iter, "max_iter", 1)
         tol = check_real(self.tol, "tol", "(0, inf)")
         f = float(w @ self.dist2(y, x[None]))
+        if not np.isfinite(f):
+            return x  # the log-Euclidean start overflowed: reported by the caller
         step = 1.0
         for _ in range(max_iter):
             h, ih = _eig_apply(x, np.sqrt), _eig_apply(x, lambda v: v**-0.5)
@@ -318,7 +341,10 @@ class SPD(Space):
                 return x
             while step > 1e-8:
                 cand = _sym(h @ _eig_apply(step * g, np.exp) @ h)
-                fc = float(w @ self.dist2(y, cand[None]))
+                try:
+                    fc = float(w @ self.dist2(y, cand[None]))
+                except np.linalg.LinAlgError:
+                    fc = np.nan
                 if fc <= f + _ROUNDING * max(1.0, abs(f)):
                     break
                 step /= 2

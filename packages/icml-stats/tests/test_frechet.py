@@ -1,0 +1,408 @@
+"""icml_stats.frechet: the weighted Fréchet means against closed forms and their optimality (hypothesis),
+global and local Fréchet regression against least squares and the local-linear smoother, DeSI's index
+recovery on a planted single-index model, the scikit-learn contract and bad input."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.linalg import expm, logm
+from scipy.stats import norm
+from sklearn.base import clone
+from sklearn.linear_model import LinearRegression
+
+from icml_stats.frechet import (
+    SPD,
+    Compositional,
+    DeSI,
+    Euclidean,
+    GlobalFrechetRegressor,
+    Laplacian,
+    LocalFrechetRegressor,
+    Sphere,
+    Wasserstein,
+    as_space,
+    check_weights,
+    global_weights,
+    local_weights,
+    quantiles,
+)
+
+LEVELS = (np.arange(20) + 0.5) / 20
+Z = norm.ppf(LEVELS)
+
+
+def spd(rng, n, d=3):
+    a = rng.normal(size=(n, d, d))
+    return a @ a.transpose(0, 2, 1) + 0.3 * np.eye(d)
+
+
+def signed_weights(rng, n, negative=0.3):
+    """Weights summing to 1 with some negative entries (like local Fréchet regression's)."""
+    w = rng.uniform(0.1, 1.0, n)
+    w[rng.random(n) < negative] *= -0.3
+    return w / w.sum() if abs(w.sum()) > 0.2 else np.full(n, 1 / n)
+
+
+# ---------------------------------------------------------------------------------------- exact means
+
+
+def test_w2_mean_of_a_location_scale_family_is_exact_for_signed_weights():
+    rng = np.random.default_rng(0)
+    mu, sigma = rng.normal(size=7), rng.uniform(0.5, 2.0, 7)
+    w = np.array([0.5, 0.4, 0.3, -0.2, 0.1, -0.15, 0.05])
+    w /= w.sum()
+    q = mu[:, None] + sigma[:, None] * Z
+    assert w @ sigma > 0
+    np.testing.assert_allclose(Wasserstein().mean(q, w), w @ mu + (w @ sigma) * Z, atol=1e-12)
+
+
+def test_w2_mean_projects_a_non_monotone_average_and_respects_the_support():
+    q = np.array([[0.0, 0.1, 0.2, 3.0], [0.0, 2.0, 2.1, 2.2]])
+    w = np.array([2.0, -1.0])  # the average decreases: 0, -1.8, -1.7, 3.8
+    m = Wasserstein().mean(q, w)
+    assert np.all(np.diff(m) >= 0)
+    # isotonic regression pools the decreasing run: the mean of 0, -1.8, -1.7
+    np.testing.assert_allclose(m, [-3.5 / 3, -3.5 / 3, -3.5 / 3, 3.8])
+    bounded = Wasserstein(lower=-1.0, upper=3.0).mean(q, w)
+    np.testing.assert_allclose(bounded, [-1.0, -1.0, -1.0, 3.0])
+
+
+def test_log_euclidean_mean_is_exact_for_signed_weights():
+    rng = np.random.default_rng(1)
+    a, b = (
+        (lambda m: (m + m.T) / 2)(rng.normal(size=(3, 3))),
+        (lambda m: (m + m.T) / 2)(rng.normal(size=(3, 3))),
+    )
+    c = rng.normal(size=6)
+    y = np.stack([expm(a + ci * b) for ci in c])
+    w = signed_weights(rng, 6)
+    np.testing.assert_allclose(SPD("log_euclidean").mean(y, w), expm(a + (w @ c) * b), rtol=1e-9)
+
+
+def test_frobenius_spd_mean_is_the_average_when_it_is_positive_definite_and_clipped_otherwise():
+    rng = np.random.default_rng(2)
+    y = spd(rng, 5)
+    w = rng.dirichlet(np.ones(5))
+    np.testing.assert_allclose(SPD("frobenius").mean(y, w), np.einsum("n,nij->ij", w, y), atol=1e-12)
+    eye, big = np.eye(2), np.diag([1.0, 10.0])
+    m = SPD("frobenius", floor=1e-3).mean(np.stack([eye, big]), [2.0, -1.0])  # average diag(1, -8)
+    np.testing.assert_allclose(m, np.diag([1.0, 1e-3]), atol=1e-12)
+
+
+def test_affine_invariant_mean_of_commuting_matrices_is_the_geometric_mean():
+    d1, d2 = np.diag([1.0, 4.0, 9.0]), np.diag([4.0, 1.0, 1.0])
+    m = SPD("affine_invariant").mean(np.stack([d1, d2]), [0.5, 0.5])
+    np.testing.assert_allclose(m, np.diag([2.0, 2.0, 3.0]), atol=1e-10)
+
+
+def test_affine_invariant_mean_equals_pyriemann_mean_riemann_for_positive_weights():
+    mean_riemann = pytest.importorskip("pyriemann.utils.mean").mean_riemann
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        y = spd(rng, 8, d=4)
+        w = rng.dirichlet(np.ones(8))
+        ours = SPD("affine_invariant").mean(y, w)
+        theirs = mean_riemann(y, sample_weight=w, tol=1e-12, maxiter=200)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9)
+
+
+def test_sphere_and_compositional_means_of_symmetric_points():
+    t = 0.4
+    pts = np.array(
+        [
+            [np.sin(t), 0, np.cos(t)],
+            [-np.sin(t), 0, np.cos(t)],
+            [0, np.sin(t), np.cos(t)],
+            [0, -np.sin(t), np.cos(t)],
+        ]
+    )
+    np.testing.assert_allclose(Sphere().mean(pts), [0, 0, 1], atol=1e-9)
+    comp = np.array([[0.7, 0.2, 0.1], [0.1, 0.2, 0.7]])
+    m = Compositional().mean(comp)
+    np.testing.assert_allclose(m[0], m[2], atol=1e-10)  # the two parts swap roles: the mean is symmetric
+    assert abs(m.sum() - 1) < 1e-12 and np.all(m >= 0)
+    # the mean of a composition with itself is that composition
+    np.testing.assert_allclose(Compositional().mean(comp[:1]), comp[0], atol=1e-12)
+
+
+def test_laplacian_mean_is_the_average_when_feasible_and_a_projection_otherwise():
+    rng = np.random.default_rng(4)
+    d = 4
+    lap = Laplacian.from_offdiagonal(-rng.uniform(0, 1, size=(5, 6)), d)
+    w = rng.dirichlet(np.ones(5))
+    np.testing.assert_allclose(Laplacian().mean(lap, w), np.einsum("n,nij->ij", w, lap), atol=1e-8)
+    # a signed average with positive off-diagonal entries: the projection is feasible and no worse than
+    # the clipped average (the naive projection)
+    w = np.array([2.0, -1.5, 0.2, 0.2, 0.1])
+    space = Laplacian()
+    m = space.mean(lap, w)
+    space.check(m[None])
+    avg = np.einsum("n,nij->ij", w, lap)
+    iu = np.triu_indices(d, 1)
+    clipped = Laplacian.from_offdiagonal(np.clip(avg[iu], None, 0)[None], d)[0]
+    assert space.objective(lap, w, m) <= space.objective(lap, w, clipped) + 1e-10
+
+
+# -------------------------------------------------------------- optimality: no valid perturbation helps
+
+
+def _perturb(space, m, rng, scale):
+    """A random valid object near ``m``."""
+    if isinstance(space, Wasserstein):
+        return np.sort(m + scale * rng.normal(size=m.shape))
+    if isinstance(space, SPD):
+        e = scale * rng.normal(size=m.shape)
+        return expm(logm(m).real + (e + e.T) / 2)
+    if isinstance(space, Laplacian):
+        d = m.shape[0]
+        iu = np.triu_indices(d, 1)
+        return Laplacian.from_offdiagonal(
+            np.minimum(m[iu] + scale * rng.normal(size=len(iu[0])), 0)[None], d
+        )[0]
+    if isinstance(space, Compositional):
+        r = np.abs(np.sqrt(m) + scale * rng.normal(size=m.shape))
+        return r**2 / np.sum(r**2)
+    if isinstance(space, Sphere):
+        v = m + scale * rng.normal(size=m.shape)
+        return v / np.linalg.norm(v)
+    return m + scale * rng.normal(size=m.shape)
+
+
+def _objects(space, rng, n):
+    if isinstance(space, Wasserstein):
+        return (
+            rng.normal(size=n)[:, None]
+            + rng.uniform(0.3, 2, n)[:, None] * Z
+            + 0.05 * np.sort(rng.normal(size=(n, len(Z))), 1)
+        )
+    if isinstance(space, SPD):
+        return spd(rng, n)
+    if isinstance(space, Laplacian):
+        return Laplacian.from_offdiagonal(-rng.uniform(0, 1, size=(n, 6)), 4)
+    if isinstance(space, Compositional):
+        return rng.dirichlet(np.full(4, 2.0), size=n)
+    if isinstance(space, Sphere):  # a cap around a pole: the Fréchet mean is unique there
+        v = rng.normal(size=(n, 3)) * 0.4 + [0, 0, 1]
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+    return rng.normal(size=(n, 3))
+
+
+SIGNED = [Euclidean(), Wasserstein(), SPD("frobenius"), SPD("log_euclidean"), Laplacian()]
+POSITIVE = [SPD("affine_invariant"), Sphere(), Compositional()]
+
+
+@pytest.mark.parametrize("space", SIGNED + POSITIVE, ids=repr)
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**31), signed=st.booleans())
+def test_every_weighted_mean_lies_in_its_space_and_no_valid_perturbation_lowers_its_objective(
+    space, seed, signed
+):
+    rng = np.random.default_rng(seed)
+    y = _objects(space, rng, 6)
+    w = signed_weights(rng, 6) if signed and space in SIGNED else rng.dirichlet(np.ones(6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the solvers must converge on these inputs
+        m = space.mean(y, w)
+    space.check(m[None])  # lies in the space
+    f = space.objective(y, w, m)
+    for scale in (1e-1, 1e-2, 1e-3):
+        for _ in range(5):
+            assert space.objective(y, w, _perturb(space, m, rng, scale)) >= f - 1e-9 * max(1.0, abs(f))
+
+
+def test_means_agrees_with_mean_row_by_row():
+    rng = np.random.default_rng(5)
+    y = spd(rng, 5)
+    w = np.stack([rng.dirichlet(np.ones(5)) for _ in range(3)])
+    for metric in SPD.METRICS:
+        space = SPD(metric)
+        np.testing.assert_allclose(space.means(y, w), np.stack([space.mean(y, wk) for wk in w]), rtol=1e-9)
+
+
+# ------------------------------------------------------------------------------- regression references
+
+
+def test_global_frechet_regression_with_the_euclidean_metric_is_least_squares():
+    rng = np.random.default_rng(6)
+    x, xq = rng.normal(size=(40, 3)), rng.normal(size=(10, 3))
+    y = x @ rng.normal(size=(3, 2)) + np.sin(x[:, :2]) + rng.normal(size=(40, 2))
+    pred = GlobalFrechetRegressor("euclidean").fit(x, y).predict(xq)
+    np.testing.assert_allclose(pred, LinearRegression().fit(x, y).predict(xq), atol=1e-10)
+
+
+def test_local_frechet_regression_with_the_euclidean_metric_is_the_local_linear_smoother():
+    rng = np.random.default_rng(7)
+    u, uq = rng.uniform(0, 1, 50), np.linspace(0.05, 0.95, 9)
+    y = np.sin(6 * u) + 0.1 * rng.normal(size=50)
+    h = 0.1
+    pred = LocalFrechetRegressor("euclidean", bandwidth=h).fit(u[:, None], y).predict(uq[:, None])[:, 0]
+    for q, p in zip(uq, pred, strict=True):
+        k = np.exp(-0.5 * ((u - q) / h) ** 2)
+        design = np.stack([np.ones_like(u), u - q], 1)
+        beta = np.linalg.solve(design.T @ (k[:, None] * design), design.T @ (k * y))
+        assert p == pytest.approx(beta[0], abs=1e-10)
+
+
+def test_regression_weights_sum_to_one_and_global_weights_are_signed():
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(30, 2))
+    wg = global_weights(x, rng.normal(size=(5, 2)) * 3)
+    wl = local_weights(x[:, 0], np.linspace(-1, 1, 5), 0.3)
+    np.testing.assert_allclose(wg.sum(1), 1.0)
+    np.testing.assert_allclose(wl.sum(1), 1.0)
+    assert (wg < 0).any()
+    check_weights(wg, 30)
+
+
+def test_epanechnikov_windows_without_data_are_reported():
+    u = np.array([0.0, 0.1, 0.2, 5.0, 5.1])
+    w = local_weights(u, [2.5], 0.5, "epanechnikov")
+    assert np.isnan(w).all()
+    model = LocalFrechetRegressor(bandwidth=0.5, kernel="epanechnikov").fit(u[:, None], np.arange(5.0))
+    with pytest.raises(ValueError, match="bandwidth"):
+        model.predict([[2.5]])
+
+
+def test_cross_validated_bandwidth_tracks_the_signal():
+    rng = np.random.default_rng(9)
+    u = rng.uniform(0, 1, 300)
+    wiggly = LocalFrechetRegressor(random_state=0).fit(
+        u[:, None], np.sin(20 * u) + 0.05 * rng.normal(size=300)
+    )
+    smooth = LocalFrechetRegressor(random_state=0).fit(u[:, None], u + 0.05 * rng.normal(size=300))
+    assert wiggly.bandwidth_ < smooth.bandwidth_
+    assert wiggly.cv_losses_.shape == wiggly.bandwidths_.shape
+
+
+def test_frechet_r2_score():
+    rng = np.random.default_rng(10)
+    x = rng.uniform(size=(200, 1))
+    q = x * 3 + Z
+    model = GlobalFrechetRegressor("wasserstein").fit(x, q)
+    assert model.score(x, q) == pytest.approx(1.0)
+    noisy = q + rng.normal(size=(200, 1))
+    assert 0 < model.fit(x, noisy).score(x, noisy) < 1
+
+
+# ------------------------------------------------------------------------------------------------ DeSI
+
+
+def test_desi_recovers_a_planted_index_and_beats_the_global_model(one_torch_thread):
+    rng = np.random.default_rng(11)
+    theta = np.array([0.6, -0.8, 0.0, 0.0])
+    x = rng.uniform(-1, 1, size=(300, 4))
+    u = x @ theta
+    q = np.sin(3 * u)[:, None] + (1 + u**2)[:, None] * Z + 0.1 * rng.normal(size=(300, 1))
+    q = np.sort(q, 1)
+    model = DeSI("wasserstein", epochs=300, random_state=0).fit(x, q)
+    assert abs(model.index_direction_ @ theta) > 0.98
+    assert model.index_direction_[0] > 0
+    xt = rng.uniform(-1, 1, size=(100, 4))
+    ut = xt @ theta
+    truth = np.sin(3 * ut)[:, None] + (1 + ut**2)[:, None] * Z
+    space = Wasserstein()
+    err_desi = space.dist2(model.predict(xt), truth).mean()
+    err_gfr = space.dist2(GlobalFrechetRegressor(space).fit(x, q).predict(xt), truth).mean()
+    assert err_desi < 0.5 * err_gfr
+    assert model.loss_curves_.shape == (3, 300)
+    assert model.loss_curves_[:, -1].min() == model.train_loss_
+
+
+@pytest.mark.parametrize(
+    "space",
+    [SPD("log_euclidean"), SPD("affine_invariant"), SPD("frobenius"), Laplacian(), Compositional(), Sphere()],
+    ids=repr,
+)
+def test_desi_fits_every_space_and_predicts_objects_of_it(space, one_torch_thread):
+    rng = np.random.default_rng(12)
+    x = rng.uniform(size=(40, 3))
+    y = _objects(space, rng, 40)
+    model = DeSI(space, epochs=20, hidden=8, n_init=1, random_state=0).fit(x, y)
+    space.check(model.predict(x[:5]))
+    assert np.isfinite(model.loss_curves_).all()
+
+
+def test_desi_is_reproducible_with_a_seed(one_torch_thread):
+    rng = np.random.default_rng(13)
+    x = rng.uniform(size=(50, 3))
+    y = x @ [1.0, 2.0, 0.0] + 0.1 * rng.normal(size=50)
+    a = DeSI(epochs=30, random_state=4).fit(x, y)
+    b = DeSI(epochs=30, random_state=4).fit(x, y)
+    np.testing.assert_array_equal(a.index_direction_, b.index_direction_)
+    np.testing.assert_array_equal(a.predict(x), b.predict(x))
+
+
+# ------------------------------------------------------------------------------- scikit-learn contract
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GlobalFrechetRegressor("wasserstein"),
+        lambda: LocalFrechetRegressor("wasserstein", random_state=0),
+        lambda: DeSI("wasserstein", epochs=10, n_init=1, random_state=0),
+    ],
+    ids=["global", "local", "desi"],
+)
+def test_scikit_learn_contract(make, one_torch_thread):
+    rng = np.random.default_rng(14)
+    model = make()
+    x = rng.uniform(size=(30, 1 if isinstance(model, LocalFrechetRegressor) else 3))
+    q = x[:, :1] + Z
+    assert model.fit(x, q) is model
+    fitted = [k for k in vars(model) if k.endswith("_") and not k.startswith("_")]
+    assert fitted and all(k not in model.get_params() for k in fitted)
+    twin = clone(model)
+    assert not any(k.endswith("_") and not k.startswith("_") for k in vars(twin))
+    assert twin.get_params() == model.get_params()
+    again = pickle.loads(pickle.dumps(model))
+    np.testing.assert_array_equal(again.predict(x), model.predict(x))
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.zeros((2, x.shape[1] + 1)))
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+
+def test_bad_objects_and_weights_are_refused_with_the_argument_named():
+    with pytest.raises(ValueError, match="y must hold non-decreasing quantile functions"):
+        Wasserstein().check([[0.0, 1.0, 0.5]])
+    with pytest.raises(ValueError, match="y must hold positive-definite matrices"):
+        SPD().check([np.diag([1.0, -1.0])])
+    with pytest.raises(ValueError, match="y must hold symmetric"):
+        SPD().check([[[1.0, 0.5], [0.0, 1.0]]])
+    with pytest.raises(ValueError, match="rows sum to 0"):
+        Laplacian().check([[[1.0, -1.0], [-1.0, 2.0]]])
+    with pytest.raises(ValueError, match="off-diagonal"):
+        Laplacian().check([[[-1.0, 1.0], [1.0, -1.0]]])
+    with pytest.raises(ValueError, match="unit vectors"):
+        Sphere().check([[1.0, 1.0]])
+    with pytest.raises(ValueError, match="sum to 1"):
+        Compositional().check([[0.5, 0.6]])
+    with pytest.raises(ValueError, match="weights must sum to 1"):
+        Euclidean().mean([[1.0], [2.0]], [0.5, 0.6])
+    with pytest.raises(ValueError, match=r"weights must have shape \(2,\)"):
+        Euclidean().mean([[1.0], [2.0]], [1.0])
+    with pytest.raises(ValueError, match="space must be"):
+        as_space("hyperbolic")
+    with pytest.raises(ValueError, match="y must hold one object per row of X"):
+        GlobalFrechetRegressor().fit(np.zeros((3, 1)), np.zeros(4))
+    with pytest.raises(ValueError, match="X must have one column"):
+        LocalFrechetRegressor().fit(np.zeros((5, 2)), np.zeros(5))
+    with pytest.raises(ValueError, match="metric must be one of"):
+        SPD("cholesky").check([np.eye(2)])
+    with pytest.raises(ValueError, match="lower must be below upper"):
+        Wasserstein(lower=1.0, upper=0.0).check([[0.5, 0.6]])
+
+
+def test_quantiles_of_samples():
+    rng = np.random.default_rng(15)
+    s = rng.normal(size=(3, 4000))
+    q = quantiles(s, LEVELS)
+    assert q.shape == (3, len(LEVELS))
+    Wasserstein().check(q)
+    np.testing.assert_allclose(q.mean(0), Z, atol=0.15)
