@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import is_classifier
-from sklearn.utils.validation import check_scalar
+from sklearn.utils.validation import check_scalar, validate_data
 
 FINITE = "(-inf, inf)"
 EXTENDED = "[-inf, inf]"  # every number but NaN
@@ -86,6 +86,17 @@ def check_regressor(estimator, name: str = "estimator"):
             f"{name} must be a scikit-learn regressor instance with fit and predict, got {estimator!r}"
         )
     return estimator
+
+
+def validate_features(estimator, X, **kwargs) -> np.ndarray:
+    """``X`` by scikit-learn's ``validate_data`` (float), its refusals naming ``X``."""
+    try:
+        return validate_data(estimator, X, dtype=float, **kwargs)
+    except (TypeError, ValueError) as err:
+        if "X" in str(err).split():
+            raise
+        kind = TypeError if isinstance(err, TypeError) else ValueError
+        raise kind(f"X (the features) is not valid: {err}") from err
 
 
 def check_cv(cv, n: int, name: str = "cv"):

@@ -130,7 +130,7 @@ def evaluate(s: dict[str, Any]) -> tuple[bool, dict[str, bool]]:
     return headroom, checks
 
 
-def _map(jobs: list[tuple], workers: int) -> list[dict]:
+def map_repetitions(jobs: list[tuple], workers: int) -> list[dict]:
     if workers <= 1:
         return [repetition(j) for j in jobs]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -142,7 +142,7 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
     workers = workers or min(2, os.cpu_count() or 1)
     start = time.perf_counter()
     jobs = [(name, cfg["n"], P, seed + r) for name in SIMULATIONS for r in range(cfg["reps"][name])]
-    rows = _map(jobs, workers)
+    rows = map_repetitions(jobs, workers)
     summaries = {name: summarize([r for r in rows if r["simulation"] == name]) for name in SIMULATIONS}
     w = summaries["wasserstein"]
     headroom, checks = evaluate(w)

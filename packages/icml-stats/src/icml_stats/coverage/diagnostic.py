@@ -11,11 +11,18 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils import ClassifierTags
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from icml_stats.coverage import metrics as m
 from icml_stats.coverage.ert import LOSSES, SIDES, classifier_or_default, cross_fit_proba, ert_from_proba
-from icml_stats.validation import as_cover, as_target, check_seed, cover_from_prediction, set_sizes
+from icml_stats.validation import (
+    as_cover,
+    as_target,
+    check_seed,
+    cover_from_prediction,
+    set_sizes,
+    validate_features,
+)
 
 
 class ConditionalCoverageDiagnostic(BaseEstimator):
@@ -221,13 +228,7 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
 
     def _features(self, X, **kwargs) -> np.ndarray:
         """``X`` by scikit-learn's ``validate_data``, its refusals naming ``X``."""
-        try:
-            return validate_data(self, X, dtype=float, **kwargs)
-        except (TypeError, ValueError) as err:
-            if "X" in str(err).split():
-                raise
-            kind = TypeError if isinstance(err, TypeError) else ValueError
-            raise kind(f"X (the features) is not valid: {err}") from err
+        return validate_features(self, X, **kwargs)
 
     def _standardised(self) -> np.ndarray:
         return (self._X - self.x_mean_) / self.x_scale_

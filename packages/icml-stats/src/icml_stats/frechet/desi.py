@@ -22,16 +22,23 @@ abstract and the single-index Fréchet literature. Needs torch (``pip install ic
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from icml_stats.frechet.regression import KERNELS, LocalFrechetRegressor, _FrechetRegressor
+from icml_stats.frechet.regression import KERNELS, BaseFrechetRegressor, LocalFrechetRegressor
 from icml_stats.frechet.spaces import Space
-from icml_stats.validation import check_choice, check_cv, check_int, check_real, check_seed
+from icml_stats.validation import (
+    check_choice,
+    check_cv,
+    check_int,
+    check_real,
+    check_seed,
+    validate_features,
+)
 
 __all__ = ["DeSI"]
 
 
-class DeSI(_FrechetRegressor):
+class DeSI(BaseFrechetRegressor):
     """Deep single-index Fréchet regression (see the module doc).
 
     Parameters: ``space`` (a :class:`~icml_stats.frechet.Space` or its name); ``hidden`` (width of the
@@ -42,7 +49,7 @@ class DeSI(_FrechetRegressor):
     ``random_state`` (an int for reproducible fits: torch's generator is seeded from it).
 
     Fitted attributes: ``index_direction_`` ``(p,)``, ``bandwidth_``, ``local_`` (the stage-2
-    regressor), ``loss_curves_`` (training loss per epoch, one row per restart), ``train_loss_``.
+    regressor), ``y_fit_`` (the training objects), ``loss_curves_`` (training loss per epoch, one row per restart), ``train_loss_``.
     """
 
     def __init__(
@@ -76,19 +83,24 @@ class DeSI(_FrechetRegressor):
             import torch
         except ImportError as err:  # pragma: no cover - the deep extra
             raise ImportError("DeSI needs torch: pip install 'icml-stats[deep]'") from err
-        X = validate_data(self, X, dtype=float, ensure_min_samples=3)
-        hidden = check_int(self.hidden, "hidden", 1)
-        epochs = check_int(self.epochs, "epochs", 1)
+        X = validate_features(self, X, ensure_min_samples=3)
+        hidden = check_int(self.hidden, "hidden", 1, 100_000)
+        epochs = check_int(self.epochs, "epochs", 1, 10_000_000)
         lr = check_real(self.lr, "lr", "(0, inf)")
         decay = check_real(self.weight_decay, "weight_decay", "[0, inf)")
-        n_init = check_int(self.n_init, "n_init", 1)
+        n_init = check_int(self.n_init, "n_init", 1, 1000)
         check_choice(self.kernel, "kernel", KERNELS)
         check_cv(self.cv, len(X))
         check_seed(self.random_state)
         yy = self._fit_space(y)
         self._check_y(X, yy)
-        self.x_mean_ = X.mean(0)
-        scale = X.std(0)
+        with np.errstate(all="ignore"):
+            self.x_mean_ = X.mean(0)
+            scale = X.std(0)
+        if not (np.isfinite(self.x_mean_).all() and np.isfinite(scale).all()):
+            raise ValueError("X is too large in magnitude (its mean or spread overflows)")
+        if not (scale > 0).any():
+            raise ValueError("X must vary (every column is constant): there is no index to learn")
         self.x_scale_ = np.where(scale > 0, scale, 1.0)
         xs = (X - self.x_mean_) / self.x_scale_
         n_out, represent, target, dist2 = self.space_.torch_head(yy)
@@ -135,6 +147,7 @@ class DeSI(_FrechetRegressor):
         if len(nonzero) and theta[nonzero[0]] < 0:
             theta = -theta
         self.index_direction_ = theta
+        self.y_fit_ = yy
         self.loss_curves_ = np.stack(curves)
         self.train_loss_ = float(best[0])
         self.local_ = LocalFrechetRegressor(
@@ -146,11 +159,12 @@ class DeSI(_FrechetRegressor):
     def index(self, X) -> np.ndarray:
         """The learned index ``X @ index_direction_`` as a column ``(k, 1)``."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=float, reset=False)
+        X = validate_features(self, X, reset=False)
         return (X @ self.index_direction_)[:, None]
 
     def predict(self, X) -> np.ndarray:
         """Predicted objects ``(k, *object_shape)``: local Fréchet regression along the learned index."""
+        check_is_fitted(self)
         return self.local_.predict(self.index(X))
 
 

@@ -21,10 +21,18 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import KFold
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from icml_stats.frechet.spaces import FrechetMeanError, Space, as_space
-from icml_stats.validation import as_array, check_choice, check_cv, check_real, check_seed
+from icml_stats.validation import (
+    as_array,
+    as_samples,
+    check_choice,
+    check_cv,
+    check_real,
+    check_seed,
+    validate_features,
+)
 
 __all__ = [
     "KERNELS",
@@ -37,11 +45,7 @@ __all__ = [
 KERNELS = ("gaussian", "epanechnikov")
 
 
-def global_weights(x_train, x_query) -> np.ndarray:
-    """Global Fréchet regression weights ``(k, n)`` of the training rows for each query row (sum to 1).
-    A singular covariance is replaced by its pseudo-inverse (the least-norm least-squares fit)."""
-    xt = np.asarray(x_train, dtype=float)
-    xq = np.asarray(x_query, dtype=float)
+def _global_weights(xt: np.ndarray, xq: np.ndarray) -> np.ndarray:
     n = len(xt)
     centre = xt.mean(0)
     cov = (xt - centre).T @ (xt - centre) / n
@@ -50,30 +54,70 @@ def global_weights(x_train, x_query) -> np.ndarray:
     return w / w.sum(1, keepdims=True)  # exact in theory (the centred rows sum to 0); removes rounding
 
 
-def local_weights(u_train, u_query, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
-    """Local-linear Fréchet regression weights ``(k, n)`` for a scalar predictor (each row sums to 1).
+def global_weights(x_train, x_query) -> np.ndarray:
+    """Global Fréchet regression weights ``(k, n)`` of the training rows for each query row (sum to 1).
+    A singular covariance is replaced by its pseudo-inverse (the least-norm least-squares fit)."""
+    xt = as_samples(x_train, "x_train")
+    xq = as_samples(x_query, "x_query")
+    if xq.shape[1] != xt.shape[1]:
+        raise ValueError(f"x_query must have {xt.shape[1]} columns like x_train, got {xq.shape[1]}")
+    with np.errstate(all="ignore"):
+        w = _global_weights(xt, xq)
+    if not np.isfinite(w).all():
+        raise ValueError("x_train and x_query must be small enough in magnitude for the weights to be finite")
+    return w
 
-    Rows of query points whose window holds too little data for a local line (``mu_0 mu_2 - mu_1^2``
-    vanishing: fewer than two distinct neighbours under the Epanechnikov kernel) are NaN."""
-    ut = np.asarray(u_train, dtype=float).ravel()
-    uq = np.asarray(u_query, dtype=float).ravel()
-    h = check_real(bandwidth, "bandwidth", "(0, inf)")
-    check_choice(kernel, "kernel", KERNELS)
+
+def _local_weights(ut: np.ndarray, uq: np.ndarray, h: float, kernel: str) -> np.ndarray:
     t = (ut[None, :] - uq[:, None]) / h
     if kernel == "gaussian":
         logk = -0.5 * t**2
         k = np.exp(logk - logk.max(1, keepdims=True))  # a constant factor per row cancels in the weights
     else:
         k = np.maximum(1.0 - t**2, 0.0)
-    mu0, mu1, mu2 = k.sum(1), (k * t).sum(1), (k * t**2).sum(1)
+    # the weights do not change when the offsets are rescaled: measure them in units of the data's spread,
+    # so that huge or tiny bandwidths do not underflow the moments
+    scale = float(np.ptp(ut)) or 1.0
+    d = (ut[None, :] - uq[:, None]) / scale
+    mu0, mu1, mu2 = k.sum(1), (k * d).sum(1), (k * d**2).sum(1)
     det = mu0 * mu2 - mu1**2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        w = k * (mu2[:, None] - mu1[:, None] * t) / det[:, None]
-    w[~(det > 1e-10 * np.maximum(mu0 * mu2, 1e-300))] = np.nan
-    return w / w.sum(1, keepdims=True)  # exact in theory; removes the rounding of near-singular windows
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        w = k * (mu2[:, None] - mu1[:, None] * d) / det[:, None]
+        w = w / w.sum(1, keepdims=True)  # exact in theory; removes the rounding of near-singular windows
+    w[~(det > 1e-10 * np.maximum(mu0 * mu2, 1e-300)) | ~np.isfinite(w).all(1)] = np.nan
+    return w
 
 
-class _FrechetRegressor(BaseEstimator):
+def local_weights(u_train, u_query, bandwidth: float, kernel: str = "gaussian") -> np.ndarray:
+    """Local-linear Fréchet regression weights ``(k, n)`` for a scalar predictor (each row sums to 1).
+
+    Rows of query points whose window holds too little data for a local line (``mu_0 mu_2 - mu_1^2``
+    vanishing: fewer than two distinct neighbours under the Epanechnikov kernel, or a bandwidth so small
+    that one neighbour takes all the kernel weight) are NaN, with a warning."""
+    ut = as_array(u_train, "u_train")
+    uq = as_array(u_query, "u_query")
+    if ut.ndim != 1 or len(ut) < 2:
+        raise ValueError(f"u_train must be a 1-D array of at least 2 predictor values, got shape {ut.shape}")
+    if uq.ndim != 1:
+        raise ValueError(f"u_query must be a 1-D array of predictor values, got shape {uq.shape}")
+    h = check_real(bandwidth, "bandwidth", "(0, inf)")
+    check_choice(kernel, "kernel", KERNELS)
+    with np.errstate(all="ignore"):
+        w = _local_weights(ut, uq, h, kernel)
+    bad = np.isnan(w).any(1)
+    if bad.any():
+        warnings.warn(
+            f"local_weights: {int(bad.sum())} of {len(uq)} query points have fewer than two distinct "
+            f"neighbours within bandwidth {h:.4g} ({kernel} kernel); their rows are NaN",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return w
+
+
+class BaseFrechetRegressor(BaseEstimator):
+    """What the Fréchet regressors share: the space, the checks of y and the Fréchet R^2 score."""
+
     space: Space | str
 
     def _fit_space(self, y) -> np.ndarray:
@@ -89,6 +133,10 @@ class _FrechetRegressor(BaseEstimator):
         Fréchet mean of ``y``)."""
         check_is_fitted(self)
         yy = self.space_.check(y, "y")
+        if yy.shape[1:] != self.y_fit_.shape[1:]:
+            raise ValueError(
+                f"y must hold objects of shape {self.y_fit_.shape[1:]} like those fitted, got {yy.shape[1:]}"
+            )
         pred = self.predict(X)
         self._check_y(pred, yy)
         total = float(self.space_.dist2(yy, self.space_.mean(yy)[None]).sum())
@@ -96,7 +144,7 @@ class _FrechetRegressor(BaseEstimator):
         return 1.0 - resid / total if total > 0 else float(resid == 0)
 
 
-class GlobalFrechetRegressor(_FrechetRegressor):
+class GlobalFrechetRegressor(BaseFrechetRegressor):
     """Global Fréchet regression of objects of ``space`` (a :class:`~icml_stats.frechet.Space` or its
     name) on a vector predictor. With ``space="euclidean"`` it is ordinary least squares."""
 
@@ -104,7 +152,7 @@ class GlobalFrechetRegressor(_FrechetRegressor):
         self.space = space
 
     def fit(self, X, y):
-        X = validate_data(self, X, dtype=float, ensure_min_samples=2)
+        X = validate_features(self, X, ensure_min_samples=2)
         yy = self._fit_space(y)
         self._check_y(X, yy)
         self.X_fit_, self.y_fit_ = X, yy
@@ -113,15 +161,20 @@ class GlobalFrechetRegressor(_FrechetRegressor):
     def weights(self, X) -> np.ndarray:
         """The regression weights ``(k, n_train)`` for the query rows ``X``."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=float, reset=False)
-        return global_weights(self.X_fit_, X)
+        X = validate_features(self, X, reset=False)
+        with np.errstate(all="ignore"):
+            w = _global_weights(self.X_fit_, X)
+        if not np.isfinite(w).all():
+            raise ValueError("X is too large in magnitude (the regression weights overflow)")
+        return w
 
     def predict(self, X) -> np.ndarray:
         """Predicted objects ``(k, *object_shape)`` for the rows of ``X``."""
+        check_is_fitted(self)
         return self.space_.means(self.y_fit_, self.weights(X))
 
 
-class LocalFrechetRegressor(_FrechetRegressor):
+class LocalFrechetRegressor(BaseFrechetRegressor):
     """Local (local-linear) Fréchet regression of objects of ``space`` on one predictor column.
 
     ``bandwidth``: a positive number, or None to choose it from ``bandwidths`` (default: 15 values from
@@ -148,7 +201,7 @@ class LocalFrechetRegressor(_FrechetRegressor):
         self.random_state = random_state
 
     def fit(self, X, y):
-        X = validate_data(self, X, dtype=float, ensure_min_samples=3)
+        X = validate_features(self, X, ensure_min_samples=3)
         if X.shape[1] != 1:
             raise ValueError(
                 f"X must have one column (local Fréchet regression on a scalar predictor; use DeSI for an index "
@@ -159,6 +212,12 @@ class LocalFrechetRegressor(_FrechetRegressor):
         yy = self._fit_space(y)
         self._check_y(X, yy)
         u = X[:, 0]
+        with np.errstate(all="ignore"):
+            spread = float(np.std(u))
+        if not np.isfinite(spread):
+            raise ValueError("X is too large in magnitude (its spread overflows)")
+        if spread == 0:
+            raise ValueError("X must vary (its column is constant): local regression needs distinct values")
         self.X_fit_, self.y_fit_ = X, yy
         if self.bandwidth is not None:
             self.bandwidth_ = check_real(self.bandwidth, "bandwidth", "(0, inf)")
@@ -173,7 +232,7 @@ class LocalFrechetRegressor(_FrechetRegressor):
             for j, h in enumerate(grid):
                 if not np.isfinite(losses[j]):
                     continue
-                w = local_weights(u[train], u[test], h, self.kernel)
+                w = _local_weights(u[train], u[test], h, self.kernel)
                 if np.isnan(w).any():
                     losses[j] = np.inf
                     continue
@@ -197,26 +256,26 @@ class LocalFrechetRegressor(_FrechetRegressor):
 
     def _grid(self, u) -> np.ndarray:
         if self.bandwidths is None:
-            sd = float(np.std(u))
-            if sd == 0:
-                raise ValueError("X must vary to choose a bandwidth (its column is constant); give bandwidth")
-            return sd * np.geomspace(0.01, 1.0, 15)
+            return float(np.std(u)) * np.geomspace(0.01, 1.0, 15)
         grid = as_array(self.bandwidths, "bandwidths", ("k",), interval="(0, inf)")
         return np.sort(grid)
 
     def weights(self, X) -> np.ndarray:
         """The regression weights ``(k, n_train)`` for the query rows ``X`` (one column)."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=float, reset=False)
-        w = local_weights(self.X_fit_[:, 0], X[:, 0], self.bandwidth_, self.kernel)
+        X = validate_features(self, X, reset=False)
+        with np.errstate(all="ignore"):
+            w = _local_weights(self.X_fit_[:, 0], X[:, 0], self.bandwidth_, self.kernel)
         bad = np.isnan(w).any(1)
         if bad.any():
+            hint = "a larger bandwidth" + (" or the gaussian kernel" if self.kernel != "gaussian" else "")
             raise ValueError(
                 f"X has {int(bad.sum())} query points with fewer than two distinct training neighbours within "
-                f"bandwidth {self.bandwidth_:.4g} ({self.kernel} kernel); use a larger bandwidth or the gaussian kernel"
+                f"bandwidth {self.bandwidth_:.4g} ({self.kernel} kernel); use {hint}"
             )
         return w
 
     def predict(self, X) -> np.ndarray:
         """Predicted objects ``(k, *object_shape)`` for the rows of ``X``."""
+        check_is_fitted(self)
         return self.space_.means(self.y_fit_, self.weights(X))

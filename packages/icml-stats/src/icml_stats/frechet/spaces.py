@@ -19,8 +19,8 @@ negative weights. An object space holds ``n`` objects as one array whose first a
   gradient steps. :class:`Compositional`: compositions ``(n, d)`` (non-negative, summing to 1) through the
   square-root map onto the positive orthant of the sphere.
 
-Every space has ``check(Y)`` (validate objects), ``dist2(A, B)`` (squared distances, broadcast over the
-leading axis), ``objective(Y, weights, omega)``, ``mean(Y, weights)``, ``means(Y, W)`` (one mean per row
+Every space has ``check(Y)`` (validate objects), ``dist2(A, B)`` (squared distances between matched
+objects, or from each of ``A`` to one object ``B``), ``objective(Y, weights, omega)``, ``mean(Y, weights)``, ``means(Y, W)`` (one mean per row
 of ``W``), and ``torch_head(n_features)`` for :class:`~icml_stats.frechet.DeSI` (an output map from
 network features to objects and the squared distance to observed objects, in torch).
 """
@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 _SUM_TOL = 1e-6
+_CONDITION = 1e-12  # the largest condition number of an SPD object is 1e12
 _ROUNDING = 1e-12  # a step that raises the objective by less than this (relative) is rounding, not a rise
 
 
@@ -63,7 +64,7 @@ def check_weights(weights, n: int, name: str = "weights") -> np.ndarray:
     """Weights ``(n,)`` or ``(k, n)`` (one set per row), finite, each set summing to 1 (signed allowed);
     None means equal weights."""
     if weights is None:
-        return np.full(n, 1.0 / n)
+        return np.full(check_int(n, "n", 1, 2**31), 1.0 / n)
     w = as_array(weights, name)
     if w.ndim not in (1, 2) or w.shape[-1] != n:
         raise ValueError(f"{name} must have shape ({n},) or (k, {n}) (one weight per object), got {w.shape}")
@@ -111,15 +112,38 @@ class Space:
     def _check_objects(self, a: np.ndarray, name: str) -> None:
         pass
 
-    def dist2(self, a, b) -> np.ndarray:
-        """Squared distances between objects ``a`` and ``b`` (broadcast over leading axes)."""
+    def _objects(self, v, name: str) -> tuple[np.ndarray, bool]:
+        """``v`` as checked objects ``(n, *shape)`` and whether it was one object."""
+        a = as_array(v, name)
+        single = a.ndim == self.ndim
+        return self.check(a[None] if single else a, name), single
+
+    def dist2(self, a, b):
+        """Squared distances between objects: ``a`` and ``b`` are each one object or ``n`` objects (equal
+        ``n``, or one of them a single object); returns ``(n,)``, or a float for two single objects."""
+        xa, one_a = self._objects(a, "a")
+        xb, one_b = self._objects(b, "b")
+        if xa.shape[1:] != xb.shape[1:]:
+            raise ValueError(f"b must hold objects of the shape of a's, {xa.shape[1:]}, got {xb.shape[1:]}")
+        if len(xa) != len(xb) and len(xa) != 1 and len(xb) != 1:
+            raise ValueError(f"b must hold one object or as many as a ({len(xa)}), got {len(xb)}")
+        out = self._dist2(xa, xb)
+        return float(out[0]) if one_a and one_b else out
+
+    def _dist2(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def objective(self, y, weights, omega) -> float:
-        """``sum_i w_i d^2(Y_i, omega)``: what the weighted Fréchet mean minimizes."""
+        """``sum_i w_i d^2(Y_i, omega)``: what the weighted Fréchet mean minimizes (``weights`` ``(n,)``
+        summing to 1, ``omega`` one object)."""
         y = self.check(y)
         w = check_weights(weights, len(y))
-        return float(np.dot(w, self.dist2(y, np.asarray(omega, dtype=float)[None])))
+        if w.ndim != 1:
+            raise ValueError(f"weights must have shape ({len(y)},) for objective, got {w.shape}")
+        om, single = self._objects(omega, "omega")
+        if not single or om.shape[1:] != y.shape[1:]:
+            raise ValueError(f"omega must be one object of shape {y.shape[1:]}, got {np.shape(omega)}")
+        return float(np.dot(w, self._dist2(y, om)))
 
     def mean(self, y, weights=None) -> np.ndarray:
         """The weighted Fréchet mean of the objects ``y`` (weights summing to 1, signed allowed)."""
@@ -140,14 +164,20 @@ class Space:
         return self._solve(y, w)
 
     def _solve(self, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+        if len(w) == 0:
+            return np.empty((0, *y.shape[1:]))
+        out = np.full(1, np.nan)
         try:
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 out = self._means(y, w)
-            ok = np.isfinite(out).all()
-            if ok:
-                self._check_objects(out, "mean")  # an under- or overflowed mean leaves the space
-        except (np.linalg.LinAlgError, ValueError):
-            ok = False
+        except np.linalg.LinAlgError:
+            pass
+        ok = bool(np.isfinite(out).all())
+        if ok:
+            try:  # an under- or overflowed mean leaves the space
+                self._check_objects(out, "mean")
+            except ValueError:
+                ok = False
         if not ok:
             raise FrechetMeanError(
                 f"weights too extreme for the {self.name} mean: it overflows in floating point "
@@ -188,7 +218,7 @@ class Euclidean(Space):
         a = as_array(y, name)
         return super().check(a[:, None] if a.ndim == 1 else a, name)
 
-    def dist2(self, a, b) -> np.ndarray:
+    def _dist2(self, a, b):
         return np.sum((np.asarray(a) - np.asarray(b)) ** 2, axis=-1)
 
     def _means(self, y, w):
@@ -234,7 +264,7 @@ class Wasserstein(Space):
                 f"{name} must lie in the support [{lo}, {hi}], got values in [{a.min()}, {a.max()}]"
             )
 
-    def dist2(self, a, b):
+    def _dist2(self, a, b):
         return np.mean((np.asarray(a) - np.asarray(b)) ** 2, axis=-1)
 
     def _means(self, y, w):
@@ -265,8 +295,10 @@ def quantiles(samples, levels) -> np.ndarray:
     lv = as_array(levels, "levels", ("m",), interval="[0, 1]")
     if s.ndim == 1:
         s = s[None]
-    if s.ndim != 2:
-        raise ValueError(f"samples must have shape (n, n_draws) or (n_draws,), got {s.shape}")
+    if s.ndim != 2 or s.shape[1] < 1:
+        raise ValueError(
+            f"samples must have shape (n, n_draws) or (n_draws,) with n_draws >= 1, got {s.shape}"
+        )
     return np.quantile(s, lv, axis=1).T
 
 
@@ -299,13 +331,15 @@ class SPD(Space):
         if not np.allclose(a, np.swapaxes(a, 1, 2), rtol=1e-8, atol=1e-10 * max(1.0, np.abs(a).max())):
             raise ValueError(f"{name} must hold symmetric matrices")
         lam = np.linalg.eigvalsh(_sym(a))
-        if np.any(lam[:, 0] <= 0):
-            row = int(np.argmin(lam[:, 0]))
+        bad = lam[:, 0] <= _CONDITION * lam[:, -1]  # numerically singular: its logarithm is not reliable
+        if np.any(bad):
+            row = int(np.argmax(bad))
             raise ValueError(
-                f"{name} must hold positive-definite matrices, matrix {row} has eigenvalue {lam[row, 0]:.3g}"
+                f"{name} must hold positive-definite matrices (smallest eigenvalue above {_CONDITION:g} x the "
+                f"largest), matrix {row} has eigenvalues in [{lam[row, 0]:.3g}, {lam[row, -1]:.3g}]"
             )
 
-    def dist2(self, a, b):
+    def _dist2(self, a, b):
         a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
         if self.metric == "frobenius":
             return np.sum((a - b) ** 2, axis=(-1, -2))
@@ -330,7 +364,7 @@ class SPD(Space):
     def _karcher(self, y, w, x):
         max_iter = check_int(self.max_iter, "max_iter", 1)
         tol = check_real(self.tol, "tol", "(0, inf)")
-        f = float(w @ self.dist2(y, x[None]))
+        f = float(w @ self._dist2(y, x[None]))
         if not np.isfinite(f):
             return x  # the log-Euclidean start overflowed: reported by the caller
         step = 1.0
@@ -342,7 +376,7 @@ class SPD(Space):
             while step > 1e-8:
                 cand = _sym(h @ _eig_apply(step * g, np.exp) @ h)
                 try:
-                    fc = float(w @ self.dist2(y, cand[None]))
+                    fc = float(w @ self._dist2(y, cand[None]))
                 except np.linalg.LinAlgError:
                     fc = np.nan
                 if fc <= f + _ROUNDING * max(1.0, abs(f)):
@@ -415,7 +449,7 @@ class Laplacian(Space):
         if np.any(off > scale) or np.any(off < -bound - scale):
             raise ValueError(f"{name} must hold Laplacians with off-diagonal entries in [-{bound}, 0]")
 
-    def dist2(self, a, b):
+    def _dist2(self, a, b):
         return np.sum((np.asarray(a) - np.asarray(b)) ** 2, axis=(-1, -2))
 
     @staticmethod
@@ -504,7 +538,7 @@ class Sphere(Space):
     def _angle(a, b):
         return np.arccos(np.clip(np.sum(np.asarray(a) * np.asarray(b), axis=-1), -1.0, 1.0))
 
-    def dist2(self, a, b):
+    def _dist2(self, a, b):
         return self._angle(a, b) ** 2
 
     @staticmethod
@@ -598,8 +632,8 @@ class Compositional(Sphere):
                 f"{name} must hold compositions whose parts sum to 1, got sums in [{sums.min():.6g}, {sums.max():.6g}]"
             )
 
-    def dist2(self, a, b):
-        return super().dist2(np.sqrt(np.maximum(a, 0)), np.sqrt(np.maximum(b, 0)))
+    def _dist2(self, a, b):
+        return super()._dist2(np.sqrt(np.maximum(a, 0)), np.sqrt(np.maximum(b, 0)))
 
     def _project(self, x):
         x = np.abs(x)
