@@ -46,6 +46,8 @@ def test_sign_flip_p_is_exact():
     )
     assert repro.sign_flip_p(d) == pytest.approx(brute)
     assert repro.sign_flip_p(np.ones(20)) == pytest.approx(2.0**-20)
+    # more than 22 values: 2^20 random patterns, the observed one counted in, so never 0
+    assert repro.sign_flip_p(np.ones(30)) == pytest.approx(1 / (2**20 + 1))
 
 
 def _summary(ratio_lfr_gfr=0.1, cos=0.99, p=0.001, ratio=1.1):
