@@ -26,9 +26,11 @@ def test_dependencies_on_the_workspace_become_local_folders():
     assert Path("kernels-common") in compress["local"]
     assert any(r.startswith("triton") for r in compress["requirements"])  # icml-kernels' own floors
     stats = plan(ROOT, "icml-stats")
-    # no torch: its tests use the tools' fuzz helper alone, which needs neither torch nor the tools' assets
+    # its tests use the tools' fuzz helper alone, which needs neither torch nor the tools' assets; torch comes
+    # from icml-stats' own `deep` extra (DeSI), at that extra's floor
     assert stats["local"] == [Path("packages/icml-stats"), Path("tools")]
-    assert not any(r.startswith(("torch", "transformers")) for r in stats["requirements"])
+    assert "torch>=2.6" in stats["requirements"]
+    assert not any(r.startswith("transformers") for r in stats["requirements"])
     assert "scikit-learn>=1.7" in stats["requirements"]
     interp = plan(ROOT, "icml-interp")
     assert Path("tools") in interp["local"]  # its tests use the tiny Llama asset

@@ -241,6 +241,9 @@ def test_ctrl_c_keeps_what_finished_and_exits_130(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # and with Ctrl-C's default action, as there: a shell starts background jobs (`pytest &`) with SIGINT
+        # ignored, which the child would inherit and never stop
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("*/results.json")) and time.monotonic() < deadline:
