@@ -93,7 +93,7 @@ class Space:
     """A metric space of objects with weighted Fréchet means (see the module doc)."""
 
     name = "space"
-    #: the shape of one object, with None for sizes taken from the data
+    #: the number of axes of one object (1: vectors, 2: matrices)
     ndim = 1
 
     def check(self, y, name: str = "y") -> np.ndarray:
