@@ -82,3 +82,17 @@ def test_edge_epsilon_is_not_below_the_pld_accountant():
     pld_acc.compose(dp_event.PoissonSampledDpEvent(0.5, dp_event.GaussianDpEvent(0.1)), 100)
     ours = OptimalRDPAccountant().step(noise_multiplier=0.1, sample_rate=0.5, num_steps=100).get_epsilon(1e-5)
     assert pld_acc.get_epsilon(1e-5) <= ours < np.inf
+
+
+def test_replace_one_matches_the_pld_of_dp_accounting():
+    """Label DP (one record replaced): dp_accounting's PLD of the same pair is (near) exact, so our optimal
+    RDP conversion sits above it and close (like the add/remove case)."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    for q, sigma, steps in [(0.05, 1.0, 100), (0.01, 0.8, 1000)]:
+        ours = OptimalRDPAccountant(relation="replace-one")
+        ours.step(noise_multiplier=sigma, sample_rate=q, num_steps=steps)
+        pld = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+        pld.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+        theirs = pld.get_epsilon(1e-5)
+        assert theirs <= ours.get_epsilon(1e-5) <= 1.15 * theirs

@@ -132,6 +132,37 @@ def test_subsampled_gaussian_limits():
     assert sub[2] == pytest.approx(math.log1p(0.01**2 * (math.e - 1)), rel=1e-12)
 
 
+def replace_by_quad(q, sigma, tau):
+    def pair(shift):
+        def logpdf(x):
+            return np.logaddexp(
+                math.log1p(-q) + stats.norm(0, sigma).logpdf(x), math.log(q) + stats.norm(shift, sigma).logpdf(x)
+            )
+
+        return logpdf
+
+    return renyi_by_quad(pair(-1.0), pair(1.0), tau, lo=-2 * tau - 40)
+
+
+@pytest.mark.parametrize("tau", [0.5, 0.8, 1.0, 1.5, 2.0, 4.5, 9.0])
+def test_replace_one_subsampled_gaussian_matches_quadrature(tau):
+    prof = SubsampledGaussianRDP(0.1, 1.2, relation="replace-one")
+    assert prof(tau) == pytest.approx(replace_by_quad(0.1, 1.2, tau), rel=1e-6)
+
+
+def test_replace_one_limits_and_order():
+    taus = np.array([0.5, 1.0, 2.0, 10.0])
+    # q = 1: the Gaussian mechanism with sensitivity 2, which bounds every q (joint quasi-convexity)
+    full = GaussianRDP(1.0, sensitivity=2.0, steps=3)(taus)
+    np.testing.assert_allclose(SubsampledGaussianRDP(1.0, 1.0, 3, relation="replace-one")(taus), full, rtol=1e-14)
+    sub = SubsampledGaussianRDP(0.05, 1.0, 3, relation="replace-one")(taus)
+    add = SubsampledGaussianRDP(0.05, 1.0, 3)(taus)
+    assert np.all(add < sub) and np.all(sub < full)
+    assert "replace-one" in repr(SubsampledGaussianRDP(0.05, 1.0, relation="replace-one"))
+    with pytest.raises(ValueError, match="relation"):
+        SubsampledGaussianRDP(0.05, 1.0, relation="swap")
+
+
 def test_composition_adds():
     a, b = GaussianRDP(1.0), LaplaceRDP(2.0)
     np.testing.assert_allclose((a + b)(ORDERS), a(ORDERS) + b(ORDERS))

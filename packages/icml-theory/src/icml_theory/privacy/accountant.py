@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from icml_theory.privacy.conversions import OptimalConverter, cks_epsilon, mironov_epsilon
-from icml_theory.privacy.profiles import ComposedRDP, SubsampledGaussianRDP
+from icml_theory.privacy.profiles import RELATIONS, ComposedRDP, SubsampledGaussianRDP
 from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, TradeoffCurve
 from icml_theory.validation import check_alphas, check_choice, check_int, check_real
 
@@ -21,9 +21,14 @@ class OptimalRDPAccountant:
     ``get_epsilon(delta)``; plus ``get_delta(epsilon)``, ``get_beta(alpha)``, ``tradeoff_curve(alphas)``.
     ``method="cks"`` / ``"mironov"`` gives the classical conversions of the same RDP profile (on
     :data:`DEFAULT_ORDERS` above 1) for comparison.
+
+    ``relation`` is the neighbouring relation: ``"add-remove"`` (one record added or removed; opacus' and
+    dp_accounting's default) or ``"replace-one"`` (one record replaced, e.g. one label changed under label
+    DP; see :class:`~icml_theory.privacy.SubsampledGaussianRDP`).
     """
 
-    def __init__(self):
+    def __init__(self, relation: str = "add-remove"):
+        self.relation = check_choice(relation, "relation", RELATIONS)
         self.history: list[tuple[float, float, int]] = []
         self._converter: OptimalConverter | None = None
 
@@ -52,7 +57,7 @@ class OptimalRDPAccountant:
         merged: dict[tuple[float, float], int] = {}
         for sigma, q, n in self.history:
             merged[(sigma, q)] = merged.get((sigma, q), 0) + n
-        return ComposedRDP([SubsampledGaussianRDP(q, s, n) for (s, q), n in merged.items()])
+        return ComposedRDP([SubsampledGaussianRDP(q, s, n, self.relation) for (s, q), n in merged.items()])
 
     def _conv(self) -> OptimalConverter:
         if self._converter is None:
@@ -90,12 +95,15 @@ def get_noise_multiplier(
     steps: int,
     *,
     epsilon_tolerance: float = 0.01,
+    relation: str = "add-remove",
 ) -> float:
     """Smallest noise multiplier (to ``epsilon_tolerance``) whose optimal-rule epsilon is <= ``target_epsilon``.
 
     Bisection in ``sigma`` like ``opacus.accountants.utils.get_noise_multiplier``, bracketed first with the
     fast Balle/CKS conversion (whose sigma always suffices); the returned ``sigma`` always meets the target.
+    ``relation``: the neighbouring relation, as in :class:`OptimalRDPAccountant`.
     """
+    relation = check_choice(relation, "relation", RELATIONS)
     target_epsilon = check_real(target_epsilon, "target_epsilon", "(0, inf)")
     check_real(target_delta, "target_delta", "(0, 1)")
     check_real(sample_rate, "sample_rate", "(0, 1]")
@@ -104,7 +112,9 @@ def get_noise_multiplier(
     setting = f"target_epsilon = {target_epsilon} at target_delta = {target_delta}, sample_rate = {sample_rate}, steps = {steps}"
 
     def eps(sigma, method="optimal"):
-        acc = OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=sample_rate, num_steps=steps)
+        acc = OptimalRDPAccountant(relation).step(
+            noise_multiplier=sigma, sample_rate=sample_rate, num_steps=steps
+        )
         return acc.get_epsilon(target_delta, method=method)
 
     # bracket with the fast classical (CKS) conversion: the optimal epsilon is never larger, so the sigma

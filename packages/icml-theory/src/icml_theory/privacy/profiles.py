@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 from scipy.special import gammaln
 
-from icml_theory.validation import as_array, as_rdp_table, check_int, check_orders, check_real
+from icml_theory.validation import as_array, as_rdp_table, check_choice, check_int, check_orders, check_real
 
 MAX_GRID = 1 << 24  # most points of SubsampledGaussianRDP's quadrature grid (128 MiB per order)
 
@@ -184,11 +184,22 @@ class LaplaceRDP(RDPProfile):
         return f"LaplaceRDP(scale={self.scale}, sensitivity={self.sensitivity}, steps={self.steps})"
 
 
+RELATIONS = ("add-remove", "replace-one")
+
+
 class SubsampledGaussianRDP(RDPProfile):
     """Poisson-subsampled Gaussian (DP-SGD step): sample rate ``q``, noise multiplier ``sigma``, ``steps``.
 
     For the add/remove relation the pair is ``mu0 = N(0, sigma^2)`` and ``mu1 = (1-q) N(0, sigma^2) +
     q N(1, sigma^2)``; we bound both directions, ``rho(tau) = steps * max(D_tau(mu1||mu0), D_tau(mu0||mu1))``.
+
+    ``relation="replace-one"`` (one record replaced, e.g. one label changed under label DP, with the
+    record's clipped contribution of norm <= 1 before and after): the pair is ``P = (1-q) N(0, sigma^2) +
+    q N(-1, sigma^2)`` and ``Q = (1-q) N(0, sigma^2) + q N(1, sigma^2)``, the pair dp_accounting's PLD
+    uses for ``REPLACE_ONE`` (its ``AdjacencyType.REPLACE``); it is symmetric, so one direction suffices.
+    It is computed by the trapezoid rule on the same kind of grid, extended to the left where the
+    integrand ``P^tau Q^(1-tau)`` peaks (near ``-tau``). With ``q = 1`` it is the Gaussian mechanism of
+    sensitivity 2, ``rho = 2 tau / sigma^2``, which also bounds every ``q`` (joint quasi-convexity).
 
     How it is computed (our own numerical design, not from the paper):
 
@@ -206,10 +217,11 @@ class SubsampledGaussianRDP(RDPProfile):
 
     _finite = True
 
-    def __init__(self, sample_rate: float, sigma: float, steps: int = 1):
+    def __init__(self, sample_rate: float, sigma: float, steps: int = 1, relation: str = "add-remove"):
         self.sample_rate = check_real(sample_rate, "sample_rate", "(0, 1]")
         self.sigma = check_real(sigma, "sigma", "(0, inf)")
         self.steps = check_int(steps, "steps", 1)
+        self.relation = check_choice(relation, "relation", RELATIONS)
 
     def _rdp(self, tau):
         if self.sample_rate == 1.0:  # no subsampling: the Gaussian mechanism
@@ -218,7 +230,8 @@ class SubsampledGaussianRDP(RDPProfile):
         if s > 1e100:  # the quadrature grid overflows; the Gaussian bound is below 1e-200 here
             return self._gaussian_bound(tau)
         # orders whose quadrature grid would exceed MAX_GRID points (tiny sigma): the Gaussian bound
-        too_big = 16 * (2 + 32 * s + np.maximum(tau, 1.0)) / s > MAX_GRID
+        reach = np.maximum(tau, 1.0) * (2 if self.relation == "replace-one" else 1)
+        too_big = 16 * (2 + 32 * s + reach) / s > MAX_GRID
         if np.any(too_big):
             warnings.warn(
                 f"sigma = {s} is too small for the quadrature at some orders: using the valid but looser "
@@ -228,15 +241,50 @@ class SubsampledGaussianRDP(RDPProfile):
             )
             out = self._gaussian_bound(tau)
             if not np.all(too_big):
-                out[~too_big] = self._rdp_quadrature(tau[~too_big])
+                out[~too_big] = self._quadrature(tau[~too_big])
             return out
-        return self._rdp_quadrature(tau)
+        return self._quadrature(tau)
+
+    def _quadrature(self, tau):
+        return self._rdp_replace(tau) if self.relation == "replace-one" else self._rdp_quadrature(tau)
 
     def _gaussian_bound(self, tau):
-        """``steps * tau / (2 sigma^2)``: the RDP of the unsubsampled step, a valid bound in both directions
-        (Rényi divergence is jointly quasi-convex, van Erven and Harremoës 2014, Thm 13)."""
+        """``steps * tau * Delta^2 / (2 sigma^2)`` (``Delta`` = 1 for add/remove, 2 for replace-one): the RDP
+        of the unsubsampled step, a valid bound in both directions (Rényi divergence is jointly
+        quasi-convex, van Erven and Harremoës 2014, Thm 13)."""
+        d2 = 4.0 if self.relation == "replace-one" else 1.0
         with np.errstate(over="ignore", divide="ignore"):
-            return self.steps * tau / (2 * self.sigma * self.sigma)
+            return self.steps * tau * d2 / (2 * self.sigma * self.sigma)
+
+    def _rdp_replace(self, tau):
+        """Replace-one: ``D_tau(P||Q)`` by the trapezoid rule (the rule's error at ``tau = 0, 1`` removed)."""
+        t = tau.ravel()
+        out = np.empty(t.shape)
+        s, q = self.sigma, self.sample_rate
+        bucket = np.ceil(np.log2(np.maximum(t, 1.0)))
+        for b in np.unique(bucket):
+            idx = np.flatnonzero(bucket == b)
+            h = s / 16
+            z = np.arange(-2 * max(float(t[idx].max()), 1.0) - 16 * s - 1, 16 * s + 1 + h, h)
+            base = -0.5 * (z / s) ** 2 - math.log(s * math.sqrt(2 * math.pi)) + math.log(h)
+            log_p = base + np.logaddexp(math.log1p(-q), math.log(q) - (2 * z + 1) / (2 * s * s))
+            log_q = base + np.logaddexp(math.log1p(-q), math.log(q) + (2 * z - 1) / (2 * s * s))
+            lam = t[idx]
+            m_q, m_p = _lse(log_q[None, :])[0], _lse(log_p[None, :])[0]
+            log_m = _lse(lam[:, None] * log_p[None, :] + (1 - lam[:, None]) * log_q[None, :])
+            log_m -= lam * m_p + (1 - lam) * m_q
+            # next to tau = 1, log M = log E_P[exp((tau - 1) L)], L = log P/Q: expm1 keeps full precision
+            near = np.abs(lam - 1) < 0.25
+            if np.any(near):
+                w = np.exp(log_p - log_p.max())
+                ell = log_p - log_q
+                e = np.expm1((lam[near, None] - 1) * ell[None, :]) @ w / w.sum()
+                log_m[near] = np.log1p(e)
+                kl = float(ell @ w / w.sum())
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d = np.where(lam == 1, kl if np.any(near) else 0.0, log_m / np.where(lam == 1, 1.0, lam - 1))
+            out[idx] = np.maximum(d, 0.0)
+        return (self.steps * out).reshape(tau.shape)
 
     def _rdp_quadrature(self, tau):
         t = tau.ravel()
@@ -317,9 +365,8 @@ class SubsampledGaussianRDP(RDPProfile):
         return float(-np.sum(w * log_r) / np.sum(w))  # E_mu0[log mu0/mu1]
 
     def __repr__(self):
-        return (
-            f"SubsampledGaussianRDP(sample_rate={self.sample_rate}, sigma={self.sigma}, steps={self.steps})"
-        )
+        rel = "" if self.relation == "add-remove" else f", relation={self.relation!r}"
+        return f"SubsampledGaussianRDP(sample_rate={self.sample_rate}, sigma={self.sigma}, steps={self.steps}{rel})"
 
 
 def _iterable(x) -> bool:

@@ -1,0 +1,59 @@
+"""Cond-DP for opacus users: :class:`CondDPOptimizer`, an opacus ``DPOptimizer`` with conditioning.
+
+Opacus computes the per-sample gradients (``GradSampleModule``) and accounts for privacy as usual; this
+optimizer conditions the named parameters: per-sample gradients ``G_i -> G_i C^T`` before clipping and the
+noisy sum ``-> (...) C`` after the noise, exactly :class:`icml_stats.dp.CondDPSGD`'s update (with the same
+``generator`` the noise is the same; use opacus' defaults, a mean loss and ``loss_reduction="mean"``,
+which divide by ``expected_batch_size`` as ``CondDPSGD`` does). Needs opacus (``pip install 'icml-stats[dp,opacus]'``)::
+
+    from opacus import GradSampleModule
+    from icml_stats.dp import conditioning_matrix
+    from icml_stats.dp.opacus import CondDPOptimizer
+
+    model = GradSampleModule(torch.nn.Linear(d, 1))
+    optimizer = CondDPOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        conditioning={model._module.weight: conditioning_matrix(X_public)},
+        noise_multiplier=1.0, max_grad_norm=1.0, expected_batch_size=256,
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from opacus.optimizers import DPOptimizer
+
+from icml_stats.dp.sgd import as_conditioning
+
+
+class CondDPOptimizer(DPOptimizer):
+    """``opacus.optimizers.DPOptimizer`` that conditions parameters: ``conditioning={parameter: (d, d) C}``
+    (``d`` the parameter's last axis). Every other argument is ``DPOptimizer``'s."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, *, conditioning: Mapping, **kwargs):
+        super().__init__(optimizer, **kwargs)
+        if not isinstance(conditioning, Mapping):
+            raise TypeError("conditioning must be a mapping {parameter: (d, d) matrix}")
+        ids = {id(p) for p in self.params}
+        self.conditioning: dict[int, torch.Tensor] = {}
+        for p, C in conditioning.items():
+            if not isinstance(p, torch.Tensor) or id(p) not in ids:
+                raise ValueError("conditioning keys must be parameters that the wrapped optimizer updates")
+            self.conditioning[id(p)] = as_conditioning(C, p.shape[-1], "conditioning matrix", p.dtype)
+
+    def clip_and_accumulate(self):
+        for p in self.params:
+            C = self.conditioning.get(id(p))
+            if C is not None and p.grad_sample is not None:
+                g = self._get_flat_grad_sample(p)
+                p.grad_sample = g @ C.to(g.device).mT
+        super().clip_and_accumulate()
+
+    def add_noise(self):
+        super().add_noise()
+        for p in self.params:
+            C = self.conditioning.get(id(p))
+            if C is not None:
+                p.grad = (p.grad @ C.to(p.grad.device)).view_as(p)

@@ -1,0 +1,171 @@
+"""Cond-DP: DP-SGD on a conditioned parametrization (Jiang, Krichene and Mayoraz, ICML 2026).
+
+A parameter ``W`` of shape ``(..., d)`` (a linear layer's weight, whose last axis meets the public
+features) is reparametrized ``W = Theta C`` with a public ``(d, d)`` conditioning matrix ``C`` and DP-SGD
+runs on ``Theta``. In ``W``'s coordinates one step is::
+
+    W <- W - lr * [ sum_{i in batch} clip_c(G_i C^T) + N(0, sigma^2 c^2 I) ] C / B
+
+with ``G_i`` the per-sample gradient in ``W``, clipping over all parameters jointly, ``B`` the expected
+batch size (Poisson sampling) and other parameters updated as in DP-SGD. ``C = I`` is DP-SGD, to the bit.
+The mechanism on ``Theta`` is DP-SGD itself, and ``C`` depends on public features only, so its privacy is
+DP-SGD's: the accountant sees the same ``(sample_rate, noise_multiplier, steps)``.
+
+Label DP: a neighbouring dataset changes one label, and the record's clipped contribution moves anywhere
+in the clip ball, so the sensitivity is ``2c``; ``relation="replace-one"`` accounts for exactly that pair
+(see :class:`icml_theory.privacy.SubsampledGaussianRDP`). For regression with a scalar output the two
+clipped gradients are collinear, which is the one-dimensional pair the accountant uses.
+
+Per-sample gradients come from ``torch.func`` (``vmap(grad(...))``); clipping and noise follow opacus'
+``DPOptimizer`` (factor ``min(1, c / (norm + 1e-6))``, noise ``torch.normal`` drawn per parameter in
+parameter order from ``generator``), so the same generator gives opacus' noise.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from icml_stats.validation import check_choice, check_int, check_real
+
+RELATIONS = ("replace-one", "add-remove")
+
+
+def squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample loss ``0.5 * ||output - target||^2`` (one sample's output and target)."""
+    return 0.5 * ((output.reshape(-1) - target.reshape(-1)) ** 2).sum()
+
+
+def as_conditioning(matrix, d: int, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """A finite ``(d, d)`` tensor."""
+    C = torch.as_tensor(np.asarray(matrix, dtype=float) if not torch.is_tensor(matrix) else matrix)
+    if C.shape != (d, d):
+        raise ValueError(
+            f"{name} must be a ({d}, {d}) matrix (the parameter's last axis), got {tuple(C.shape)}"
+        )
+    if not torch.isfinite(C).all():
+        raise ValueError(f"{name} must be finite")
+    return C.to(dtype)
+
+
+class CondDPSGD:
+    """Conditioned DP-SGD on a torch module: per-sample clipping, Gaussian noise, conditioning.
+
+    ``model``: any ``nn.Module`` mapping a batch of inputs to outputs. ``conditioning``: ``{parameter name:
+    (d, d) matrix}`` for parameters whose last axis has size ``d`` (``"weight"`` of an ``nn.Linear``; the
+    first layer of a network, e.g. ``"0.weight"``); ``None`` or ``{}`` is DP-SGD. ``loss_fn(output,
+    target)`` is one sample's loss (default :func:`squared_error`). ``max_grad_norm`` is the clip bound
+    ``c``, ``noise_multiplier`` ``sigma`` (noise std ``sigma * c``), ``expected_batch_size`` the ``B`` that
+    the noisy sum is divided by (``sample_rate * n`` under Poisson sampling). ``generator`` draws the noise.
+
+    :meth:`step` makes one update from a batch; :meth:`poisson_batch` draws a Poisson batch's indices.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        lr: float,
+        max_grad_norm: float,
+        noise_multiplier: float,
+        expected_batch_size: float,
+        conditioning: Mapping[str, object] | None = None,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = squared_error,
+        generator: torch.Generator | None = None,
+    ):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.lr = check_real(lr, "lr", "(0, inf)")
+        self.max_grad_norm = check_real(max_grad_norm, "max_grad_norm", "(0, inf)")
+        self.noise_multiplier = check_real(noise_multiplier, "noise_multiplier", "[0, inf)")
+        self.expected_batch_size = check_real(expected_batch_size, "expected_batch_size", "(0, inf)")
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be callable (output, target) -> loss, got {loss_fn!r}")
+        self.loss_fn = loss_fn
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        self.generator = generator
+        self.params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        if not self.params:
+            raise ValueError("model has no trainable parameters")
+        self.conditioning: dict[str, torch.Tensor] = {}
+        if conditioning is not None and not isinstance(conditioning, Mapping):
+            raise TypeError("conditioning must be a mapping {parameter name: (d, d) matrix} or None")
+        for name, C in (conditioning or {}).items():
+            if name not in self.params:
+                raise ValueError(
+                    f"conditioning names {name!r}, not a trainable parameter of model: {list(self.params)}"
+                )
+            p = self.params[name]
+            self.conditioning[name] = as_conditioning(C, p.shape[-1], f"conditioning[{name!r}]", p.dtype)
+
+    def per_sample_gradients(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-sample gradients ``{name: (B, *shape)}`` in the model's own (unconditioned) coordinates."""
+        params = {k: p.detach() for k, p in self.params.items()}
+        buffers = {k: b.detach() for k, b in self.model.named_buffers()}
+
+        def loss(p, x, y):
+            out = functional_call(self.model, (p, buffers), (x.unsqueeze(0),))
+            return self.loss_fn(out.squeeze(0), y)
+
+        return vmap(grad(loss), in_dims=(None, 0, 0))(params, inputs, targets)
+
+    def clipped_sum(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The sum of the batch's clipped per-sample gradients, in conditioned coordinates."""
+        if len(inputs) != len(targets):
+            raise ValueError(
+                f"inputs and targets must have the same length, got {len(inputs)} and {len(targets)}"
+            )
+        if len(inputs) == 0:  # an empty Poisson batch: noise only
+            return {k: torch.zeros_like(p) for k, p in self.params.items()}
+        g = self.per_sample_gradients(inputs, targets)
+        for k, C in self.conditioning.items():
+            g[k] = g[k] @ C.mT
+        norms = torch.stack([v.reshape(len(v), -1).norm(2, dim=-1) for v in g.values()], dim=1).norm(2, dim=1)
+        factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        return {k: torch.einsum("i,i...", factor, v) for k, v in g.items()}
+
+    @torch.no_grad()
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        """One Cond-DP update of the model's parameters from the batch ``(inputs, targets)``."""
+        summed = self.clipped_sum(inputs, targets)
+        std = self.noise_multiplier * self.max_grad_norm
+        for k, p in self.params.items():
+            noise = torch.normal(0.0, std, size=p.shape, device=p.device, generator=self.generator)
+            update = (summed[k] + noise).to(p.dtype)
+            if k in self.conditioning:
+                update = update @ self.conditioning[k]
+            p.sub_(self.lr * update / self.expected_batch_size)
+
+    def poisson_batch(self, n: int, sample_rate: float) -> torch.Tensor:
+        """Indices of a Poisson batch: each of ``n`` records independently with probability ``sample_rate``."""
+        n = check_int(n, "n", 1)
+        q = check_real(sample_rate, "sample_rate", "(0, 1]")
+        return torch.nonzero(torch.rand(n, generator=self.generator) < q).reshape(-1)
+
+
+@functools.lru_cache(maxsize=256)
+def calibrate_noise(epsilon: float, delta: float, sample_rate: float, steps: int, relation: str) -> float:
+    """The smallest noise multiplier (bisection) whose ``(epsilon, delta)`` by icml-theory's optimal
+    RDP -> f-DP accountant meets the target after ``steps`` Poisson-subsampled steps (cached)."""
+    from icml_theory.privacy import get_noise_multiplier
+
+    check_choice(relation, "relation", RELATIONS)
+    return get_noise_multiplier(epsilon, delta, sample_rate, steps, relation=relation)
+
+
+def privacy_spent(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, relation: str
+) -> float:
+    """``epsilon`` at ``delta`` of ``steps`` DP-SGD steps by icml-theory's optimal accountant."""
+    from icml_theory.privacy import OptimalRDPAccountant
+
+    acc = OptimalRDPAccountant(check_choice(relation, "relation", RELATIONS))
+    acc.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate, num_steps=steps)
+    return acc.get_epsilon(delta)

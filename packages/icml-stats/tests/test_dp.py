@@ -1,0 +1,280 @@
+"""icml_stats.dp (Cond-DP): the conditioning matrix (labels never enter; identity Hessian), per-sample
+gradients against a loop, clipping, C = I is DP-SGD to the bit, the opacus optimizer makes the same update,
+the accountant against opacus and dp_accounting, the scikit-learn contract and bad input."""
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import check_estimator
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from icml_stats.dp import (  # noqa: E402
+    CondDPRegressor,
+    CondDPSGD,
+    LaplaceLabelRegressor,
+    calibrate_noise,
+    conditioning_matrix,
+    frequency_conditioning,
+    privacy_spent,
+)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def spectral(n=400, d=8, a=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    R = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    X = rng.standard_normal((n, d)) * np.arange(1, d + 1) ** (-a) @ R
+    y = X @ rng.standard_normal(d) + 0.1 * rng.standard_normal(n)
+    return X, y
+
+
+def test_conditioning_whitens_the_least_squares_hessian():
+    X, _ = spectral(a=2.0)
+    C = conditioning_matrix(X, normalize=None)
+    np.testing.assert_allclose(C @ X.T @ X @ C, np.eye(X.shape[1]), atol=1e-8)
+    _, s, vt = np.linalg.svd(X, full_matrices=False)
+    np.testing.assert_allclose(C, vt.T @ np.diag(1 / s) @ vt, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(
+        conditioning_matrix(X, power=0.0, normalize=None), np.eye(X.shape[1]), atol=1e-12
+    )
+    # the regularized family: V (Sigma^2 + reg)^(-power/2) V^T
+    np.testing.assert_allclose(
+        conditioning_matrix(X, power=0.5, reg=0.3, normalize=None),
+        vt.T @ np.diag((s**2 + 0.3) ** -0.25) @ vt,
+        rtol=1e-7,
+    )
+    # rms normalization: conditioned features as long as the raw ones on average
+    Cn = conditioning_matrix(X)
+    assert np.linalg.norm(X @ Cn) == pytest.approx(np.linalg.norm(X), rel=1e-12)
+
+
+def test_conditioning_reads_public_features_only():
+    X, y = spectral()
+    a = CondDPRegressor(noise_multiplier=1.0, epochs=1, random_state=0).fit(X, y)
+    b = CondDPRegressor(noise_multiplier=1.0, epochs=1, random_state=0).fit(X, -3 * y + 7)
+    assert not np.allclose(a.coef_, b.coef_)
+    np.testing.assert_array_equal(a.conditioning_, b.conditioning_)
+
+
+def test_frequency_conditioning_is_the_svd_matrix_of_one_hot_features():
+    rng = np.random.default_rng(1)
+    X = np.eye(5)[rng.choice(5, size=300, p=[0.5, 0.3, 0.1, 0.07, 0.03])]
+    np.testing.assert_allclose(
+        frequency_conditioning(X, normalize=None), conditioning_matrix(X, normalize=None), atol=1e-10
+    )
+    np.testing.assert_allclose(np.diag(frequency_conditioning(X, normalize=None)), X.sum(0) ** -0.5)
+
+
+def test_rank_deficient_features_are_regularized_with_a_warning():
+    X, _ = spectral()
+    X = np.hstack([X, X[:, :1]])  # a duplicated column
+    with pytest.warns(RuntimeWarning, match="rank 8 < 9"):
+        C = conditioning_matrix(X)
+    assert np.isfinite(C).all()
+
+
+def linear(d, seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(d, 1, dtype=torch.float64)
+
+
+def test_per_sample_gradients_match_a_loop():
+    X, y = spectral(n=32)
+    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    model = nn.Sequential(
+        nn.Linear(8, 5, dtype=torch.float64), nn.Tanh(), nn.Linear(5, 1, dtype=torch.float64)
+    )
+    opt = CondDPSGD(model, lr=0.1, max_grad_norm=1.0, noise_multiplier=1.0, expected_batch_size=32)
+    g = opt.per_sample_gradients(Xt, yt)
+    for i in range(len(X)):
+        model.zero_grad()
+        (0.5 * (model(Xt[i : i + 1]).reshape(()) - yt[i]) ** 2).backward()
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(g[name][i], p.grad, atol=1e-6, rtol=0)
+
+
+def test_clipped_per_sample_gradients_have_norm_at_most_the_bound():
+    X, y = spectral(n=64)
+    opt = CondDPSGD(
+        linear(8),
+        lr=0.1,
+        max_grad_norm=0.05,
+        noise_multiplier=1.0,
+        expected_batch_size=64,
+        conditioning={"weight": conditioning_matrix(X)},
+    )
+    total = opt.clipped_sum(torch.as_tensor(X), torch.as_tensor(y))
+    norm = torch.sqrt(sum((v**2).sum() for v in total.values()))
+    assert norm <= 64 * 0.05 + 1e-9
+
+
+def run(conditioning, steps=20, seed=3):
+    X, y = spectral(n=200)
+    model = linear(8)
+    gen = torch.Generator().manual_seed(seed)
+    opt = CondDPSGD(
+        model,
+        lr=0.3,
+        max_grad_norm=0.5,
+        noise_multiplier=1.3,
+        expected_batch_size=50,
+        conditioning=conditioning,
+        generator=gen,
+    )
+    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    for _ in range(steps):
+        idx = opt.poisson_batch(200, 0.25)
+        opt.step(Xt[idx], yt[idx])
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def test_identity_conditioning_is_dp_sgd_to_the_bit():
+    dpsgd = run(None)
+    assert torch.equal(run({"weight": np.eye(8)}), dpsgd)
+    assert not torch.equal(run({"weight": conditioning_matrix(spectral(n=200)[0])}), dpsgd)
+    X, y = spectral(n=300)
+    a = CondDPRegressor(conditioning="identity", noise_multiplier=1.0, random_state=5).fit(X, y)
+    b = CondDPRegressor(conditioning=np.eye(8), noise_multiplier=1.0, random_state=5).fit(X, y)
+    assert np.array_equal(a.coef_, b.coef_) and a.intercept_ == b.intercept_
+
+
+def test_the_opacus_optimizer_makes_the_same_update():
+    pytest.importorskip("opacus")
+    from opacus import GradSampleModule
+
+    from icml_stats.dp.opacus import CondDPOptimizer
+
+    X, y = spectral(n=64)
+    C = conditioning_matrix(X)
+    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    ours = linear(8)
+    theirs = GradSampleModule(linear(8))
+    opt = CondDPSGD(
+        ours,
+        lr=0.3,
+        max_grad_norm=0.5,
+        noise_multiplier=1.1,
+        expected_batch_size=64,
+        conditioning={"weight": C},
+        generator=torch.Generator().manual_seed(7),
+    )
+    dp_opt = CondDPOptimizer(
+        torch.optim.SGD(theirs.parameters(), lr=0.3),
+        conditioning={theirs._module.weight: C},
+        noise_multiplier=1.1,
+        max_grad_norm=0.5,
+        expected_batch_size=64,
+        generator=torch.Generator().manual_seed(7),
+    )
+    for _ in range(5):
+        opt.step(Xt, yt)
+        dp_opt.zero_grad()
+        (0.5 * (theirs(Xt).reshape(-1) - yt) ** 2).mean().backward()  # opacus: mean loss, divided by B
+        dp_opt.step()
+    for p, q in zip(ours.parameters(), theirs._module.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-8, atol=1e-9)  # mean loss x B / B: rounding only
+    with pytest.raises(ValueError, match="conditioning keys"):
+        CondDPOptimizer(
+            torch.optim.SGD(theirs.parameters(), lr=0.3),
+            conditioning={torch.zeros(8): C},
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            expected_batch_size=64,
+        )
+
+
+def test_accountant_matches_opacus_and_dp_accounting():
+    rdp = pytest.importorskip("opacus.accountants")
+    dpa = pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import pld_privacy_accountant
+
+    q, sigma, steps, delta = 0.05, 1.0, 100, 1e-5
+    ours = privacy_spent(sigma, q, steps, delta, "add-remove")
+    acc = rdp.RDPAccountant()
+    acc.history = [(sigma, q, steps)]
+    opacus_rdp = acc.get_epsilon(delta)
+    pld = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    pld.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
+    # the optimal conversion of the same RDP curve: tighter than opacus' RDP conversion, looser than PLD
+    assert pld.get_epsilon(delta) <= ours <= opacus_rdp
+    assert ours == pytest.approx(pld.get_epsilon(delta), rel=0.2)
+    # label DP (replace one label): dp_accounting's REPLACE_ONE PLD of the same pair
+    replace = privacy_spent(sigma, q, steps, delta, "replace-one")
+    pld = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
+    pld.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
+    assert pld.get_epsilon(delta) <= replace == pytest.approx(pld.get_epsilon(delta), rel=0.2)
+    assert replace > ours
+
+
+def test_regressor_meets_its_privacy_target_and_fits():
+    X, y = spectral(n=2000, a=0.5)
+    m = CondDPRegressor(epsilon=4.0, batch_size=200, epochs=5, random_state=0).fit(X, y)
+    assert m.steps_ == 50 and m.sample_rate_ == 0.1 and m.delta_ == 1 / 2000
+    assert m.noise_multiplier_ == calibrate_noise(4.0, 1 / 2000, 0.1, 50, "replace-one")
+    assert privacy_spent(m.noise_multiplier_, 0.1, 50, 1 / 2000, "replace-one") <= 4.0
+    assert m.score(X, y) > 0.5
+    lap = LaplaceLabelRegressor(epsilon=4.0, label_bound=3.0, random_state=0).fit(X, y)
+    assert lap.score(X, y) > 0.0
+
+
+def test_scikit_learn_estimator_checks():
+    for est in (CondDPRegressor(noise_multiplier=1.0, epochs=2, batch_size=16), LaplaceLabelRegressor()):
+        results = check_estimator(est, on_fail=None)
+        failed = [r["check_name"] for r in results if r["status"] == "failed"]
+        assert failed == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"epsilon": 0.0}, ValueError, "epsilon"),
+        ({"epsilon": -1.0}, ValueError, "epsilon"),
+        ({"delta": 1.0}, ValueError, "delta"),
+        ({"delta": 0.0}, ValueError, "delta"),
+        ({"lr": 0.0}, ValueError, "lr"),
+        ({"conditioning": "pca"}, ValueError, "conditioning"),
+        ({"conditioning": np.eye(3)}, ValueError, "conditioning"),
+        ({"relation": "swap"}, ValueError, "relation"),
+    ],
+)
+def test_bad_parameters_are_named(kwargs, error, match):
+    X, y = spectral(n=50)
+    with pytest.raises(error, match=match):
+        CondDPRegressor(**kwargs).fit(X, y)
+
+
+def test_bad_features_are_named():
+    X, y = spectral(n=50)
+    Xn = X.copy()
+    Xn[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        CondDPRegressor(noise_multiplier=1.0).fit(Xn, y)
+    with pytest.raises(ValueError, match="X"):
+        conditioning_matrix(X[:, 0])
+    with pytest.raises(ValueError, match="X"):
+        conditioning_matrix(Xn)
+    m = CondDPRegressor(noise_multiplier=1.0, epochs=1).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        m.predict(X[:, :3])
+    with pytest.raises(ValueError, match="conditioning"):
+        CondDPSGD(
+            linear(8),
+            lr=0.1,
+            max_grad_norm=1.0,
+            noise_multiplier=1.0,
+            expected_batch_size=8,
+            conditioning={"weight": np.eye(3)},
+        )
+    with pytest.raises(ValueError, match="bias2"):
+        CondDPSGD(
+            linear(8),
+            lr=0.1,
+            max_grad_norm=1.0,
+            noise_multiplier=1.0,
+            expected_batch_size=8,
+            conditioning={"bias2": np.eye(8)},
+        )
+    with pytest.raises(ValueError, match="one-hot"):
+        frequency_conditioning(X)
