@@ -40,17 +40,28 @@ import numpy as np
 from sklearn.linear_model import LinearRegression
 from threadpoolctl import threadpool_limits
 
-from icml_stats.dp import CondDPRegressor, LaplaceLabelRegressor
+from icml_stats.dp import CondDPRegressor, DivergedError, LaplaceLabelRegressor
 from icml_stats_experiments.dp.testbed import N_TRAIN, Task, condition_number, real, spectral
 
 BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {
-        "decays": (0.0, 1.0), "epsilons": (1.0,), "seeds": 2, "tune_seeds": 1, "lrs": (0.1, 0.3, 1.0),
-        "datasets": ("diabetes",), "real_epsilons": (1.0,), "real_seeds": 2,
+        "decays": (0.0, 1.0),
+        "epsilons": (1.0,),
+        "seeds": 2,
+        "tune_seeds": 1,
+        "lrs": (0.1, 0.3, 1.0),
+        "datasets": ("diabetes",),
+        "real_epsilons": (1.0,),
+        "real_seeds": 2,
     },
     "full": {
-        "decays": (0.0, 0.5, 1.0, 2.0), "epsilons": (0.5, 1.0, 2.0, 4.0, 8.0), "seeds": 20, "tune_seeds": 3,
-        "lrs": (0.03, 0.1, 0.3, 1.0, 3.0), "datasets": ("diabetes", "fair"), "real_epsilons": (1.0, 4.0),
+        "decays": (0.0, 0.5, 1.0, 2.0),
+        "epsilons": (0.5, 1.0, 2.0, 4.0, 8.0),
+        "seeds": 20,
+        "tune_seeds": 3,
+        "lrs": (0.03, 0.1, 0.3, 1.0, 3.0),
+        "datasets": ("diabetes", "fair"),
+        "real_epsilons": (1.0, 4.0),
         "real_seeds": 10,
     },
 }
@@ -88,12 +99,17 @@ def fit_mse(job: tuple) -> tuple[tuple, float]:
         else:
             batch, epochs = SETTINGS[family(name)]
             model = CondDPRegressor(
-                conditioning=CONDITIONING[method], lr=lr, max_grad_norm=CLIP, batch_size=batch,
-                epochs=epochs, noise_multiplier=sigma, random_state=seed,
+                conditioning=CONDITIONING[method],
+                lr=lr,
+                max_grad_norm=CLIP,
+                batch_size=batch,
+                epochs=epochs,
+                noise_multiplier=sigma,
+                random_state=seed,
             )
         try:
             pred = model.fit(t.x, t.y).predict(t.x_test)
-        except FloatingPointError:
+        except DivergedError:
             return job, math.inf
     mse = float(np.mean((pred - t.y_test) ** 2))
     return job, mse if math.isfinite(mse) else math.inf
@@ -145,7 +161,10 @@ def experiment(budget: str, seed: int, pool: ProcessPoolExecutor | None, workers
     # 1. learning rate per (task, epsilon, method) on tuning seeds (disjoint from the evaluation seeds)
     tune = [
         (name, eps, m, lr, TUNE_SEED0 + seed + s, sigma[family(name), eps])
-        for name, eps in grid for m in PRIVATE for lr in cfg["lrs"] for s in range(cfg["tune_seeds"])
+        for name, eps in grid
+        for m in PRIVATE
+        for lr in cfg["lrs"]
+        for s in range(cfg["tune_seeds"])
     ]
     tuned = pmap(pool, fit_mse, tune)
     chosen: dict[tuple[str, float, str], float] = {}
@@ -153,7 +172,8 @@ def experiment(budget: str, seed: int, pool: ProcessPoolExecutor | None, workers
     for name, eps in grid:
         for m in PRIVATE:
             med = {
-                lr: float(np.median([v for j, v in tuned if j[:4] == (name, eps, m, lr)])) for lr in cfg["lrs"]
+                lr: float(np.median([v for j, v in tuned if j[:4] == (name, eps, m, lr)]))
+                for lr in cfg["lrs"]
             }
             chosen[name, eps, m] = min(med, key=lambda lr: (med[lr], lr))
             validation[f"{name} eps={eps:g} {m}"] = med
@@ -221,8 +241,10 @@ def experiment(budget: str, seed: int, pool: ProcessPoolExecutor | None, workers
             "ylabel": "median test MSE",
             "x": list(cfg["epsilons"] if name in synth else cfg["real_epsilons"]),
             "series": {
-                m: [summaries[f"{name} eps={e:g}"]["median MSE"][m]
-                    for e in (cfg["epsilons"] if name in synth else cfg["real_epsilons"])]
+                m: [
+                    summaries[f"{name} eps={e:g}"]["median MSE"][m]
+                    for e in (cfg["epsilons"] if name in synth else cfg["real_epsilons"])
+                ]
                 for m in (*PRIVATE, "Laplace", "OLS")
             },
             "kind": "line",

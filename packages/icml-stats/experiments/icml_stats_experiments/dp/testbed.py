@@ -31,7 +31,7 @@ class Task(NamedTuple):
 
 def spectral(a: float, seed: int, n: int = N_TRAIN, d: int = D) -> Task:
     """The synthetic task with spectral decay ``a`` (see the module doc)."""
-    rng = np.random.default_rng([seed, int(round(100 * a))])
+    rng = np.random.default_rng([seed, round(100 * a)])
     R = np.linalg.qr(rng.standard_normal((d, d)))[0]
     scale = np.arange(1, d + 1, dtype=float) ** (-a)
     u = rng.standard_normal(d)

@@ -7,11 +7,12 @@ icml-theory's accountant (``pip install 'icml-stats[dp]'``); the opacus optimize
 """
 
 from icml_stats.dp.conditioning import conditioning_matrix, frequency_conditioning
-from icml_stats.dp.estimators import CondDPRegressor, LaplaceLabelRegressor
+from icml_stats.dp.estimators import CondDPRegressor, DivergedError, LaplaceLabelRegressor
 
 __all__ = [
     "CondDPRegressor",
     "CondDPSGD",
+    "DivergedError",
     "LaplaceLabelRegressor",
     "calibrate_noise",
     "conditioning_matrix",
@@ -21,7 +22,7 @@ __all__ = [
 
 
 def __getattr__(name):  # torch is imported only when the SGD parts are used
-    if name in ("CondDPSGD", "calibrate_noise", "privacy_spent", "squared_error"):
+    if name in ("CondDPSGD", "calibrate_noise", "privacy_spent"):
         from icml_stats.dp import sgd
 
         return getattr(sgd, name)

@@ -54,7 +54,11 @@ def conditioning_matrix(
     rcond = check_real(rcond, "rcond", "(0, 1)")
     check_choice(normalize, "normalize", NORMALIZE)
     # V and Sigma^2 from the (d, d) Gram matrix: no (n, n) factor, and d > n needs no padding
-    eig, V = np.linalg.eigh(X.T @ X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = X.T @ X
+    if not np.isfinite(gram).all():
+        raise ValueError("X is too large: X^T X overflows float64; rescale the features")
+    eig, V = np.linalg.eigh(gram)
     sv2 = np.maximum(eig, 0.0)
     d = X.shape[1]
     top2 = sv2.max()

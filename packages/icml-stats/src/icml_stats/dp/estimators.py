@@ -14,6 +14,7 @@ enter only through the private mechanism (the intercept is a trained parameter, 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -32,13 +33,24 @@ def _seed(random_state) -> int:
     return int(check_random_state(check_seed(random_state)).randint(0, 2**31 - 1))
 
 
+class DivergedError(ValueError):
+    """DP-SGD diverged (non-finite weights): the learning rate or the clip bound is too large."""
+
+
 def _check_xy(estimator, X, y):
     try:
-        return validate_data(estimator, X, y, dtype=float, y_numeric=True, ensure_min_samples=2)
+        X, y = validate_data(estimator, X, y, dtype=float, y_numeric=True, ensure_min_samples=2)
     except (TypeError, ValueError) as err:
         if any(word in str(err).split() for word in ("X", "y")):
             raise
         raise type(err)(f"X and y are not valid: {err}") from err
+    try:
+        y = np.asarray(y, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"y must hold numbers, got dtype {np.asarray(y).dtype}") from None
+    if not np.isfinite(y).all():
+        raise ValueError("y must be finite (no NaN or inf)")
+    return X, y
 
 
 class CondDPRegressor(RegressorMixin, BaseEstimator):
@@ -157,13 +169,24 @@ class CondDPRegressor(RegressorMixin, BaseEstimator):
         )
         Xt = torch.tensor(Xc, dtype=torch.float64)
         yt = torch.tensor(y, dtype=torch.float64)
-        for _ in range(steps):
-            idx = opt.poisson_batch(n, q)
-            opt.step(Xt[idx], yt[idx])
+        diverged = False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to divergence: raised below
+            for t in range(steps):
+                idx = opt.poisson_batch(n, q)
+                try:
+                    opt.step(Xt[idx], yt[idx])
+                except ValueError as err:  # the gradients overflowed
+                    if t == 0:  # at the zero start: the data themselves are too large
+                        raise ValueError(f"X or y is too large for DP-SGD's gradients: {err}") from err
+                    diverged = True  # the weights are blowing up: reported below
+                    break
         w = model.weight.detach().numpy().reshape(-1).copy()
         b = float(model.bias.detach()) if self.fit_intercept else 0.0
-        if not (np.isfinite(w).all() and math.isfinite(b)):
-            raise FloatingPointError(f"Cond-DP diverged (non-finite weights): lower lr (now {lr})")
+        if diverged or not (np.isfinite(w).all() and math.isfinite(b)):
+            raise DivergedError(
+                f"DP-SGD diverged (non-finite weights): lower lr (now {lr}) or max_grad_norm (now {clip})"
+            )
         self.coef_ = w
         self.intercept_ = b - float(w @ x_mean)
         self.conditioning_ = C

@@ -26,14 +26,37 @@ import torch
 from opacus.optimizers import DPOptimizer
 
 from icml_stats.dp.sgd import as_conditioning
+from icml_stats.validation import check_int, check_real
 
 
 class CondDPOptimizer(DPOptimizer):
     """``opacus.optimizers.DPOptimizer`` that conditions parameters: ``conditioning={parameter: (d, d) C}``
     (``d`` the parameter's last axis). Every other argument is ``DPOptimizer``'s."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, *, conditioning: Mapping, **kwargs):
-        super().__init__(optimizer, **kwargs)
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        conditioning: Mapping,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        expected_batch_size: int | None,
+        **kwargs,
+    ):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        check_real(noise_multiplier, "noise_multiplier", "[0, inf)")
+        check_real(max_grad_norm, "max_grad_norm", "(0, inf)")
+        if expected_batch_size is None or isinstance(expected_batch_size, bool):
+            raise TypeError(f"expected_batch_size must be a positive int, got {expected_batch_size!r}")
+        check_int(expected_batch_size, "expected_batch_size", 1)
+        super().__init__(
+            optimizer,
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=max_grad_norm,
+            expected_batch_size=expected_batch_size,
+            **kwargs,
+        )
         if not isinstance(conditioning, Mapping):
             raise TypeError("conditioning must be a mapping {parameter: (d, d) matrix}")
         ids = {id(p) for p in self.params}

@@ -33,24 +33,55 @@ from torch.func import functional_call, grad, vmap
 
 from icml_stats.validation import check_choice, check_int, check_real
 
+__all__ = ["RELATIONS", "CondDPSGD", "calibrate_noise", "privacy_spent"]
+
 RELATIONS = ("replace-one", "add-remove")
+MAX_STEPS = 10**9
+MAX_RECORDS = 2**40
 
 
-def squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Per-sample loss ``0.5 * ||output - target||^2`` (one sample's output and target)."""
+def _squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The default per-sample loss ``0.5 * ||output - target||^2`` (one sample's output and target)."""
+    if output.numel() != target.numel():
+        raise ValueError(
+            f"targets must hold one value per model output: output {tuple(output.shape)}, target {tuple(target.shape)}"
+        )
     return 0.5 * ((output.reshape(-1) - target.reshape(-1)) ** 2).sum()
 
 
 def as_conditioning(matrix, d: int, name: str, dtype: torch.dtype) -> torch.Tensor:
     """A finite ``(d, d)`` tensor."""
-    C = torch.as_tensor(np.asarray(matrix, dtype=float) if not torch.is_tensor(matrix) else matrix)
+    try:
+        C = torch.as_tensor(np.asarray(matrix, dtype=float) if not torch.is_tensor(matrix) else matrix)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a (d, d) matrix of numbers, got {type(matrix).__name__}") from None
     if C.shape != (d, d):
         raise ValueError(
             f"{name} must be a ({d}, {d}) matrix (the parameter's last axis), got {tuple(C.shape)}"
         )
+    if not C.is_floating_point() and C.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must hold real numbers, got dtype {C.dtype}")
     if not torch.isfinite(C).all():
         raise ValueError(f"{name} must be finite")
     return C.to(dtype)
+
+
+def _check_batch(inputs, targets, dtype: torch.dtype) -> None:
+    for name, t in (("inputs", inputs), ("targets", targets)):
+        if not torch.is_tensor(t):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim == 0:
+            raise ValueError(f"{name} must have a batch axis, got a 0-d tensor")
+        if name == "inputs" and t.dtype != dtype:
+            raise TypeError(f"inputs must have the model's dtype {dtype}, got {t.dtype}")
+        if t.dtype == torch.bool or t.dtype.is_complex:
+            raise TypeError(f"{name} must hold real numbers, got dtype {t.dtype}")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} must be finite (no NaN or inf)")
+    if len(inputs) != len(targets):
+        raise ValueError(
+            f"inputs and targets must have the same length, got {len(inputs)} and {len(targets)}"
+        )
 
 
 class CondDPSGD:
@@ -59,7 +90,7 @@ class CondDPSGD:
     ``model``: any ``nn.Module`` mapping a batch of inputs to outputs. ``conditioning``: ``{parameter name:
     (d, d) matrix}`` for parameters whose last axis has size ``d`` (``"weight"`` of an ``nn.Linear``; the
     first layer of a network, e.g. ``"0.weight"``); ``None`` or ``{}`` is DP-SGD. ``loss_fn(output,
-    target)`` is one sample's loss (default :func:`squared_error`). ``max_grad_norm`` is the clip bound
+    target)`` is one sample's loss (default ``0.5 * ||output - target||^2``). ``max_grad_norm`` is the clip bound
     ``c``, ``noise_multiplier`` ``sigma`` (noise std ``sigma * c``), ``expected_batch_size`` the ``B`` that
     the noisy sum is divided by (``sample_rate * n`` under Poisson sampling). ``generator`` draws the noise.
 
@@ -75,7 +106,7 @@ class CondDPSGD:
         noise_multiplier: float,
         expected_batch_size: float,
         conditioning: Mapping[str, object] | None = None,
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = squared_error,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         generator: torch.Generator | None = None,
     ):
         if not isinstance(model, nn.Module):
@@ -85,9 +116,9 @@ class CondDPSGD:
         self.max_grad_norm = check_real(max_grad_norm, "max_grad_norm", "(0, inf)")
         self.noise_multiplier = check_real(noise_multiplier, "noise_multiplier", "[0, inf)")
         self.expected_batch_size = check_real(expected_batch_size, "expected_batch_size", "(0, inf)")
-        if not callable(loss_fn):
+        if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"loss_fn must be callable (output, target) -> loss, got {loss_fn!r}")
-        self.loss_fn = loss_fn
+        self.loss_fn = _squared_error if loss_fn is None else loss_fn
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         self.generator = generator
@@ -107,6 +138,8 @@ class CondDPSGD:
 
     def per_sample_gradients(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample gradients ``{name: (B, *shape)}`` in the model's own (unconditioned) coordinates."""
+        dtype = next(iter(self.params.values())).dtype
+        _check_batch(inputs, targets, dtype)
         params = {k: p.detach() for k, p in self.params.items()}
         buffers = {k: b.detach() for k, b in self.model.named_buffers()}
 
@@ -145,7 +178,7 @@ class CondDPSGD:
 
     def poisson_batch(self, n: int, sample_rate: float) -> torch.Tensor:
         """Indices of a Poisson batch: each of ``n`` records independently with probability ``sample_rate``."""
-        n = check_int(n, "n", 1)
+        n = check_int(n, "n", 1, MAX_RECORDS)
         q = check_real(sample_rate, "sample_rate", "(0, 1]")
         return torch.nonzero(torch.rand(n, generator=self.generator) < q).reshape(-1)
 
