@@ -72,7 +72,8 @@ TUNE_SEED0 = 1000
 HEADROOM_MIN = 2.0
 NULL_BAND = math.log(1.05)
 PRIVATE = ("DP-SGD", "Cond-DP")
-CONDITIONING = {"DP-SGD": "identity", "Cond-DP": "svd"}
+# method -> (conditioning, power); "Cond-DP p=0.5" is the tempered member of the family (sweep.py only)
+CONDITIONING = {"DP-SGD": ("identity", 1.0), "Cond-DP": ("svd", 1.0), "Cond-DP p=0.5": ("svd", 0.5)}
 
 
 def task(name: str, seed: int) -> Task:
@@ -98,8 +99,10 @@ def fit_mse(job: tuple) -> tuple[tuple, float]:
             model = LaplaceLabelRegressor(eps, label_bound=t.label_bound, random_state=seed)
         else:
             batch, epochs = SETTINGS[family(name)]
+            conditioning, power = CONDITIONING[method]
             model = CondDPRegressor(
-                conditioning=CONDITIONING[method],
+                conditioning=conditioning,
+                power=power,
                 lr=lr,
                 max_grad_norm=CLIP,
                 batch_size=batch,
