@@ -227,7 +227,9 @@ def experiment(budget: str, seed: int, pool: ProcessPoolExecutor | None, workers
         )
         gains = {r["epsilon"]: -r["mean log MSE(Cond-DP) - log MSE(DP-SGD)"] for r in rows}
         if len(gains) > 1:
-            checks[f"a={a:g}: largest gain at epsilon = {smallest:g}"] = max(gains, key=gains.get) == smallest
+            checks[f"a={a:g}: largest gain at epsilon = {smallest:g}"] = (
+                max(gains, key=lambda e: gains[e]) == smallest
+            )
     if 0.0 in cfg["decays"]:
         checks["a=0: interval within +-log(1.05) at every epsilon"] = all(
             -NULL_BAND <= lo and hi <= NULL_BAND

@@ -185,7 +185,8 @@ class CondDPRegressor(RegressorMixin, BaseEstimator):
         b = float(model.bias.detach()) if self.fit_intercept else 0.0
         if diverged or not (np.isfinite(w).all() and math.isfinite(b)):
             raise DivergedError(
-                f"DP-SGD diverged (non-finite weights): lower lr (now {lr}) or max_grad_norm (now {clip})"
+                f"DP-SGD diverged (non-finite weights): lower lr (now {lr}), max_grad_norm (now {clip}) "
+                f"or noise_multiplier (now {sigma:.4g})"
             )
         self.coef_ = w
         self.intercept_ = b - float(w @ x_mean)

@@ -147,20 +147,33 @@ class CondDPSGD:
             out = functional_call(self.model, (p, buffers), (x.unsqueeze(0),))
             return self.loss_fn(out.squeeze(0), y)
 
-        return vmap(grad(loss), in_dims=(None, 0, 0))(params, inputs, targets)
+        if len(inputs) == 0:
+            return {k: p.new_zeros((0, *p.shape)) for k, p in params.items()}
+        try:
+            g = vmap(grad(loss), in_dims=(None, 0, 0))(params, inputs, targets)
+        except RuntimeError as err:
+            raise ValueError(f"inputs and targets do not fit the model: {err}") from err
+        if not all(bool(torch.isfinite(v).all()) for v in g.values()):
+            raise ValueError(
+                "the per-sample gradients overflow (non-finite): inputs or targets are too large, rescale them"
+            )
+        return g
 
     def clipped_sum(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """The sum of the batch's clipped per-sample gradients, in conditioned coordinates."""
-        if len(inputs) != len(targets):
-            raise ValueError(
-                f"inputs and targets must have the same length, got {len(inputs)} and {len(targets)}"
-            )
+        g = self.per_sample_gradients(inputs, targets)
         if len(inputs) == 0:  # an empty Poisson batch: noise only
             return {k: torch.zeros_like(p) for k, p in self.params.items()}
-        g = self.per_sample_gradients(inputs, targets)
         for k, C in self.conditioning.items():
             g[k] = g[k] @ C.mT
-        norms = torch.stack([v.reshape(len(v), -1).norm(2, dim=-1) for v in g.values()], dim=1).norm(2, dim=1)
+        flat = torch.cat([v.reshape(len(v), -1) for v in g.values()], dim=1)
+        # the norm scaled by each row's largest entry: no overflow of the squares for huge gradients
+        top = flat.abs().amax(dim=1).clamp_min(torch.finfo(flat.dtype).tiny)
+        norms = top * (flat / top[:, None]).norm(2, dim=1)
+        if not bool(torch.isfinite(norms).all()):
+            raise ValueError(
+                "the conditioned per-sample gradients overflow: inputs or targets are too large, rescale them"
+            )
         factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
         return {k: torch.einsum("i,i...", factor, v) for k, v in g.items()}
 
@@ -183,13 +196,22 @@ class CondDPSGD:
         return torch.nonzero(torch.rand(n, generator=self.generator) < q).reshape(-1)
 
 
-@functools.lru_cache(maxsize=256)
 def calibrate_noise(epsilon: float, delta: float, sample_rate: float, steps: int, relation: str) -> float:
     """The smallest noise multiplier (bisection) whose ``(epsilon, delta)`` by icml-theory's optimal
     RDP -> f-DP accountant meets the target after ``steps`` Poisson-subsampled steps (cached)."""
+    return _calibrate(
+        check_real(epsilon, "epsilon", "(0, inf)"),
+        check_real(delta, "delta", "(0, 1)"),
+        check_real(sample_rate, "sample_rate", "(0, 1]"),
+        check_int(steps, "steps", 1, MAX_STEPS),
+        check_choice(relation, "relation", RELATIONS),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate(epsilon: float, delta: float, sample_rate: float, steps: int, relation: str) -> float:
     from icml_theory.privacy import get_noise_multiplier
 
-    check_choice(relation, "relation", RELATIONS)
     return get_noise_multiplier(epsilon, delta, sample_rate, steps, relation=relation)
 
 
@@ -200,5 +222,9 @@ def privacy_spent(
     from icml_theory.privacy import OptimalRDPAccountant
 
     acc = OptimalRDPAccountant(check_choice(relation, "relation", RELATIONS))
-    acc.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate, num_steps=steps)
-    return acc.get_epsilon(delta)
+    acc.step(
+        noise_multiplier=check_real(noise_multiplier, "noise_multiplier", "(0, inf)"),
+        sample_rate=check_real(sample_rate, "sample_rate", "(0, 1]"),
+        num_steps=check_int(steps, "steps", 1, MAX_STEPS),
+    )
+    return acc.get_epsilon(check_real(delta, "delta", "(0, 1)"))
