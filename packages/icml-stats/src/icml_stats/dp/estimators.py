@@ -143,15 +143,15 @@ class CondDPRegressor(RegressorMixin, BaseEstimator):
             raise TypeError(f"fit_intercept must be a bool, got {self.fit_intercept!r}")
         q = min(1.0, batch / n)
         steps = max(1, round(epochs * n / batch)) if q < 1 else max(1, round(epochs))
+        x_mean = X.mean(0) if self.fit_intercept else np.zeros(d)
+        Xc = X - x_mean
+        C = self._conditioning(X, Xc)  # before the (slow) noise calibration: bad input fails fast
         if self.noise_multiplier is None:
             epsilon = check_real(self.epsilon, "epsilon", "(0, inf)")
             sigma = calibrate_noise(epsilon, delta, q, steps, relation)
         else:
             sigma = check_real(self.noise_multiplier, "noise_multiplier", "(0, inf)")
             epsilon = None  # computed when epsilon_ is first read
-        x_mean = X.mean(0) if self.fit_intercept else np.zeros(d)
-        Xc = X - x_mean
-        C = self._conditioning(X, Xc)
 
         gen = torch.Generator().manual_seed(_seed(self.random_state))
         model = nn.Linear(d, 1, bias=bool(self.fit_intercept), dtype=torch.float64)
