@@ -557,6 +557,7 @@ PROFILE_CASES = [
     (LaplaceRDP, {"scale": 2.0, "sensitivity": 1.0, "steps": 2}),
     (RandomizedResponseRDP, {"epsilon": 1.0, "steps": 2}),
     (SubsampledGaussianRDP, {"sample_rate": 0.1, "sigma": 1.0, "steps": 5}),
+    (SubsampledGaussianRDP, {"sample_rate": 0.1, "sigma": 1.0, "steps": 5, "relation": "replace-one"}),
 ]
 
 
@@ -845,15 +846,15 @@ ACC = OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.1, num_ste
 @settings(max_examples=15, deadline=None)
 @given(st.data())
 def test_accountant(data):
-    def stepped(noise_multiplier, sample_rate, num_steps):
-        return OptimalRDPAccountant().step(
+    def stepped(noise_multiplier, sample_rate, num_steps, relation):
+        return OptimalRDPAccountant(relation).step(
             noise_multiplier=noise_multiplier, sample_rate=sample_rate, num_steps=num_steps
         )
 
     fuzz_call(
         data,
         stepped,
-        {"noise_multiplier": 1.0, "sample_rate": 0.1, "num_steps": 3},
+        {"noise_multiplier": 1.0, "sample_rate": 0.1, "num_steps": 3, "relation": "replace-one"},
         check=lambda a: len(a) >= 1 and len(a.history) == 1,
     )
     # the optimal rule is covered by test_optimal_epsilon_delta; "cks" keeps this fast
@@ -884,6 +885,7 @@ def test_get_noise_multiplier(data):
         "sample_rate": 1.0,
         "steps": 1,
         "epsilon_tolerance": math.inf,
+        "relation": "replace-one",
     }
     fuzz_call(data, get_noise_multiplier, valid, check=lambda s: isinstance(s, float) and s > 0)
 
