@@ -278,3 +278,39 @@ def test_bad_features_are_named():
         )
     with pytest.raises(ValueError, match="one-hot"):
         frequency_conditioning(X)
+
+
+def test_the_opacus_optimizer_plugs_into_privacy_engine():
+    """The integration opacus users run: PrivacyEngine.make_private, then conditioning; the accountant's
+    hook carries over (epsilon grows with the steps) and the conditioned model learns."""
+    opacus = pytest.importorskip("opacus")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from icml_stats.dp.opacus import CondDPOptimizer
+
+    X, y = spectral(n=512, a=1.0)
+    data = TensorDataset(torch.as_tensor(X), torch.as_tensor(y))
+    engine = opacus.PrivacyEngine(accountant="rdp")
+    module = linear(8)
+    model, optimizer, loader = engine.make_private(
+        module=module,
+        optimizer=torch.optim.SGD(module.parameters(), lr=0.5),
+        data_loader=DataLoader(data, batch_size=64),
+        noise_multiplier=0.5,
+        max_grad_norm=1.0,
+    )
+    with pytest.raises(TypeError, match="optimizer"):
+        CondDPOptimizer.from_dp_optimizer(optimizer.original_optimizer, {})
+    cond = CondDPOptimizer.from_dp_optimizer(optimizer, {model._module.weight: conditioning_matrix(X)})
+    assert cond.noise_multiplier == 0.5 and cond.expected_batch_size == optimizer.expected_batch_size
+    first = None
+    for _ in range(3):
+        for xb, yb in loader:
+            cond.zero_grad()
+            (0.5 * (model(xb).reshape(-1) - yb) ** 2).mean().backward()
+            cond.step()
+        eps = engine.get_epsilon(1e-5)
+        assert first is None or eps > first
+        first = first or eps
+    pred = model(torch.as_tensor(X)).detach().numpy().reshape(-1)
+    assert 1 - np.mean((pred - y) ** 2) / np.var(y) > 0.5

@@ -66,6 +66,31 @@ class CondDPOptimizer(DPOptimizer):
                 raise ValueError("conditioning keys must be parameters that the wrapped optimizer updates")
             self.conditioning[id(p)] = as_conditioning(C, p.shape[-1], "conditioning matrix", p.dtype)
 
+    @classmethod
+    def from_dp_optimizer(cls, optimizer: DPOptimizer, conditioning: Mapping) -> CondDPOptimizer:
+        """The same optimizer with conditioning: for the ``DPOptimizer`` that opacus'
+        ``PrivacyEngine.make_private`` returns. Noise, clipping, batch size, loss reduction, generator and
+        the accountant's step hook carry over, so ``privacy_engine.get_epsilon`` keeps counting::
+
+            model, optimizer, loader = engine.make_private(module=..., optimizer=..., data_loader=...,
+                                                           noise_multiplier=1.0, max_grad_norm=1.0)
+            optimizer = CondDPOptimizer.from_dp_optimizer(optimizer, {model._module.weight: C})
+        """
+        if not isinstance(optimizer, DPOptimizer):
+            raise TypeError(f"optimizer must be an opacus DPOptimizer, got {type(optimizer).__name__}")
+        out = cls(
+            optimizer.original_optimizer,
+            conditioning=conditioning,
+            noise_multiplier=optimizer.noise_multiplier,
+            max_grad_norm=optimizer.max_grad_norm,
+            expected_batch_size=optimizer.expected_batch_size,
+            loss_reduction=optimizer.loss_reduction,
+            generator=optimizer.generator,
+            secure_mode=optimizer.secure_mode,
+        )
+        out.step_hook = optimizer.step_hook
+        return out
+
     def clip_and_accumulate(self):
         for p in self.params:
             C = self.conditioning.get(id(p))
