@@ -28,6 +28,8 @@ import numpy as np
 
 from icml_stats.validation import as_array, check_choice, check_real
 
+__all__ = ["NORMALIZE", "conditioning_matrix", "frequency_conditioning"]
+
 NORMALIZE = ("rms", None)
 
 

@@ -24,6 +24,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from icml_stats.dp.conditioning import conditioning_matrix, frequency_conditioning
 from icml_stats.validation import check_choice, check_int, check_real, check_seed, validate_features
 
+__all__ = ["CONDITIONINGS", "RELATIONS", "CondDPRegressor", "DivergedError", "LaplaceLabelRegressor"]
+
 CONDITIONINGS = ("svd", "identity", "frequency")
 RELATIONS = ("replace-one", "add-remove")
 

@@ -28,6 +28,8 @@ from opacus.optimizers import DPOptimizer
 from icml_stats.dp.sgd import as_conditioning
 from icml_stats.validation import check_int, check_real
 
+__all__ = ["CondDPOptimizer"]
+
 
 class CondDPOptimizer(DPOptimizer):
     """``opacus.optimizers.DPOptimizer`` that conditions parameters: ``conditioning={parameter: (d, d) C}``
