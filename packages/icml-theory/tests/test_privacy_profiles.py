@@ -136,7 +136,8 @@ def replace_by_quad(q, sigma, tau):
     def pair(shift):
         def logpdf(x):
             return np.logaddexp(
-                math.log1p(-q) + stats.norm(0, sigma).logpdf(x), math.log(q) + stats.norm(shift, sigma).logpdf(x)
+                math.log1p(-q) + stats.norm(0, sigma).logpdf(x),
+                math.log(q) + stats.norm(shift, sigma).logpdf(x),
             )
 
         return logpdf
@@ -150,11 +151,40 @@ def test_replace_one_subsampled_gaussian_matches_quadrature(tau):
     assert prof(tau) == pytest.approx(replace_by_quad(0.1, 1.2, tau), rel=1e-6)
 
 
+@pytest.mark.parametrize("tau", [0.7, 2.0, 6.0])
+def test_replace_one_pair_is_the_worst_collinear_pair(tau):
+    """Contributions a, b in [-1, 1] (the clipped gradients of one record before and after its label
+    changes, collinear for a scalar-output regression): the antipodal pair (-1, 1) has the largest
+    divergence on a grid (a numerical check, not a proof)."""
+    q, sigma = 0.1, 1.2
+    x = np.linspace(-2 * tau - 30, 2 * tau + 30, 200_001)
+
+    def logmix(shift):
+        return np.logaddexp(
+            math.log1p(-q) + stats.norm(0, sigma).logpdf(x), math.log(q) + stats.norm(shift, sigma).logpdf(x)
+        )
+
+    grid = np.linspace(-1, 1, 9)
+    logs = [logmix(a) for a in grid]
+
+    def renyi(la, lb):  # a fine trapezoid rule in log space (the KL form is not needed: tau != 1)
+        t = tau * la + (1 - tau) * lb
+        top = t.max()
+        return (top + math.log(np.trapezoid(np.exp(t - top), x))) / (tau - 1)
+
+    worst = SubsampledGaussianRDP(q, sigma, relation="replace-one")(tau)
+    others = [renyi(la, lb) for la in logs for lb in logs]
+    assert max(others) <= worst * (1 + 1e-6)
+    assert max(others) == pytest.approx(worst, rel=1e-6)  # attained at (-1, 1) itself
+
+
 def test_replace_one_limits_and_order():
     taus = np.array([0.5, 1.0, 2.0, 10.0])
     # q = 1: the Gaussian mechanism with sensitivity 2, which bounds every q (joint quasi-convexity)
     full = GaussianRDP(1.0, sensitivity=2.0, steps=3)(taus)
-    np.testing.assert_allclose(SubsampledGaussianRDP(1.0, 1.0, 3, relation="replace-one")(taus), full, rtol=1e-14)
+    np.testing.assert_allclose(
+        SubsampledGaussianRDP(1.0, 1.0, 3, relation="replace-one")(taus), full, rtol=1e-14
+    )
     sub = SubsampledGaussianRDP(0.05, 1.0, 3, relation="replace-one")(taus)
     add = SubsampledGaussianRDP(0.05, 1.0, 3)(taus)
     assert np.all(add < sub) and np.all(sub < full)
