@@ -45,7 +45,8 @@ def test_an_experiments_change_selects_its_package_only():
 def test_a_kernel_change_selects_every_dependant():
     found = members(ROOT)
     expected = {"icml-kernels"}
-    while True:  # dependants of dependants too (icml-stats' dp extra needs icml-theory, which needs the kernels)
+    # dependants of dependants too (icml-stats' dp extra needs icml-theory, which needs the kernels)
+    while True:
         more = {n for n, m in found.items() if m.published and expected & set(m.dependencies)} - expected
         if not more:
             break
