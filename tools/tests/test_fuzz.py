@@ -84,3 +84,31 @@ def test_coverage_names_the_public_apis_without_a_fuzz_test():
         cov.assert_complete(module)
     cov.exempt(g, "built by f only")
     cov.assert_complete(module)
+
+
+def test_keeps_contract_replays_one_call():
+    from icml_tools.fuzz import keeps_contract
+
+    def named():
+        raise ValueError("alpha must be in (0, 1)")
+
+    def unnamed():
+        raise ValueError("bad value")
+
+    class Unfitted(ValueError):
+        pass
+
+    def unfitted():
+        raise Unfitted("call fit first")
+
+    keeps_contract(named, ["alpha"])
+    keeps_contract(lambda: 1.0, ["alpha"])
+    keeps_contract(unfitted, ["alpha"], tolerate=(Unfitted,))
+    with pytest.raises(FuzzContractError, match="not naming"):
+        keeps_contract(unnamed, ["alpha"])
+    with pytest.raises(FuzzContractError, match="not naming"):
+        keeps_contract(unfitted, ["alpha"])
+    with pytest.raises(FuzzContractError, match="KeyError"):
+        keeps_contract(lambda: {}["x"], ["alpha"])
+    with pytest.raises(FuzzContractError, match="NaN"):
+        keeps_contract(lambda: float("nan"), ["alpha"])

@@ -140,6 +140,19 @@ def _call_checked(
     return result
 
 
+def keeps_contract(
+    fn: Callable[[], Any], names: Iterable[str], *, tolerate: tuple[type[BaseException], ...] = ()
+) -> None:
+    """Replay one recorded call ``fn()`` (a breach the fuzz once found): it returns a result with no NaN/inf
+    unless warned, or raises ``ValueError``/``TypeError`` naming one of ``names``, or one of ``tolerate``
+    (e.g. scikit-learn's ``NotFittedError``); anything else raises :class:`FuzzContractError`."""
+    try:
+        _call_checked(fn, {}, None, list(names), True, False)
+    except FuzzContractError as err:
+        if not (tolerate and isinstance(err.__cause__, tolerate)):
+            raise
+
+
 def _finite_kwargs(kwargs: Mapping[str, Any]) -> bool:
     return not any(non_finite(v) for v in kwargs.values())
 
