@@ -27,7 +27,7 @@ from icml_stats.validation import check_choice, check_int, check_real, check_see
 __all__ = ["CONDITIONINGS", "RELATIONS", "CondDPRegressor", "DivergedError", "LaplaceLabelRegressor"]
 
 CONDITIONINGS = ("svd", "identity", "frequency")
-RELATIONS = ("replace-one", "add-remove")
+RELATIONS = ("replace-one", "add-remove")  # label DP (one label changed) first: the default
 
 
 def _seed(random_state) -> int:

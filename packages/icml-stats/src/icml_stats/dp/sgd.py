@@ -31,11 +31,11 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from icml_stats.dp.estimators import RELATIONS
 from icml_stats.validation import check_choice, check_int, check_real
 
-__all__ = ["RELATIONS", "CondDPSGD", "calibrate_noise", "privacy_spent"]
+__all__ = ["CondDPSGD", "calibrate_noise", "privacy_spent"]
 
-RELATIONS = ("replace-one", "add-remove")
 MAX_STEPS = 10**9
 MAX_RECORDS = 2**40
 
