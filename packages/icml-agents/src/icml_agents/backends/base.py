@@ -163,7 +163,7 @@ def _check_prompts(prompts: Any, name: str = "prompts") -> list[str]:
     return list(prompts)
 
 
-def _check_conversation(conversation: Any, name: str) -> tuple[tuple[str, str], ...]:
+def check_conversation(conversation: Any, name: str) -> tuple[tuple[str, str], ...]:
     check_list(conversation, name)
     if not conversation:
         raise ValueError(f"{name} must hold at least one message, got []")
@@ -181,6 +181,15 @@ def _check_conversation(conversation: Any, name: str) -> tuple[tuple[str, str], 
     if not any(content for _, content in out):
         raise ValueError(f"{name} must hold some text: every message is empty")
     return tuple(out)
+
+
+def check_cache_id(cache_id: Any) -> str:
+    """``None`` (derive one) or a non-empty string; returns ``""`` for ``None``."""
+    if cache_id is None:
+        return ""
+    if not isinstance(cache_id, str) or not cache_id:
+        raise ValueError(f"cache_id must be None or a non-empty string, got {cache_id!r}")
+    return cache_id
 
 
 def _check_stop(stop: Any) -> tuple[str, ...]:
@@ -217,9 +226,9 @@ def build_requests(
         if isinstance(prompts, str):
             raise TypeError("conversations must be a list of conversations (lists of messages), got a string")
         check_list(prompts, "conversations")
-        items = [_check_conversation(c, f"conversations[{i}]") for i, c in enumerate(prompts)]
+        items = [check_conversation(c, f"conversations[{i}]") for i, c in enumerate(prompts)]
     budget = check_int(max_new_tokens, "max_new_tokens", minimum=1)
-    temp = check_real(temperature, "temperature", "[0, inf)")
+    temp = check_real(temperature, "temperature", "[0, inf)") + 0.0  # -0.0 is 0.0 (one cache key)
     nucleus = check_real(top_p, "top_p", "(0, 1]")
     stops = _check_stop(stop)
     call_seed = _check_seed(seed)

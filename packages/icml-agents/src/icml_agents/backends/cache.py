@@ -35,7 +35,17 @@ CREATE TABLE IF NOT EXISTS responses (
 
 def request_key(backend_id: str, kind: str, request: dict[str, Any]) -> str:
     """The cache key: SHA-256 of the canonical JSON of the backend id, the kind and the request."""
-    blob = json.dumps([backend_id, kind, request], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    for value, name in ((backend_id, "backend_id"), (kind, "kind")):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    if not isinstance(request, dict):
+        raise TypeError(f"request must be a dict of JSON data, got {type(request).__name__}")
+    try:
+        blob = json.dumps(
+            [backend_id, kind, request], sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        )
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"request must hold JSON data with string keys only: {err}") from None
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -48,14 +58,21 @@ class ResponseCache:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a file path, got {type(path).__name__}")
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.path = os.fspath(path)
+        if not isinstance(self.path, str) or not self.path or "\0" in self.path:
+            raise ValueError(f"path must be a non-empty file path without NUL characters, got {path!r}")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        try:
+            if self.path != ":memory:":
+                if Path(self.path).is_dir():
+                    raise ValueError(f"path must be a file, got the folder {self.path!r}")
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(_SCHEMA)
+        except (sqlite3.DatabaseError, OSError) as err:
+            raise ValueError(f"path {self.path!r} cannot hold a response cache: {err}") from None
 
     def __repr__(self) -> str:
         return f"ResponseCache({self.path!r}, entries={len(self)})"
@@ -99,6 +116,8 @@ class CachedBackend(Backend):
         super().__init__()
         if not isinstance(backend, Backend):
             raise TypeError(f"backend must be an icml_agents Backend, got {type(backend).__name__}")
+        if not isinstance(cache, (ResponseCache, str, os.PathLike)):
+            raise TypeError(f"cache must be a ResponseCache or a file path, got {type(cache).__name__}")
         self.backend = backend
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.hits = 0

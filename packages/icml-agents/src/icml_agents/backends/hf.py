@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from icml_agents.backends.base import Backend, Completion, Request, TokenLogprobs, apply_stop
+from icml_agents.backends.base import Backend, Completion, Request, TokenLogprobs, apply_stop, check_cache_id
 from icml_agents.validation import check_int
 
 
@@ -48,7 +48,7 @@ class HFLocalBackend(Backend):
         self.eos_ids = frozenset(eos)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
         self.pad_id = int(pad)
-        self._cache_id = cache_id or ""
+        self._cache_id = check_cache_id(cache_id)
         # transformers 5.2x renamed the KV-cache argument and output from past_key_values to cache
         self._cache_arg = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -100,7 +100,8 @@ class HFLocalBackend(Backend):
         )
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _padded(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def left_pad(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-id rows as ``(ids, attention_mask)``, both ``(len(rows), longest)``, padded on the left."""
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -134,7 +135,7 @@ class HFLocalBackend(Backend):
     def _decode(self, prompts: list[list[int]], requests: list[Request]) -> list[Completion]:
         first = requests[0]
         n = len(prompts)
-        ids, mask = self._padded(prompts)  # (n, T)
+        ids, mask = self.left_pad(prompts)  # (n, T)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (n, T): 0 at each prompt's first token
         generators = None
         if first.temperature > 0:
@@ -194,7 +195,10 @@ class HFLocalBackend(Backend):
     ) -> torch.Tensor:
         if generators is None:
             return logits.argmax(-1)
-        probs = torch.softmax(logits / request.temperature, -1)  # (n, vocab)
+        # float64 and shifted so that the largest logit is 0: any positive temperature (even 5e-324) then
+        # gives 0 or -inf, never inf or NaN
+        shifted = logits.double() - logits.double().max(-1, keepdim=True).values
+        probs = torch.softmax(shifted / request.temperature, -1)  # (n, vocab)
         if request.top_p < 1.0:
             sorted_p, index = probs.sort(-1, descending=True)
             before = sorted_p.cumsum(-1) - sorted_p  # mass of the tokens ranked above each one
@@ -214,7 +218,7 @@ class HFLocalBackend(Backend):
                 list(self.tokenizer(c, add_special_tokens=False)["input_ids"])
                 for c in continuations[start : start + self.batch_size]
             ]
-            ids, mask = self._padded([h + t for h, t in zip(heads, tails, strict=True)])
+            ids, mask = self.left_pad([h + t for h, t in zip(heads, tails, strict=True)])
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
             logp = torch.log_softmax(logits[:, :-1].float(), -1)  # (n, T-1, vocab): predicts token t+1

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from icml_agents.backends.base import (
     Request,
     TokenLogprobs,
     apply_stop,
+    check_cache_id,
 )
 from icml_agents.validation import check_int, check_real
 
@@ -58,8 +60,9 @@ class OpenAICompatibleBackend(Backend):
         cache_id: str | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http:// or https:// URL, got {base_url!r}")
+        parts = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {base_url!r}")
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty string (the server's model name), got {model!r}")
         if api_key_env is not None and (not isinstance(api_key_env, str) or not api_key_env):
@@ -69,13 +72,13 @@ class OpenAICompatibleBackend(Backend):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
-        self.timeout = check_real(timeout, "timeout", "(0, inf)")
+        self.timeout = check_real(timeout, "timeout", "(0, 86400]")  # seconds; a day at most
         self.max_retries = check_int(max_retries, "max_retries", minimum=0)
-        self.backoff = check_real(backoff, "backoff", "[0, inf)")
-        self.max_backoff = check_real(max_backoff, "max_backoff", "[0, inf)")
+        self.backoff = check_real(backoff, "backoff", "[0, 3600]")
+        self.max_backoff = check_real(max_backoff, "max_backoff", "[0, 3600]")
         self.max_concurrency = check_int(max_concurrency, "max_concurrency", minimum=1)
         self.tokenizer = tokenizer
-        self._cache_id = cache_id or f"openai:{self.base_url}:{model}"
+        self._cache_id = check_cache_id(cache_id) or f"openai:{self.base_url}:{model}"
 
     def __repr__(self) -> str:
         return (

@@ -20,7 +20,8 @@ class ScriptedBackend(Backend):
     ``(pattern, response)`` pairs where the first pattern found in the prompt wins (a string matches as a
     substring, a compiled ``re.Pattern`` by ``search``). A response given as a list is served in order, one
     item per matching request, its last item repeating. Chat requests are matched against the conversation
-    rendered as ``role: content`` lines.
+    rendered as ``role: content`` lines. A request that no rule matches raises ``LookupError`` (a gap in
+    the script, not bad input).
 
     The backend then does what a model server does with a raw answer: it cuts the answer at the first stop
     sequence or after ``max_new_tokens`` tokens and counts tokens with ``tokenizer`` (a Hugging Face
@@ -66,6 +67,12 @@ class ScriptedBackend(Backend):
                     )
             self._rules, self._fn = list(rules), None
         self._served_count: dict[int, int] = {}
+        if tokenizer is not None and not (callable(tokenizer) and hasattr(tokenizer, "decode")):
+            raise TypeError(
+                f"tokenizer must be None or a Hugging Face tokenizer, got {type(tokenizer).__name__}"
+            )
+        if logprobs is not None and not callable(logprobs):
+            raise TypeError(f"logprobs must be None or a callable (prompt, continuation), got {logprobs!r}")
         self.tokenizer = tokenizer
         self._logprob_fn = logprobs
         self.calls: list[Request] = []

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from icml_agents.backends.base import Backend
+from icml_agents.backends.base import Backend, check_conversation
 from icml_agents.validation import check_int
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
@@ -31,16 +31,27 @@ class StructuredOutputError(ValueError):
 
 def parse_json(text: str) -> Any:
     """The first JSON object or array in ``text`` (inside a code fence if there is one); ``ValueError`` if none."""
-    fenced = _FENCE.search(text)
-    body = fenced.group(1) if fenced else text
-    decoder = json.JSONDecoder()
-    for start, char in enumerate(body):
-        if char in "{[":
-            try:
-                return decoder.raw_decode(body, start)[0]
-            except json.JSONDecodeError:
-                continue
-    raise ValueError("the reply holds no JSON object or array")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    try:
+        try:  # the whole reply first: a JSON string may itself hold a fence
+            value = json.loads(text)
+            if isinstance(value, (dict, list)):
+                return value
+        except json.JSONDecodeError:
+            pass
+        fenced = _FENCE.search(text)
+        body = fenced.group(1) if fenced else text
+        decoder = json.JSONDecoder()
+        for start, char in enumerate(body):
+            if char in "{[":
+                try:
+                    return decoder.raw_decode(body, start)[0]
+                except json.JSONDecodeError:
+                    continue
+    except RecursionError:
+        raise ValueError("text nests JSON too deeply to parse") from None
+    raise ValueError("text (the reply) holds no JSON object or array")
 
 
 def complete_json(
@@ -60,12 +71,14 @@ def complete_json(
     retries = check_int(max_retries, "max_retries", minimum=0)
     if validate is not None and not callable(validate):
         raise TypeError(f"validate must be a callable or None, got {type(validate).__name__}")
+    if not isinstance(backend, Backend):
+        raise TypeError(f"backend must be an icml_agents Backend, got {type(backend).__name__}")
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError("prompt must be a non-empty string or a conversation, got ''")
         conversation: list[dict[str, str]] = [{"role": "user", "content": prompt}]
     else:
-        conversation = [dict(m) for m in prompt]
+        conversation = [{"role": r, "content": c} for r, c in check_conversation(prompt, "prompt")]
     errors: list[str] = []
     reply = ""
     for _ in range(retries + 1):

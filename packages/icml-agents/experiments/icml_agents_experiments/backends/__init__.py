@@ -1,0 +1,1 @@
+"""Benchmarks of the model backends (``icml_agents.backends``)."""
