@@ -159,29 +159,29 @@ class HFLocalBackend(Backend):
             )
             past = result[self._cache_arg] if self._cache_arg in result else None
             logits = result.logits[:, -1, :].float()  # (n, vocab)
-            chosen = self._choose(logits, first, generators)  # (n,)
+            chosen = self._choose(logits, first, generators).tolist()  # n token ids
             for i in range(n):
                 if finish[i] is not None:
-                    chosen[i] = self.pad_id
+                    chosen[i] = self.pad_id  # a finished row is fed padding, as generate() does
                     continue
-                token = int(chosen[i])
-                generated[i].append(token)
-                if token in self.eos_ids:
+                generated[i].append(chosen[i])
+                if chosen[i] in self.eos_ids:
                     finish[i] = "stop"
-                    continue
-                text, stopped = apply_stop(
-                    self.tokenizer.decode(generated[i], skip_special_tokens=True), first.stop
-                )
-                texts[i] = text
-                if stopped:
-                    finish[i] = "stop"
+                elif first.stop:  # decoding the text at every step is only needed to find stop sequences
+                    texts[i], stopped = apply_stop(
+                        self.tokenizer.decode(generated[i], skip_special_tokens=True), first.stop
+                    )
+                    if stopped:
+                        finish[i] = "stop"
             if all(f is not None for f in finish):
                 break
-            step_ids = chosen[:, None]  # (n, 1)
+            step_ids = torch.tensor(chosen, device=self.device)[:, None]  # (n, 1)
             step_mask = torch.cat(
                 [step_mask, torch.ones((n, 1), dtype=step_mask.dtype, device=self.device)], -1
             )
             step_pos = step_pos[:, -1:] + 1
+        if not first.stop:
+            texts = [self.tokenizer.decode(g, skip_special_tokens=True) for g in generated]
         return [
             Completion(
                 texts[i], finish[i] or "length", len(prompts[i]), len(generated[i]), tuple(generated[i])
