@@ -108,8 +108,8 @@ class CachedBackend(Backend):
     """Wraps any backend: answers found in ``cache`` are served from it, only the others reach the backend.
 
     A request repeated within one call (greedy, or the same seed and occurrence) is computed once.
-    :attr:`misses` counts the requests sent to the backend, :attr:`hits` the others; :attr:`usage` counts what was served (cached
-    or not), the wrapped backend's own ``usage`` what it computed.
+    :attr:`misses` counts the requests sent to the backend, :attr:`hits` the others; :attr:`usage` counts
+    what was served (cached or not), the wrapped backend's own ``usage`` what it computed.
     """
 
     def __init__(self, backend: Backend, cache: ResponseCache | str | os.PathLike[str]) -> None:

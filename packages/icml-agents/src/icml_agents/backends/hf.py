@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -56,7 +57,7 @@ class HFLocalBackend(Backend):
 
     @classmethod
     def from_pretrained(
-        cls, path: str, *, dtype: Any = None, batch_size: int = 8, **kwargs: Any
+        cls, path: str | os.PathLike[str], *, dtype: Any = None, batch_size: int = 8, **kwargs: Any
     ) -> HFLocalBackend:
         """Load a model folder (or a Hub name already in the local cache) with ``AutoModelForCausalLM``."""
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -133,7 +133,7 @@ class ScriptedBackend(Backend):
         """Emit the answer token by token: stop at the first stop sequence or when the budget is spent;
         an answer that runs out ends with an end-of-sequence token, counted as a model's is."""
         tokens = self._encode(answer, special=False)
-        for n in range(1, min(len(tokens), request.max_new_tokens) + 1):
+        for n in range(1, min(len(tokens), request.max_new_tokens) + 1 if request.stop else 0):
             text, stopped = apply_stop(self._decode(tokens[:n]), request.stop)
             if stopped:
                 return text, "stop", n
