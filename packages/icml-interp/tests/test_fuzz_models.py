@@ -177,6 +177,37 @@ def test_spec_for_wrap_and_hooked_model(zoo, data):
     )
 
 
+@FEW
+@given(data=st.data())
+def test_hooked_model_transformer_lens_habits(zoo, data):
+    """add_hook / reset_hooks, run_with_cache(names_filter=...) and to_tokens keep the bad-input contract."""
+    m = models(zoo)
+    hooked = m.hooked
+    names = st.sampled_from([None, 3, "", "blocks.9.hook_resid_pre", ["hook_embed", 1], b"x"])
+
+    def hook_then_run(name, fn):
+        try:
+            hooked.add_hook(name, fn)
+            return hooked(IDS)
+        finally:
+            hooked.reset_hooks()
+
+    fuzz_call(
+        data,
+        hook_then_run,
+        {"name": "blocks.0.hook_mlp_out", "fn": lambda a, h: a * 0.5},
+        strategies={"name": names, "fn": st.sampled_from([None, 3, "f"])},
+        check=lambda r: r.shape == (2, 5, VOCAB) and finite(r),
+    )
+    fuzz_call(
+        data,
+        lambda names_filter: hooked.run_with_cache(IDS, names_filter=names_filter)[1],
+        {"names_filter": ["blocks.1.hook_resid_post"]},
+        strategies={"names_filter": names.filter(lambda v: v is not None)},
+        check=lambda cache: list(cache.keys()) == ["blocks.1.hook_resid_post"],
+    )
+
+
 @FUZZ.covers(ActivationCache)
 @FEW
 @given(data=st.data())

@@ -206,3 +206,88 @@ def test_smollm2_wrapped_logits_equal_unwrapped_exactly():
     logits, cache = hooked.run_with_cache(x, lambda n: "resid" in n)
     assert torch.equal(logits, reference)
     torch.testing.assert_close(hooked.lens(cache["resid_post", 29]), reference, rtol=0, atol=1e-4)
+
+
+# TransformerLens habits (issue 23, item 4: names_filter, unknown keywords, add_hook/reset_hooks, hook_dict,
+# to_tokens)
+
+
+@pytest.mark.parametrize(
+    "names_filter",
+    [
+        "blocks.1.hook_resid_post",
+        ["blocks.0.hook_resid_pre", "blocks.1.mlp.hook_post"],
+        lambda name: name.endswith("hook_attn_out"),
+    ],
+    ids=["string", "list", "callable"],
+)
+def test_run_with_cache_names_filter_caches_exactly_the_filtered_names(model, names_filter):
+    hooked = HookedModel(model)
+    x = ids((1, 5), seed=9)
+    logits, cache = hooked.run_with_cache(x, names_filter=names_filter)
+    expected = hooked.resolve(names_filter)
+    assert sorted(cache.keys()) == sorted(expected) and len(expected) >= 1
+    _, by_names = hooked.run_with_cache(x, expected)
+    for name in expected:
+        assert torch.equal(cache[name], by_names[name])
+    assert torch.equal(logits, hooked(x))
+    with pytest.raises(ValueError, match="names_filter"):
+        hooked.run_with_cache(x, expected, names_filter=expected)
+
+
+def test_unknown_keywords_raise_instead_of_reaching_the_model(model):
+    hooked = HookedModel(model)
+    x = ids((1, 4))
+    with pytest.raises(TypeError, match="names_filtr"):
+        hooked.run_with_cache(x, names_filtr="blocks.0.hook_resid_pre")
+    with pytest.raises(TypeError, match="return_type"):
+        hooked(x, return_type="loss")
+    mask = torch.ones_like(x)
+    assert torch.equal(hooked(x, attention_mask=mask), hooked(x))  # a keyword the forward takes
+
+
+def test_add_hook_stays_until_reset_hooks(model):
+    hooked = HookedModel(model)
+    x = ids((1, 6), seed=3)
+    reference = hooked(x)
+    before, implementation = all_hooks(model), model.config._attn_implementation
+    hooked.add_hook("blocks.0.hook_mlp_out", lambda a, h: torch.zeros_like(a))
+    hooked.add_hook(lambda n: n.endswith("hook_pattern"), lambda a, h: None)  # switches to eager
+    first, second = hooked(x), hooked(x)
+    assert torch.equal(first, second) and (first - reference).abs().max() > 1e-4
+    assert model.config._attn_implementation == "eager"
+    hooked.reset_hooks()
+    assert all_hooks(model) == before
+    assert torch.equal(hooked(x), reference)
+    assert model.config._attn_implementation == implementation
+    with pytest.raises(ValueError, match="unknown hook name"):
+        hooked.add_hook("blocks.0.hook_nope", lambda a, h: None)
+    assert all_hooks(model) == before  # nothing half-attached
+    with pytest.raises(TypeError, match="fn"):
+        hooked.add_hook("blocks.0.hook_mlp_out", "not a function")
+
+
+def test_hook_dict_lists_every_point_in_forward_order(model):
+    hooked = HookedModel(model)
+    assert list(hooked.hook_dict) == hooked.hook_names
+    assert all(point.name == name for name, point in hooked.hook_dict.items())
+    hooked.hook_dict.clear()  # a copy: the model's points are untouched
+    assert hooked.hook_names
+
+
+def test_to_tokens_uses_the_tokenizer():
+    from transformers import AutoTokenizer
+
+    from icml_tools.assets import smollm2_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
+    hooked = HookedModel(tiny_llama(seed=0, vocab=len(tokenizer)), tokenizer=tokenizer)
+    tokens = hooked.to_tokens("The capital of France is")
+    assert tokens.tolist() == [tokenizer("The capital of France is")["input_ids"]]
+    assert hooked(tokens).shape == (1, tokens.shape[1], len(tokenizer))
+    with pytest.raises(ValueError, match="different lengths"):
+        hooked.to_tokens(["a", "a much longer text than the first"])
+    with pytest.raises(ValueError, match="tokenizer"):
+        HookedModel(tiny_llama(seed=0)).to_tokens("hi")
+    with pytest.raises(ValueError, match="text"):
+        hooked.to_tokens("")

@@ -40,6 +40,7 @@ and ``.layer``) and returns ``None`` (leave the activation alone) or a tensor of
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -147,14 +148,25 @@ class HookedModel:
     :meth:`run_with_hooks` read or change activations; :meth:`hooks` is the context manager underneath.
     """
 
-    def __init__(self, model: nn.Module, spec: ArchSpec | None = None):
+    def __init__(self, model: nn.Module, spec: ArchSpec | None = None, tokenizer: Any = None):
         if isinstance(model, HookedModel):
             raise TypeError("model is already a HookedModel")
         check_type(model, "model", nn.Module, "a torch.nn.Module (a Hugging Face causal LM)")
         if spec is not None:
             check_type(spec, "spec", ArchSpec, "an ArchSpec (or None: looked up by model.config.model_type)")
+        if tokenizer is not None and not callable(tokenizer):
+            raise TypeError(
+                f"tokenizer must be None or a Hugging Face tokenizer, got {type(tokenizer).__name__}"
+            )
         self.model: Any = model  # a Hugging Face causal LM: config, generate, set_attn_implementation
+        self.tokenizer = tokenizer
         self.spec = spec if spec is not None else spec_for(model)
+        self._persistent = ExitStack()  # the hooks of add_hook, removed by reset_hooks
+        # the keywords the forward pass takes: its named parameters and the outputs HF reads from **kwargs
+        forward = inspect.signature(model.forward).parameters
+        self._forward_keywords = frozenset(
+            name for name, p in forward.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+        ) - {"input_ids"} | {"output_attentions", "output_hidden_states", "return_dict"}
         try:
             self._locate(model)
         except AttributeError as err:
@@ -232,6 +244,11 @@ class HookedModel:
         """Every hook name of this model, in the order of the forward pass."""
         return list(self._points)
 
+    @property
+    def hook_dict(self) -> dict[str, HookPoint]:
+        """Every hook point by name, in the order of the forward pass (TransformerLens' ``hook_dict``)."""
+        return dict(self._points)
+
     def hook_point(self, name: str) -> HookPoint:
         """The :class:`HookPoint` called ``name``; an unknown name raises with the closest known names."""
         check_type(name, "hook name", str, "a string")
@@ -247,19 +264,26 @@ class HookedModel:
             )
         return self._points[name]
 
-    def resolve(self, names: NameFilter) -> list[str]:
+    def resolve(self, names: NameFilter, argument: str = "names") -> list[str]:
         """Hook names from a name, a list, a predicate ``f(name) -> bool``, or ``None`` (every hook except
-        ``hook_pattern``, which needs eager attention, and the ``mlp.hook_key`` alias)."""
+        ``hook_pattern``, which needs eager attention, and the ``mlp.hook_key`` alias); errors name
+        ``argument``, the caller's name for ``names``."""
         if names is None:
             return [n for n in self._points if not n.endswith(("hook_pattern", "mlp.hook_key"))]
         if isinstance(names, str):
             names = [names]
         if callable(names):
             return [n for n in self._points if names(n)]
-        names = list(names)
+        if not isinstance(names, (list, tuple)):
+            raise TypeError(
+                f"{argument} must be a hook name, a list of them, a predicate or None, got {names!r}"
+            )
         for name in names:
-            self.hook_point(name)
-        return names
+            try:
+                self.hook_point(name)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"{argument}: {err}") from None
+        return list(names)
 
     # ------------------------------------------------------------------ registering
     def _register(self, point: HookPoint, fn: HookFn, stack: ExitStack) -> None:
@@ -366,22 +390,38 @@ class HookedModel:
     def hooks(self, fwd_hooks: Iterable[tuple] = ()) -> Iterator[HookedModel]:
         """Attach ``(name_or_filter, fn)`` pairs for the duration of the context; all are removed on exit,
         also when the body raises. Asking for ``hook_pattern`` switches to eager attention meanwhile."""
+        with ExitStack() as stack:
+            self._attach(fwd_hooks, stack)
+            yield self
+
+    def _attach(self, fwd_hooks: Iterable[tuple], stack: ExitStack, argument: str = "fwd_hooks") -> None:
         pairs = []
         for item in fwd_hooks:
             if not (isinstance(item, tuple) and len(item) == 2 and callable(item[1])):
                 raise TypeError(f"fwd_hooks must hold (hook name or filter, function) pairs, got {item!r}")
-            pairs += [(name, item[1]) for name in self.resolve(item[0])]
+            pairs += [(name, item[1]) for name in self.resolve(item[0], argument)]
         pairs.sort(key=lambda p: (self._points[p[0]].stage,))  # attn_out before resid_mid on the same module
-        needs_eager = any(name.endswith("hook_pattern") for name, _ in pairs)
-        with ExitStack() as stack:
-            if needs_eager:
-                previous = self.model.config._attn_implementation
-                if previous != "eager":
-                    self.model.set_attn_implementation("eager")
-                    stack.callback(self.model.set_attn_implementation, previous)
-            for name, fn in pairs:
-                self._register(self._points[name], fn, stack)
-            yield self
+        if any(name.endswith("hook_pattern") for name, _ in pairs):
+            previous = self.model.config._attn_implementation
+            if previous != "eager":
+                self.model.set_attn_implementation("eager")
+                stack.callback(self.model.set_attn_implementation, previous)
+        for name, fn in pairs:
+            self._register(self._points[name], fn, stack)
+
+    def add_hook(self, name: NameFilter, fn: HookFn) -> None:
+        """Attach ``fn`` at ``name`` (a name, a list or a predicate) until :meth:`reset_hooks`, as in
+        TransformerLens; the context manager :meth:`hooks` is the safer habit (removed on exit)."""
+        if not callable(fn):
+            raise TypeError(f"fn must be a hook function (tensor, hook) -> tensor or None, got {fn!r}")
+        with ExitStack() as stack:  # nothing stays attached if resolving or registering fails
+            self._attach([(name, fn)], stack, "name")
+            self._persistent.push(stack.pop_all())
+
+    def reset_hooks(self) -> None:
+        """Remove every hook :meth:`add_hook` attached (and restore the attention implementation)."""
+        self._persistent.close()
+        self._persistent = ExitStack()
 
     # ------------------------------------------------------------------ running
     def token_ids(self, input_ids) -> torch.Tensor:
@@ -389,8 +429,31 @@ class HookedModel:
         ``[0, d_vocab)``), as ``(batch, seq)``."""
         return check_token_ids(input_ids, self.d_vocab)
 
+    def to_tokens(self, text: str | list[str]) -> torch.Tensor:
+        """``text`` as token ids ``(batch, seq)`` with the tokenizer given at construction (its own special
+        tokens: SmolLM2's adds none); a list of texts must tokenize to equal lengths."""
+        if self.tokenizer is None:
+            raise ValueError("to_tokens needs a tokenizer: HookedModel(model, tokenizer=tokenizer)")
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            raise ValueError(f"text must be a non-empty string or a list of them, got {text!r}")
+        rows = [self.tokenizer(t)["input_ids"] for t in texts]
+        if len({len(r) for r in rows}) != 1:
+            raise ValueError(
+                f"the texts tokenize to different lengths {[len(r) for r in rows]}; pad them yourself"
+            )
+        return torch.tensor(rows, dtype=torch.long)
+
     def __call__(self, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
-        """The model's logits ``(batch, seq, vocab)`` for ``input_ids`` shaped ``(seq,)`` or ``(batch, seq)``."""
+        """The model's logits ``(batch, seq, vocab)`` for ``input_ids`` shaped ``(seq,)`` or ``(batch, seq)``;
+        ``kwargs`` go to the model's forward pass, and one it does not take raises ``TypeError`` (HF forward
+        passes swallow unknown keywords silently)."""
+        unknown = sorted(set(kwargs) - self._forward_keywords)
+        if unknown:
+            raise TypeError(
+                f"unexpected keyword argument(s) {unknown}: the forward pass of {type(self.model).__name__} "
+                f"takes {sorted(self._forward_keywords)}"
+            )
         kwargs.setdefault("use_cache", False)
         return self.model(input_ids=self.token_ids(input_ids), **kwargs).logits
 
@@ -406,13 +469,19 @@ class HookedModel:
         input_ids: torch.Tensor,
         names: NameFilter = None,
         *,
+        names_filter: NameFilter = None,
         grad: bool = False,
         fwd_hooks: Iterable[tuple] = (),
         **kwargs,
     ) -> tuple[torch.Tensor, ActivationCache]:
         """Logits and an :class:`ActivationCache` of the activations at ``names`` (default: all but
-        ``hook_pattern``). Without ``grad`` the pass runs under ``torch.no_grad`` and stores detached
-        tensors. Extra ``fwd_hooks`` run before the caching hooks of the same point."""
+        ``hook_pattern``; ``names_filter`` is TransformerLens' name for it). Without ``grad`` the pass runs
+        under ``torch.no_grad`` and stores detached tensors. Extra ``fwd_hooks`` run before the caching
+        hooks of the same point."""
+        if names is not None and names_filter is not None:
+            raise ValueError("give names or names_filter (TransformerLens' name for it), not both")
+        argument = "names" if names is not None else "names_filter"
+        resolved = self.resolve(names if names is not None else names_filter, argument)
         cache = ActivationCache()
 
         def save(tensor, hook):
@@ -420,9 +489,7 @@ class HookedModel:
             return tensor if grad else None  # with grad, pass the cached tensor on so that it is in the graph
 
         with torch.set_grad_enabled(grad):
-            logits = self.run_with_hooks(
-                input_ids, [*fwd_hooks, *((n, save) for n in self.resolve(names))], **kwargs
-            )
+            logits = self.run_with_hooks(input_ids, [*fwd_hooks, *((n, save) for n in resolved)], **kwargs)
         return logits, cache
 
     def generate(self, *args, **kwargs):
