@@ -291,3 +291,47 @@ def test_to_tokens_uses_the_tokenizer():
         HookedModel(tiny_llama(seed=0)).to_tokens("hi")
     with pytest.raises(ValueError, match="text"):
         hooked.to_tokens("")
+
+
+def _norm(hooked, layer, which):
+    block = hooked.blocks[layer]
+    return getattr(block, {"ln1": hooked.spec.ln1, "ln2": hooked.spec.ln2}[which])
+
+
+@pytest.mark.parametrize("which", ["ln1", "ln2"])
+def test_norm_hooks_have_transformer_lens_semantics(model, which):
+    hooked = HookedModel(model)
+    x = ids((2, 5), seed=4)
+    norm = _norm(hooked, 1, which)
+    source = "blocks.1.hook_resid_pre" if which == "ln1" or hooked.parallel else "blocks.1.hook_resid_mid"
+    names = [source, f"blocks.1.{which}.hook_scale", f"blocks.1.{which}.hook_normalized"]
+    _, cache = hooked.run_with_cache(x, names)
+    inp, scale, normalized = (cache[n] for n in names)
+    assert torch.equal(normalized, norm(inp))  # the norm's own output
+    if isinstance(norm, torch.nn.LayerNorm):  # GPT-2, GPT-NeoX
+        want = ((inp - inp.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
+    else:  # RMSNorm (Llama, Qwen2)
+        want = (inp.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon).sqrt()
+    assert scale.shape == (2, 5, 1)
+    torch.testing.assert_close(scale, want, rtol=1e-6, atol=1e-7)
+    # a doubled scale halves the normalized stream (up to the bias)
+    bias = norm.bias if getattr(norm, "bias", None) is not None else 0.0
+    _, doubled = hooked.run_with_cache(x, [names[2]], fwd_hooks=[(names[1], lambda s, h: s * 2)])
+    torch.testing.assert_close(doubled[names[2]], (normalized - bias) / 2 + bias, rtol=1e-5, atol=1e-6)
+
+
+def test_final_norm_scale_and_gated_pre_linear(model):
+    hooked = HookedModel(model)
+    x = ids((1, 6), seed=8)
+    assert "ln_final.hook_scale" in hooked.hook_names
+    if hooked.spec.mlp_up is None:  # GPT-2 and GPT-NeoX MLPs are not gated: TransformerLens has no pre_linear
+        assert "blocks.0.mlp.hook_pre_linear" not in hooked.hook_names
+        return
+    names = ["blocks.0.ln2.hook_normalized", "blocks.0.mlp.hook_pre_linear"]
+    _, cache = hooked.run_with_cache(x, names)
+    up = hooked.blocks[0].mlp.up_proj
+    torch.testing.assert_close(cache[names[1]], up(cache[names[0]]), rtol=0, atol=0)
+    _, zeroed = hooked.run_with_cache(
+        x, ["blocks.0.hook_mlp_out"], fwd_hooks=[(names[1], lambda a, h: torch.zeros_like(a))]
+    )
+    assert torch.count_nonzero(zeroed["blocks.0.hook_mlp_out"]) == 0  # gate * 0 through a bias-free down

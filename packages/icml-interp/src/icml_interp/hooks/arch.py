@@ -24,7 +24,9 @@ class ArchSpec:
     ``query_key_value`` output laid out per head as q | k | v). ``down_is_conv1d`` is true where the down
     projection stores its weight as ``(d_mlp, d_model)`` (GPT-2's ``Conv1D``) instead of ``nn.Linear``'s
     ``(d_model, d_mlp)``. ``parallel_attr`` names a config flag that, when true, makes attention and MLP read
-    the same residual (GPT-NeoX): such blocks have no ``hook_resid_mid``.
+    the same residual (GPT-NeoX): such blocks have no ``hook_resid_mid``. ``ln1`` and ``ln2`` (in a block)
+    are the norms before attention and before the MLP (their ``hook_scale`` / ``hook_normalized``);
+    ``mlp_up`` (in mlp) is a gated MLP's up projection (its output is ``mlp.hook_pre_linear``).
     """
 
     layers: str
@@ -41,13 +43,16 @@ class ArchSpec:
     down_is_conv1d: bool = False
     pos_embed: str | None = None
     parallel_attr: str | None = None
+    ln1: str | None = None  # in a block
+    ln2: str | None = None  # in a block
+    mlp_up: str | None = None  # in mlp, gated MLPs only
 
     def __post_init__(self):
         for name in ("layers", "embed", "final_norm", "unembed", "attn", "mlp", "o_proj", "mlp_in", "down"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise TypeError(f"{name} must be a non-empty dotted module path (a string), got {value!r}")
-        for name in ("pos_embed", "parallel_attr"):
+        for name in ("pos_embed", "parallel_attr", "ln1", "ln2", "mlp_up"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise TypeError(f"{name} must be None or a non-empty string, got {value!r}")
@@ -78,6 +83,9 @@ _LLAMA = ArchSpec(
     qkv_modules=("q_proj", "k_proj", "v_proj"),
     mlp_in="gate_proj",
     down="down_proj",
+    ln1="input_layernorm",
+    ln2="post_attention_layernorm",
+    mlp_up="up_proj",
 )
 ARCHITECTURES: dict[str, ArchSpec] = {
     "llama": _LLAMA,  # also SmolLM2
@@ -98,6 +106,8 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         down="c_proj",
         down_is_conv1d=True,
         pos_embed="transformer.wpe",
+        ln1="ln_1",
+        ln2="ln_2",
     ),
     "gpt_neox": ArchSpec(
         layers="gpt_neox.layers",
@@ -112,6 +122,8 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         mlp_in="dense_h_to_4h",
         down="dense_4h_to_h",
         parallel_attr="use_parallel_residual",
+        ln1="input_layernorm",
+        ln2="post_attention_layernorm",
     ),
 }
 

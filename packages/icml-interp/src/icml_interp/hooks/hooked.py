@@ -12,6 +12,10 @@ name                                what                                   shape
 ``hook_embed``                      token embeddings                       ``(batch, seq, d_model)``
 ``hook_pos_embed``                  position embeddings (GPT-2 only)       ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_pre``         residual stream entering block L       ``(batch, seq, d_model)``
+``blocks.L.ln1.hook_scale``          the norm's divisor before attention    ``(batch, seq, 1)``
+                                    (RMS, or the std for LayerNorm);
+                                    writable, as in TransformerLens
+``blocks.L.ln1.hook_normalized``    the norm's output                      ``(batch, seq, d_model)``
 ``blocks.L.attn.hook_q/k/v``        per-head queries / keys / values,      ``(batch, seq, heads, d_head)``
                                     before rotary embeddings               (keys, values: kv heads)
 ``blocks.L.attn.hook_pattern``      attention probabilities (read-only;    ``(batch, heads, seq_q, seq_k)``
@@ -20,12 +24,15 @@ name                                what                                   shape
 ``blocks.L.hook_attn_out``          attention output added to the stream  ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_mid``         resid_pre + attn_out (not in parallel  ``(batch, seq, d_model)``
                                     blocks such as GPT-NeoX's)
+``blocks.L.ln2.hook_scale/normalized``  the same for the norm before the MLP
 ``blocks.L.mlp.hook_pre``           MLP pre-activation (the gate           ``(batch, seq, d_mlp)``
                                     projection of gated MLPs)
+``blocks.L.mlp.hook_pre_linear``    a gated MLP's up projection            ``(batch, seq, d_mlp)``
 ``blocks.L.mlp.hook_post``          input of the down projection: the      ``(batch, seq, d_mlp)``
                                     MLP keys (alias ``mlp.hook_key``)
 ``blocks.L.hook_mlp_out``           MLP output added to the stream         ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_post``        residual stream leaving block L        ``(batch, seq, d_model)``
+``ln_final.hook_scale``             the final norm's divisor               ``(batch, seq, 1)``
 ``ln_final.hook_normalized``        the final norm's output                ``(batch, seq, d_model)``
 ==================================  =====================================  ===================================
 
@@ -57,18 +64,23 @@ NameFilter: TypeAlias = "str | Iterable[str] | Callable[[str], bool] | None"
 
 _BLOCK_HOOKS = {  # short name -> (suffix in the block, stage: the order of computation inside a block)
     "resid_pre": ("hook_resid_pre", 0),
-    "q": ("attn.hook_q", 1),
-    "k": ("attn.hook_k", 1),
-    "v": ("attn.hook_v", 1),
-    "pattern": ("attn.hook_pattern", 2),
-    "z": ("attn.hook_z", 3),
-    "attn_out": ("hook_attn_out", 4),
-    "resid_mid": ("hook_resid_mid", 5),
-    "pre": ("mlp.hook_pre", 6),
-    "post": ("mlp.hook_post", 7),
-    "key": ("mlp.hook_key", 7),
-    "mlp_out": ("hook_mlp_out", 8),
-    "resid_post": ("hook_resid_post", 9),
+    "ln1_scale": ("ln1.hook_scale", 1),
+    "ln1_normalized": ("ln1.hook_normalized", 2),
+    "q": ("attn.hook_q", 3),
+    "k": ("attn.hook_k", 3),
+    "v": ("attn.hook_v", 3),
+    "pattern": ("attn.hook_pattern", 4),
+    "z": ("attn.hook_z", 5),
+    "attn_out": ("hook_attn_out", 6),
+    "resid_mid": ("hook_resid_mid", 7),
+    "ln2_scale": ("ln2.hook_scale", 8),
+    "ln2_normalized": ("ln2.hook_normalized", 9),
+    "pre": ("mlp.hook_pre", 10),
+    "pre_linear": ("mlp.hook_pre_linear", 10),
+    "post": ("mlp.hook_post", 11),
+    "key": ("mlp.hook_key", 11),
+    "mlp_out": ("hook_mlp_out", 12),
+    "resid_post": ("hook_resid_post", 13),
 }
 
 
@@ -95,7 +107,7 @@ class HookPoint:
 
     name: str
     layer: int | None
-    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | pattern
+    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | pattern | scale
     module: nn.Module
     stage: int
     extra: dict = field(default_factory=dict)
@@ -132,6 +144,22 @@ class ActivationCache(dict):
                 )
             tensors.append(self[name])
         return torch.stack(tensors)
+
+
+def _norm_parts(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+    """A norm's input split as TransformerLens' ``hook_scale`` sees it: ``(centred input, scale, weight,
+    bias)`` with ``output = centred / scale * weight + bias``; LayerNorm centres and has a bias, RMSNorm
+    (Llama's, in float32 as it computes) neither. ``scale`` is ``(batch, seq, 1)``."""
+    if isinstance(module, nn.LayerNorm):
+        centred = x - x.mean(-1, keepdim=True)
+        scale = (centred.pow(2).mean(-1, keepdim=True) + module.eps).sqrt()
+        return centred, scale, module.weight, module.bias
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    weight = getattr(module, "weight", None)
+    if eps is None or not isinstance(weight, torch.Tensor):
+        raise TypeError(f"hook_scale supports nn.LayerNorm and RMSNorm modules, got {type(module).__name__}")
+    x32 = x.float()
+    return x32, (x32.pow(2).mean(-1, keepdim=True) + eps).sqrt(), weight, None
 
 
 def _apply(point: HookPoint, fn: HookFn, given: torch.Tensor) -> torch.Tensor | None:
@@ -211,6 +239,11 @@ class HookedModel:
                 points[name] = HookPoint(name, i, kind, module, _BLOCK_HOOKS[short][1], extra)
 
             add("resid_pre", "in", block)
+            for ln in ("ln1", "ln2"):
+                if getattr(s, ln):
+                    norm = get_module(block, getattr(s, ln))
+                    add(f"{ln}_scale", "scale", norm)
+                    add(f"{ln}_normalized", "out", norm)
             if s.qkv == "separate":
                 for short, path, shape in zip("qkv", s.qkv_modules, (heads, kv, kv), strict=True):
                     add(short, "heads_out", get_module(attn, path), **shape)
@@ -230,12 +263,17 @@ class HookedModel:
             if not self.parallel:
                 add("resid_mid", "mid", attn, block=block)
             add("pre", "out", get_module(mlp, s.mlp_in))
+            if s.mlp_up:
+                add("pre_linear", "out", get_module(mlp, s.mlp_up))
             add("post", "in", get_module(mlp, s.down))
             add("key", "in", get_module(mlp, s.down))
             add("mlp_out", "out", mlp)
             add("resid_post", "out", block)
+        points["ln_final.hook_scale"] = HookPoint(
+            "ln_final.hook_scale", None, "scale", self.final_norm, 10**6
+        )
         points["ln_final.hook_normalized"] = HookPoint(
-            "ln_final.hook_normalized", None, "out", self.final_norm, 10**6
+            "ln_final.hook_normalized", None, "out", self.final_norm, 10**6 + 1
         )
         return points
 
@@ -367,6 +405,18 @@ class HookedModel:
 
             add(extra["block"].register_forward_pre_hook(stash_pre, with_kwargs=True))
             add(point.module.register_forward_hook(mid_hook))
+        elif kind == "scale":
+
+            def scale_hook(module, args, output):
+                x = args[0]  # (batch, seq, d_model), the norm's input
+                centred, scale, weight, bias = _norm_parts(module, x)
+                new = _apply(point, fn, scale.to(output.dtype))
+                if new is None or torch.equal(new, scale.to(output.dtype)):
+                    return None  # the module's own output, bit for bit
+                out = centred / new.to(centred.dtype) * weight
+                return (out if bias is None else out + bias).to(output.dtype)
+
+            add(point.module.register_forward_hook(scale_hook))
         elif kind == "pattern":
 
             def pattern_hook(module, args, output):
