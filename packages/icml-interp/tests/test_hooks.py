@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from icml_interp.hooks import ARCHITECTURES, HookedModel, act_name, register_architecture
+from icml_interp.hooks import ARCHITECTURES, HOOKED_ATTENTION, HookedModel, act_name, register_architecture
 from icml_tools.assets import tiny_llama
 
 ARCHS = ["llama", "gpt2", "gpt_neox", "qwen2"]
@@ -104,8 +104,6 @@ def test_attention_patterns_are_causal_distributions_and_eager_is_restored(model
     assert pattern.shape == (2, hooked.n_heads, 6, 6)
     torch.testing.assert_close(pattern.sum(-1), torch.ones(2, hooked.n_heads, 6))
     assert pattern.triu(1).abs().max() == 0
-    with pytest.raises(NotImplementedError, match="read-only"):
-        hooked.run_with_hooks(ids((1, 4)), [("blocks.0.attn.hook_pattern", lambda p, h: p * 2)])
     assert model.config._attn_implementation == before
 
 
@@ -113,8 +111,9 @@ def test_an_intervention_changes_the_logits_and_identity_does_not(model):
     hooked = HookedModel(model)
     x = ids((1, 6), seed=6)
     reference = hooked(x)
+    outside_attention = [n for n, p in hooked.hook_dict.items() if p.kind != "inner"]  # those switch to eager
     same = hooked.run_with_hooks(
-        x, [(lambda n: not n.endswith(("pattern", "resid_mid")), lambda a, h: a.clone())]
+        x, [(lambda n: n in outside_attention and not n.endswith("resid_mid"), lambda a, h: a.clone())]
     )
     assert torch.equal(same, reference)
     zeroed = hooked.run_with_hooks(x, [("blocks.0.hook_mlp_out", lambda a, h: torch.zeros_like(a))])
@@ -133,11 +132,17 @@ def test_hooks_are_removed_after_an_exception_in_a_hook_or_in_the_body(model):
             ids((1, 4)), [(lambda n: True, lambda a, h: None), ("blocks.1.hook_mlp_out", explode)]
         )
     assert all_hooks(model) == before
+    calls = []
+    implementation = model.config._attn_implementation
     with pytest.raises(KeyError):
-        with hooked.hooks([(lambda n: "pattern" in n, lambda a, h: None)]):
-            assert len(all_hooks(model)) > len(before)
+        with hooked.hooks([(lambda n: "pattern" in n or "mlp_out" in n, lambda a, h: calls.append(h.name))]):
+            assert (
+                len(all_hooks(model)) > len(before) and model.config._attn_implementation == HOOKED_ATTENTION
+            )
             raise KeyError("body")
-    assert all_hooks(model) == before
+    assert all_hooks(model) == before and model.config._attn_implementation == implementation
+    hooked(ids((1, 4)))
+    assert calls == []  # the attention-internal hooks are gone too
 
 
 def test_generate_works_with_and_after_hooks():
@@ -206,6 +211,12 @@ def test_smollm2_wrapped_logits_equal_unwrapped_exactly():
     logits, cache = hooked.run_with_cache(x, lambda n: "resid" in n)
     assert torch.equal(logits, reference)
     torch.testing.assert_close(hooked.lens(cache["resid_post", 29]), reference, rtol=0, atol=1e-4)
+    # the attention internals on the real model: untouched, eager's logits bit for bit; the model still says Paris
+    inner = [n for n, p in hooked.hook_dict.items() if p.kind == "inner"]
+    with torch.no_grad():
+        hooked_logits = hooked.run_with_hooks(x, [(inner, lambda a, h: None)])
+    assert torch.equal(hooked_logits, _eager_logits(model, x))
+    assert tok.decode(hooked_logits[0, -1].argmax()) == " Paris"
 
 
 # TransformerLens habits (issue 23, item 4: names_filter, unknown keywords, add_hook/reset_hooks, hook_dict,
@@ -255,7 +266,7 @@ def test_add_hook_stays_until_reset_hooks(model):
     hooked.add_hook(lambda n: n.endswith("hook_pattern"), lambda a, h: None)  # switches to eager
     first, second = hooked(x), hooked(x)
     assert torch.equal(first, second) and (first - reference).abs().max() > 1e-4
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == HOOKED_ATTENTION
     hooked.reset_hooks()
     assert all_hooks(model) == before
     assert torch.equal(hooked(x), reference)
@@ -335,3 +346,68 @@ def test_final_norm_scale_and_gated_pre_linear(model):
         x, ["blocks.0.hook_mlp_out"], fwd_hooks=[(names[1], lambda a, h: torch.zeros_like(a))]
     )
     assert torch.count_nonzero(zeroed["blocks.0.hook_mlp_out"]) == 0  # gate * 0 through a bias-free down
+
+
+# TransformerLens' attention internals (issue 23, item 4): hook_rot_q/k, hook_attn_scores, a writable hook_pattern
+
+
+def _eager_logits(model, x):
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            return model(input_ids=x, use_cache=False).logits
+    finally:
+        model.set_attn_implementation(before)
+
+
+def test_attention_internals_untouched_give_eager_logits_bit_for_bit(model):
+    hooked = HookedModel(model)
+    x = ids((2, 6), seed=12)
+    inner = [n for n, p in hooked.hook_dict.items() if p.kind == "inner"]
+    assert {n.split(".")[-1] for n in inner} >= {"hook_attn_scores", "hook_pattern"}
+    assert hooked.rotary == any(n.endswith("hook_rot_q") for n in inner)  # GPT-2 has no rotary embeddings
+    with torch.no_grad():
+        logits = hooked.run_with_hooks(x, [(inner, lambda a, h: a.clone())])
+    assert torch.equal(logits, _eager_logits(model, x))
+
+
+def test_scores_softmax_to_the_pattern_and_rotation_keeps_norms(model):
+    hooked = HookedModel(model)
+    x = ids((1, 5), seed=13)
+    names = lambda n: n.startswith("blocks.1.attn.hook_")  # noqa: E731
+    _, c = hooked.run_with_cache(x, names)
+    scores, pattern = c["blocks.1.attn.hook_attn_scores"], c["blocks.1.attn.hook_pattern"]
+    assert scores.shape == pattern.shape == (1, hooked.n_heads, 5, 5)
+    torch.testing.assert_close(torch.softmax(scores, -1), pattern)
+    if hooked.rotary:
+        q, rot_q = c["blocks.1.attn.hook_q"], c["blocks.1.attn.hook_rot_q"]
+        k, rot_k = c["blocks.1.attn.hook_k"], c["blocks.1.attn.hook_rot_k"]
+        assert rot_q.shape == q.shape and rot_k.shape == k.shape  # (batch, seq, heads or kv heads, d_head)
+        torch.testing.assert_close(rot_q.norm(dim=-1), q.norm(dim=-1))  # a rotation (partial in GPT-NeoX)
+        torch.testing.assert_close(rot_q[:, 0], q[:, 0])  # position 0: rotation by angle 0
+        torch.testing.assert_close(rot_k[:, 0], k[:, 0])
+
+
+def test_pattern_and_scores_are_writable(model):
+    hooked = HookedModel(model)
+    x = ids((1, 5), seed=14)
+
+    def first_token_only(pattern, hook):
+        out = torch.zeros_like(pattern)
+        out[..., 0] = 1.0
+        return out
+
+    _, c = hooked.run_with_cache(
+        x,
+        ["blocks.0.attn.hook_v", "blocks.0.attn.hook_z"],
+        fwd_hooks=[("blocks.0.attn.hook_pattern", first_token_only)],
+    )
+    v, z = c["blocks.0.attn.hook_v"], c["blocks.0.attn.hook_z"]  # z: every position reads value 0
+    groups = hooked.n_heads // hooked.n_kv_heads
+    want = v[:, :1].repeat_interleave(groups, dim=2).expand_as(z)
+    torch.testing.assert_close(z, want)
+    _, flat = hooked.run_with_cache(
+        x, ["blocks.0.attn.hook_pattern"], fwd_hooks=[("blocks.0.attn.hook_attn_scores", lambda s, h: s * 0)]
+    )
+    torch.testing.assert_close(flat["blocks.0.attn.hook_pattern"], torch.full((1, hooked.n_heads, 5, 5), 0.2))

@@ -166,7 +166,7 @@ def test_bad_patching_input_raises(hooked):
         activation_patching(hooked, clean, corrupt[:, :4], METRIC)
     with pytest.raises(ValueError, match="close matches"):
         activation_patching(hooked, clean, corrupt, METRIC, components=("resid_psot",))
-    with pytest.raises(ValueError, match="read-only"):
+    with pytest.raises(ValueError, match="does not patch hook_pattern"):
         activation_patching(hooked, clean, corrupt, METRIC, components=("pattern",))
     with pytest.raises(ValueError, match="undefined"):
         activation_patching(hooked, clean, clean, METRIC)

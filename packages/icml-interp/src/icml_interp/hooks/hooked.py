@@ -18,8 +18,14 @@ name                                what                                   shape
 ``blocks.L.ln1.hook_normalized``    the norm's output                      ``(batch, seq, d_model)``
 ``blocks.L.attn.hook_q/k/v``        per-head queries / keys / values,      ``(batch, seq, heads, d_head)``
                                     before rotary embeddings               (keys, values: kv heads)
-``blocks.L.attn.hook_pattern``      attention probabilities (read-only;    ``(batch, heads, seq_q, seq_k)``
-                                    switches to eager attention)
+``blocks.L.attn.hook_rot_q/k``      queries / keys after rotary            ``(batch, seq, heads, d_head)``
+                                    embeddings (rotary models only)        (keys: kv heads)
+``blocks.L.attn.hook_attn_scores``  scores after scaling and the additive  ``(batch, heads, seq_q, seq_k)``
+                                    mask, before the softmax
+``blocks.L.attn.hook_pattern``      attention probabilities                ``(batch, heads, seq_q, seq_k)``
+                                    (these four switch the model to our
+                                    eager attention, HOOKED_ATTENTION,
+                                    while attached: eager's logits)
 ``blocks.L.attn.hook_z``            per-head outputs before ``o_proj``     ``(batch, seq, heads, d_head)``
 ``blocks.L.hook_attn_out``          attention output added to the stream  ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_mid``         resid_pre + attn_out (not in parallel  ``(batch, seq, d_model)``
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -69,6 +76,9 @@ _BLOCK_HOOKS = {  # short name -> (suffix in the block, stage: the order of comp
     "q": ("attn.hook_q", 3),
     "k": ("attn.hook_k", 3),
     "v": ("attn.hook_v", 3),
+    "rot_q": ("attn.hook_rot_q", 4),
+    "rot_k": ("attn.hook_rot_k", 4),
+    "attn_scores": ("attn.hook_attn_scores", 4),
     "pattern": ("attn.hook_pattern", 4),
     "z": ("attn.hook_z", 5),
     "attn_out": ("hook_attn_out", 6),
@@ -107,7 +117,7 @@ class HookPoint:
 
     name: str
     layer: int | None
-    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | pattern | scale
+    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | scale | inner
     module: nn.Module
     stage: int
     extra: dict = field(default_factory=dict)
@@ -160,6 +170,58 @@ def _norm_parts(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
         raise TypeError(f"hook_scale supports nn.LayerNorm and RMSNorm modules, got {type(module).__name__}")
     x32 = x.float()
     return x32, (x32.pow(2).mean(-1, keepdim=True) + eps).sqrt(), weight, None
+
+
+HOOKED_ATTENTION = "icml_hooked_eager"
+# attention module -> slot ("rot_q", "rot_k", "attn_scores", "pattern") -> the (point, fn) pairs attached there
+_INNER: weakref.WeakKeyDictionary[nn.Module, dict[str, list[tuple[HookPoint, HookFn]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _run_slot(module: nn.Module, slot: str, tensor: torch.Tensor) -> torch.Tensor:
+    for point, fn in list(_INNER.get(module, {}).get(slot, ())):
+        new = _apply(point, fn, tensor)
+        tensor = tensor if new is None else new
+    return tensor
+
+
+def _hooked_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Eager attention with four hook slots, registered with transformers as ``HOOKED_ATTENTION``.
+
+    The same operations in the same order as the eager attention of the mapped architectures (Llama family,
+    GPT-2, GPT-NeoX; float32 softmax), so that with no hook attached the logits equal eager attention's bit
+    for bit (tested). ``query``/``key`` arrive rotated, ``(batch, heads, seq, d_head)``; their hooks see
+    TransformerLens' ``(batch, seq, heads, d_head)``. Scores are ``(batch, heads, seq_q, seq_k)`` after
+    scaling and the additive mask (masked entries hold the mask's large negative value).
+    """
+    query = _run_slot(module, "rot_q", query.transpose(1, 2)).transpose(1, 2)
+    key = _run_slot(module, "rot_k", key.transpose(1, 2)).transpose(1, 2)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
+        b, kv, n, d = key.shape
+        key = key[:, :, None].expand(b, kv, groups, n, d).reshape(b, kv * groups, n, d)
+        value = value[:, :, None].expand(b, kv, groups, n, d).reshape(b, kv * groups, n, d)
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    scores = _run_slot(module, "attn_scores", scores)
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = _run_slot(module, "pattern", weights)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return out, weights
+
+
+def _register_hooked_attention() -> None:
+    """Make ``HOOKED_ATTENTION`` a transformers attention implementation (with eager attention's masks)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(HOOKED_ATTENTION, _hooked_attention)
+    AttentionMaskInterface.register(HOOKED_ATTENTION, eager_mask)
 
 
 def _apply(point: HookPoint, fn: HookFn, given: torch.Tensor) -> torch.Tensor | None:
@@ -219,6 +281,7 @@ class HookedModel:
         self.d_head: int = getattr(cfg, "head_dim", None) or self.d_model // self.n_heads
         self.d_vocab: int = self.embed.num_embeddings
         self.parallel = bool(self.spec.parallel_attr and getattr(cfg, self.spec.parallel_attr, False))
+        self.rotary = getattr(cfg, "rope_parameters", None) is not None or hasattr(cfg, "rope_theta")
         self._points = self._build_points()
 
     # ------------------------------------------------------------------ hook points
@@ -257,7 +320,11 @@ class HookedModel:
                         layout=s.qkv,
                         **heads,
                     )
-            add("pattern", "pattern", attn)
+            if self.rotary:
+                add("rot_q", "inner", attn, slot="rot_q")
+                add("rot_k", "inner", attn, slot="rot_k")
+            add("attn_scores", "inner", attn, slot="attn_scores")
+            add("pattern", "inner", attn, slot="pattern")
             add("z", "heads_in", get_module(attn, s.o_proj), **heads)
             add("attn_out", "out", attn)
             if not self.parallel:
@@ -304,10 +371,13 @@ class HookedModel:
 
     def resolve(self, names: NameFilter, argument: str = "names") -> list[str]:
         """Hook names from a name, a list, a predicate ``f(name) -> bool``, or ``None`` (every hook except
-        ``hook_pattern``, which needs eager attention, and the ``mlp.hook_key`` alias); errors name
+        the attention internals ``hook_rot_q/k``, ``hook_attn_scores`` and ``hook_pattern``, which switch the
+        model to our eager attention, and the ``mlp.hook_key`` alias); errors name
         ``argument``, the caller's name for ``names``."""
         if names is None:
-            return [n for n in self._points if not n.endswith(("hook_pattern", "mlp.hook_key"))]
+            return [
+                n for n, p in self._points.items() if p.kind != "inner" and not n.endswith("mlp.hook_key")
+            ]
         if isinstance(names, str):
             names = [names]
         if callable(names):
@@ -417,22 +487,11 @@ class HookedModel:
                 return (out if bias is None else out + bias).to(output.dtype)
 
             add(point.module.register_forward_hook(scale_hook))
-        elif kind == "pattern":
-
-            def pattern_hook(module, args, output):
-                weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-                if weights is None:
-                    raise RuntimeError(
-                        f"{point.name}: the attention module returned no weights; "
-                        "hook_pattern needs eager attention (the hooks switch to it themselves)"
-                    )
-                out = fn(weights, point)
-                if out is not None and out is not weights:
-                    raise NotImplementedError(
-                        f"{point.name} is read-only: patch hook_z or hook_q/k/v instead"
-                    )
-
-            add(point.module.register_forward_hook(pattern_hook))
+        elif kind == "inner":  # inside the attention function: see _hooked_attention
+            slots = _INNER.setdefault(point.module, {}).setdefault(extra["slot"], [])
+            entry = (point, fn)
+            slots.append(entry)
+            stack.callback(slots.remove, entry)
         else:  # pragma: no cover - the map above defines every kind
             raise AssertionError(kind)
 
@@ -451,10 +510,11 @@ class HookedModel:
                 raise TypeError(f"fwd_hooks must hold (hook name or filter, function) pairs, got {item!r}")
             pairs += [(name, item[1]) for name in self.resolve(item[0], argument)]
         pairs.sort(key=lambda p: (self._points[p[0]].stage,))  # attn_out before resid_mid on the same module
-        if any(name.endswith("hook_pattern") for name, _ in pairs):
+        if any(self._points[name].kind == "inner" for name, _ in pairs):
             previous = self.model.config._attn_implementation
-            if previous != "eager":
-                self.model.set_attn_implementation("eager")
+            if previous != HOOKED_ATTENTION:
+                _register_hooked_attention()
+                self.model.set_attn_implementation(HOOKED_ATTENTION)
                 stack.callback(self.model.set_attn_implementation, previous)
         for name, fn in pairs:
             self._register(self._points[name], fn, stack)

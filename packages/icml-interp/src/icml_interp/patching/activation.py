@@ -37,7 +37,7 @@ PATCHABLE = (
     "q",
     "k",
     "v",
-    "pattern",  # refused below with its own message: read-only
+    "pattern",  # refused below with its own message
 )
 
 HEAD_COMPONENTS = ("z", "q", "k", "v")
@@ -220,7 +220,10 @@ def activation_patching(
     for name in names.values():
         hooked.hook_point(name)
         if name.endswith("hook_pattern"):
-            raise ValueError("hook_pattern is read-only: patch 'z' (head outputs) or 'q'/'k'/'v' instead")
+            raise ValueError(
+                "activation_patching does not patch hook_pattern: patch 'z' (head outputs) or 'q'/'k'/'v' "
+                "instead, or write the pattern with run_with_hooks"
+            )
     with torch.no_grad():
         clean_value = metric_value(metric, hooked(clean))
         corrupt_logits, cache = hooked.run_with_cache(corrupt, list(names.values()))
