@@ -69,6 +69,7 @@ from icml_theory.privacy import (
     optimal_epsilon,
     optimal_tradeoff,
     randomized_response_tradeoff,
+    register_opacus,
     single_order_tradeoff,
     tpr_at_fpr,
     tradeoff_from_epsilon_delta_curve,
@@ -78,6 +79,7 @@ from icml_tools.fuzz import Coverage, fuzz_call, hostile, rejects
 FUZZ = Coverage()
 FUZZ.exempt(Estimate, "frozen result record built only by the estimators, whose fuzz tests check it")
 FUZZ.exempt(TradeoffCurve, "NamedTuple result built only by the trade-off functions, whose tests check it")
+FUZZ.exempt(register_opacus, "takes no arguments; test_privacy_integrations checks what it registers")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,6 +19,7 @@ from icml_theory.privacy.conversions import (
     tpr_at_fpr,
     tradeoff_from_epsilon_delta_curve,
 )
+from icml_theory.privacy.integrations import register_opacus
 from icml_theory.privacy.profiles import (
     ComposedRDP,
     GaussianRDP,
@@ -64,6 +65,7 @@ __all__ = [
     "optimal_epsilon",
     "optimal_tradeoff",
     "randomized_response_tradeoff",
+    "register_opacus",
     "single_order_tradeoff",
     "tpr_at_fpr",
     "tradeoff_from_epsilon_delta_curve",

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
+from collections.abc import Callable
+from copy import deepcopy
+from typing import Any
 
 from icml_theory.privacy.conversions import OptimalConverter, cks_epsilon, mironov_epsilon
 from icml_theory.privacy.profiles import RELATIONS, ComposedRDP, SubsampledGaussianRDP
@@ -10,6 +14,7 @@ from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, TradeoffCurve
 from icml_theory.validation import check_alphas, check_choice, check_int, check_real
 
 METHODS = ("optimal", "cks", "mironov")
+MECHANISM = "optimal-rdp"  # the name opacus' registry knows it by (see icml_theory.privacy.register_opacus)
 MIN_NOISE = 0.01  # get_noise_multiplier searches no lower: epsilon there is in the thousands
 
 
@@ -25,12 +30,65 @@ class OptimalRDPAccountant:
     ``relation`` is the neighbouring relation: ``"add-remove"`` (one record added or removed; opacus' and
     dp_accounting's default) or ``"replace-one"`` (one record replaced, e.g. one label changed under label
     DP; see :class:`~icml_theory.privacy.SubsampledGaussianRDP`).
+
+    opacus' ``IAccountant`` interface is complete (``mechanism()``, ``get_optimizer_hook_fn``,
+    ``state_dict`` / ``load_state_dict``): after :func:`~icml_theory.privacy.register_opacus`,
+    ``PrivacyEngine(accountant="optimal-rdp")`` uses it, ``make_private_with_epsilon`` included; or assign
+    an instance, ``engine.accountant = OptimalRDPAccountant()``, before ``make_private``. For dp_accounting's
+    ``DpEvent`` interface see :class:`icml_theory.privacy.dp_accounting_adapter.OptimalRDPPrivacyAccountant`.
     """
 
     def __init__(self, relation: str = "add-remove"):
         self.relation = check_choice(relation, "relation", RELATIONS)
         self.history: list[tuple[float, float, int]] = []
         self._converter: OptimalConverter | None = None
+        self._converted: list[tuple[float, float, int]] = []  # the history the converter was built for
+
+    @classmethod
+    def mechanism(cls) -> str:
+        """The accounting mechanism's name (opacus' ``IAccountant.mechanism``)."""
+        return MECHANISM
+
+    def get_optimizer_hook_fn(self, sample_rate: float) -> Callable[[Any], None]:
+        """A hook for opacus' ``DPOptimizer.attach_step_hook``: one :meth:`step` per optimizer step, at
+        ``sample_rate`` times the optimizer's accumulated iterations (opacus' own rule)."""
+        check_real(sample_rate, "sample_rate", "(0, 1]")
+
+        def hook_fn(optim: Any) -> None:
+            self.step(
+                noise_multiplier=optim.noise_multiplier,
+                sample_rate=sample_rate * optim.accumulated_iterations,
+            )
+
+        return hook_fn
+
+    def state_dict(self, destination: Any = None) -> Any:
+        """``history``, ``mechanism`` and ``relation`` (opacus' layout plus the relation)."""
+        destination = OrderedDict() if destination is None else destination
+        destination["history"] = deepcopy(self.history)
+        destination["mechanism"] = self.mechanism()
+        destination["relation"] = self.relation
+        return destination
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Restore what :meth:`state_dict` saved (an opacus RDP accountant's state loads too: add-remove)."""
+        if not hasattr(state_dict, "get") or "history" not in state_dict:
+            raise ValueError(f"state_dict must be a mapping with a 'history' entry, got {state_dict!r}")
+        history = []
+        for i, entry in enumerate(state_dict["history"]):
+            if not (isinstance(entry, (tuple, list)) and len(entry) == 3):
+                raise ValueError(f"state_dict['history'][{i}] must be (noise_multiplier, sample_rate, steps)")
+            history.append(
+                (
+                    check_real(entry[0], f"state_dict['history'][{i}] noise_multiplier", "(0, inf)"),
+                    check_real(entry[1], f"state_dict['history'][{i}] sample_rate", "(0, 1]"),
+                    check_int(entry[2], f"state_dict['history'][{i}] steps", 1),
+                )
+            )
+        self.relation = check_choice(
+            state_dict.get("relation", "add-remove"), "state_dict['relation']", RELATIONS
+        )
+        self.history = history
 
     def step(
         self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1
@@ -60,8 +118,10 @@ class OptimalRDPAccountant:
         return ComposedRDP([SubsampledGaussianRDP(q, s, n, self.relation) for (s, q), n in merged.items()])
 
     def _conv(self) -> OptimalConverter:
-        if self._converter is None:
+        # keyed by the history itself: opacus' get_noise_multiplier assigns ``history`` directly
+        if self._converter is None or self._converted != self.history:
             self._converter = OptimalConverter(self.profile)
+            self._converted = list(self.history)
         return self._converter
 
     def get_epsilon(self, delta: float, method: str = "optimal") -> float:
