@@ -12,7 +12,7 @@ name                                what                                   shape
 ``hook_embed``                      token embeddings                       ``(batch, seq, d_model)``
 ``hook_pos_embed``                  position embeddings (GPT-2 only)       ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_pre``         residual stream entering block L       ``(batch, seq, d_model)``
-``blocks.L.ln1.hook_scale``          the norm's divisor before attention    ``(batch, seq, 1)``
+``blocks.L.ln1.hook_scale``         the norm's divisor before attention    ``(batch, seq, 1)``
                                     (RMS, or the std for LayerNorm);
                                     writable, as in TransformerLens
 ``blocks.L.ln1.hook_normalized``    the norm's output                      ``(batch, seq, d_model)``
@@ -30,7 +30,8 @@ name                                what                                   shape
 ``blocks.L.hook_attn_out``          attention output added to the stream  ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_mid``         resid_pre + attn_out (not in parallel  ``(batch, seq, d_model)``
                                     blocks such as GPT-NeoX's)
-``blocks.L.ln2.hook_scale/normalized``  the same for the norm before the MLP
+``blocks.L.ln2.hook_scale``         the same for the norm before the MLP   ``(batch, seq, 1)``
+``blocks.L.ln2.hook_normalized``    the norm's output before the MLP       ``(batch, seq, d_model)``
 ``blocks.L.mlp.hook_pre``           MLP pre-activation (the gate           ``(batch, seq, d_mlp)``
                                     projection of gated MLPs)
 ``blocks.L.mlp.hook_pre_linear``    a gated MLP's up projection            ``(batch, seq, d_mlp)``
