@@ -46,7 +46,9 @@ from icml_compress.quantize import (
     evaluate,
     load_quantized,
     packed_hash,
+    plot_layer_errors,
     quantize_model,
+    register_hf_quantizer,
     save_quantized,
     split_corpus,
 )
@@ -57,6 +59,7 @@ from icml_tools.fuzz import Coverage, fuzz_call, rejects
 FUZZ = Coverage()
 FUZZ.exempt(LloydMaxResult, "a NamedTuple result only lloyd_max builds (fuzzed through lloyd_max)")
 FUZZ.exempt(RTNQuantized, "a NamedTuple result only rtn_quantize builds (fuzzed through rtn_quantize)")
+FUZZ.exempt(register_hf_quantizer, "takes no argument (test_hf_from_pretrained.py tests it)")
 
 GEN = torch.Generator().manual_seed(0)
 W = torch.randn(4, 16, generator=GEN)  # a weight (out, in): 4 rows of 2 groups of 8
@@ -816,6 +819,45 @@ def test_split_corpus(data):
         return a + b == kw["text"] and len(a) >= 1 and len(b) >= 1 and at_break
 
     fuzz_call(data, with_inputs(split_corpus), {"text": text, "calibration_fraction": 0.5}, check=check)
+
+
+@FUZZ.covers(plot_layer_errors)
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_plot_layer_errors(data):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    layers = trellis_model().icml_quantization["layers"]
+
+    def check(fig) -> bool:
+        heights = [b.get_height() for b in fig.axes[0].patches]
+        plt.close(fig)
+        return heights == [layers[n]["proxy"] for n in layers]
+
+    fuzz_call(
+        data,
+        plot_layer_errors,
+        {"model_or_stats": trellis_model(), "path": None, "title": "fuzz"},
+        check=check,
+        strategies={
+            "model_or_stats": st.sampled_from(
+                [
+                    None,
+                    3,
+                    "model",
+                    float_model(),
+                    rtn_model(),
+                    {},
+                    {"layers": {}},
+                    [layers],
+                    {"a": {"proxy": math.nan}},
+                ]
+            ),
+            "path": st.sampled_from([3, b"x.png", "", object()]),
+            "title": st.sampled_from([3, None, b"t"]),
+        },
+    )
 
 
 def test_every_public_api_is_fuzzed():

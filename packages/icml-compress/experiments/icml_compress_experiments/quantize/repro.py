@@ -52,6 +52,7 @@ from icml_compress.quantize.model import (
     quantize_model,
     save_quantized,
 )
+from icml_compress.quantize.plot import layer_errors
 from icml_tools.progress import status
 
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -65,6 +66,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
 SEQ_LEN, N_CAL = 256, 32
 ORDER = ("rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad", "trellis-hyb")
 BYTES_SLACK = 1.1
+PROXY_FIGURE = ("trellis-1mad", "trellis-hyb", "proteus")  # the methods whose records hold per-layer proxies
 PROMPT = "What is the capital of France?"
 
 
@@ -235,7 +237,7 @@ def _run(budget: str, seed: int) -> dict:
     status(f"float reference log-probabilities on {len(eval_seqs)} held-out sequences")
     ref_lp = reference_logprobs(reference, eval_seqs)
     cfgs = method_configs(budget, seed)
-    rows, res = [], {}
+    rows, res, proxies = [], {}, {}
     for label in ORDER:
         status(f"evaluating {label}")
         path = cache_path(cfgs[label])
@@ -251,6 +253,8 @@ def _run(budget: str, seed: int) -> dict:
             "hash": packed_hash(model),
             "timing": timings.get(label, doc["extra"].get("timing")),
         }
+        if label in PROXY_FIGURE:  # recorded at quantization (the +comp variants keep Proteus' record)
+            proxies[label] = layer_errors(doc["quantization"])
         if label == "proteus+comp+distill":
             res[label]["roundtrip_identical"] = _roundtrip_identical(model, eval_seqs[:1, :64])
             res[label]["answer"] = _generate(model, tokenizer)
@@ -326,7 +330,17 @@ def _run(budget: str, seed: int) -> dict:
                 "series": {"KL": [kl[lb] for lb in ORDER]},
                 "kind": "bar",
                 "logy": True,
-            }
+            },
+            {
+                "name": "proteus_smollm2_layer_proxy",
+                "title": f"Per-layer proxy error before compensation ({blocks})",
+                "xlabel": "quantized layer (model order)",
+                "ylabel": "tr(dW H dW^T) / tr(W H W^T)",
+                "x": list(range(len(proxies["proteus"]["layers"]))),
+                "series": {lb: proxies[lb]["proxy"] for lb in PROXY_FIGURE},
+                "kind": "line",
+                "logy": True,
+            },
         ],
         "notes": (
             f"budget={budget} ({blocks} quantized), seed {seed}; eval {eval_seqs.numel()} held-out tokens; "

@@ -14,8 +14,9 @@ import warnings
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
-from icml_compress.validation import check_float_tensor
+from icml_compress.validation import check_bool, check_float_tensor
 
 
 def encode_texts(texts, tokenizer, name: str = "calibration_texts") -> torch.Tensor:
@@ -68,8 +69,12 @@ def make_sequences(ids: torch.Tensor, n: int, seq_len: int, name: str = "calibra
 
 
 @torch.no_grad()
-def collect_hessians(model: nn.Module, linears: dict[str, nn.Linear], sequences: torch.Tensor) -> dict:
-    """``{name: H}`` with ``H = E[x x^T]`` (float64, ``(in, in)``) of each Linear's input over all tokens."""
+def collect_hessians(
+    model: nn.Module, linears: dict[str, nn.Linear], sequences: torch.Tensor, *, progress: bool = True
+) -> dict:
+    """``{name: H}`` with ``H = E[x x^T]`` (float64, ``(in, in)``) of each Linear's input over all tokens;
+    ``progress``: a tqdm bar over the sequences."""
+    check_bool(progress, "progress")
     sums: dict[str, torch.Tensor] = {}
     owner: dict[str, str] = {}  # module name -> the name whose accumulator it shares
     last: list = [None, None]  # the previous hooked input tensor (kept alive: no address reuse) and its owner
@@ -95,7 +100,7 @@ def collect_hessians(model: nn.Module, linears: dict[str, nn.Linear], sequences:
 
     handles = [m.register_forward_pre_hook(hook(n)) for n, m in linears.items()]
     try:
-        for seq in sequences:
+        for seq in tqdm(sequences, desc="calibration", unit="seq", disable=not progress):
             try:
                 model(seq.unsqueeze(0))
             except _StopForward:

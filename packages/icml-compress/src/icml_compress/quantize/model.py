@@ -1,5 +1,8 @@
 """``quantize_model``: swap the Linear layers of a Hugging Face causal LM for quantized ones;
-``save_quantized``/``load_quantized``: safetensors + a JSON config, atomic and exact.
+``save_quantized``/``load_quantized``: safetensors + a JSON config, atomic and exact. A save also holds a
+Hugging Face ``config.json`` whose ``quantization_config`` lets ``AutoModelForCausalLM.from_pretrained`` load it
+through :mod:`.hf_quantizer` (``quantization.json`` stays what :func:`load_quantized` reads, so saves from
+before ``config.json`` was written load as before).
 
 Works on any model whose layers to quantize are ``nn.Linear`` (Llama, Qwen, Mistral, GPT-NeoX ...;
 GPT-2's ``Conv1D`` is not ``nn.Linear`` and is left alone). ``lm_head`` is skipped by default
@@ -46,7 +49,9 @@ from icml_compress.validation import check_bool, check_instance
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FORMAT = "icml-compress-quantized"
-CONFIG_FILE, WEIGHTS_FILE = "quantization.json", "model.safetensors"
+CONFIG_FILE, WEIGHTS_FILE, HF_CONFIG_FILE = "quantization.json", "model.safetensors", "config.json"
+# quantization_config.quant_method in config.json: the key of the quantizer in transformers' registry
+HF_QUANT_METHOD = "icml-proteus"
 QUANTIZED = (ProteusLinear, RTNLinear)
 LAYER_KINDS: dict[str, type[ProteusLinear] | type[RTNLinear]] = {"trellis": ProteusLinear, "rtn": RTNLinear}
 
@@ -208,7 +213,7 @@ def quantize_model(
             into ``config.n_calibration`` sequences of ``config.seq_len`` tokens (at least one). Every id
             must be in ``0 .. vocab_size - 1`` of the model's input embedding (checked before any work).
         tokenizer: anything with ``encode(text, add_special_tokens=False)`` (a Hugging Face tokenizer).
-        progress: show a tqdm bar over layers.
+        progress: show tqdm bars over the calibration sequences and the layers.
 
     After it, ``model.icml_quantization`` holds the config and per-layer statistics (proxy error, chosen
     candidate, seconds) and ``generate`` works as before.
@@ -225,7 +230,9 @@ def quantize_model(
     sequences = sequences.to(device)
     t0 = time.perf_counter()
     teacher = copy.deepcopy(model) if config.distill_steps else None
-    hessians = collect_hessians(model, linears, sequences) if config.method != "rtn" else {}
+    hessians = (
+        collect_hessians(model, linears, sequences, progress=progress) if config.method != "rtn" else {}
+    )
     stats: dict = {}
     for name, lin in tqdm(linears.items(), desc=f"quantize {config.label}", disable=not progress):
         if config.method == "rtn":
@@ -291,7 +298,9 @@ def bytes_per_token(model: nn.Module) -> dict:
 def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None = None) -> Path:
     """Save a model returned by :func:`quantize_model` to the directory ``path``: ``model.safetensors``
     (every tensor, tied ones once), ``quantization.json`` (config, per-layer module metadata, the model's
-    Hugging Face config) and the tokenizer if given.
+    Hugging Face config), ``config.json`` (that Hugging Face config with a ``quantization_config``, see
+    :func:`hf_config`: ``AutoModelForCausalLM.from_pretrained(path)`` loads the same model after
+    ``import icml_compress``) and the tokenizer if given.
 
     Atomic: everything is written to a temporary directory beside ``path``, flushed to disk (fsync) and
     moved into place at the end (``os.replace``); a failure leaves ``path`` as it was, and a crash cannot
@@ -327,13 +336,13 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
             "layers": layers,
             "model_class": type(model).__name__,
             "dtype": str(first.dtype).removeprefix("torch."),
-            "model_config": config.to_dict()
-            if (config := getattr(model, "config", None)) is not None
-            else None,
+            "model_config": model_config(model),
             "extra": extra or {},
         }
         save_model(model, str(tmp / WEIGHTS_FILE))
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=1, default=str))
+        if doc["model_config"] is not None:  # a transformers model: loadable by from_pretrained too
+            (tmp / HF_CONFIG_FILE).write_text(json.dumps(hf_config(doc), indent=1, default=str))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
         _fsync_tree(tmp)
@@ -348,6 +357,38 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def model_config(model: nn.Module) -> dict | None:
+    """The model's Hugging Face config as a dict (``config.to_dict()``) without a ``quantization_config``
+    (a model loaded by ``from_pretrained`` carries one; :func:`hf_config` writes it afresh); None for a
+    model without a config."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    out = config.to_dict()
+    out.pop("quantization_config", None)
+    return out
+
+
+def hf_config(doc: dict) -> dict:
+    """The ``config.json`` of a save whose ``quantization.json`` document is ``doc``: the model's Hugging Face
+    config (``AutoConfig.from_pretrained`` reads it) with ``architectures``, ``dtype`` and a
+    ``quantization_config`` holding what the transformers quantizer needs: ``quant_method``
+    (``icml-proteus``), ``format``, ``version``, ``dtype``, the per-layer module metadata ``layers`` and the
+    quantization record ``quantization`` (config and per-layer statistics, ``model.icml_quantization``)."""
+    out = dict(doc["model_config"])
+    out["architectures"] = [doc["model_class"]]
+    out["dtype"] = doc["dtype"]
+    out["quantization_config"] = {
+        "quant_method": HF_QUANT_METHOD,
+        "format": doc["format"],
+        "version": doc["version"],
+        "dtype": doc["dtype"],
+        "layers": doc["layers"],
+        "quantization": doc["quantization"],
+    }
+    return out
 
 
 def check_path(path: Any, name: str = "path") -> Path:
@@ -418,15 +459,29 @@ def read_quantization(path) -> dict:
         raise CorruptQuantizedModelError(
             f"{f}: extra must be a JSON object, got {type(doc['extra']).__name__}"
         )
-    dtypes = tuple(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
-    if doc["dtype"] not in dtypes:
-        raise CorruptQuantizedModelError(f"{f}: dtype must be one of {dtypes}, got {doc['dtype']!r}")
-    for name, meta in doc["layers"].items():
-        if not isinstance(meta, dict) or meta.get("kind") not in LAYER_KINDS:
-            raise CorruptQuantizedModelError(
-                f"{f}: layer {name}: kind must be one of {tuple(LAYER_KINDS)} in a JSON object, got {meta!r}"
-            )
+    check_dtype_name(doc["dtype"], str(f))
+    check_layers(doc["layers"], str(f))
     return doc
+
+
+def check_dtype_name(dtype: str, where: str) -> torch.dtype:
+    """The torch dtype named ``dtype`` (``float32``, ``float16`` or ``bfloat16``); ``where`` (the file)
+    starts the :class:`CorruptQuantizedModelError` message otherwise."""
+    dtypes = tuple(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+    if dtype not in dtypes:
+        raise CorruptQuantizedModelError(f"{where}: dtype must be one of {dtypes}, got {dtype!r}")
+    return cast(torch.dtype, getattr(torch, dtype))
+
+
+def check_layers(layers: dict, where: str) -> None:
+    """Every value of ``layers`` is a JSON object whose ``kind`` is ``trellis`` or ``rtn``; the rest of each
+    one is checked when its module is built (:func:`replace_linears`)."""
+    for name, meta in layers.items():
+        kind = meta.get("kind") if isinstance(meta, dict) else None
+        if not isinstance(kind, str) or kind not in LAYER_KINDS:
+            raise CorruptQuantizedModelError(
+                f"{where}: layer {name}: kind must be one of {tuple(LAYER_KINDS)} in a JSON object, got {meta!r}"
+            )
 
 
 def load_quantized(path) -> nn.Module:
@@ -481,77 +536,131 @@ def _build_model(doc: dict, f: Path) -> nn.Module:
             f"{f}: model_class {doc['model_class']!r} is not a transformers model class"
         )
     cfg = dict(cfg)
+    cfg.pop("quantization_config", None)  # a model_config written by an older from_pretrained-loaded save
     # transformers 4 can skip the random initialization of the weights loaded next; 5 has no such switch here
     no_init = getattr(importlib.import_module("transformers.modeling_utils"), "no_init_weights", None)
     try:
         config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-        with no_init() if no_init is not None else contextlib.nullcontext():
+        # built under the saved dtype as from_pretrained builds it (not cast afterwards): buffers a model
+        # computes in float32 whatever the dtype (Llama's rotary inv_freq) stay float32, as in the model
+        # from_pretrained loads and that quantize_model was given
+        with (
+            no_init() if no_init is not None else contextlib.nullcontext(),
+            default_dtype(getattr(torch, doc["dtype"])),
+        ):
             model = cls(config)
     except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
         raise CorruptQuantizedModelError(
             f"{f}: model_config does not describe a {doc['model_class']}: {type(exc).__name__}: {exc}"
         ) from exc
     model.tie_weights()  # under transformers 4's no_init_weights the tied embeddings are not tied yet
-    model = model.to(getattr(torch, doc["dtype"]))
-    for name, meta in doc["layers"].items():
-        try:
-            old = model.get_submodule(name)
-        except AttributeError:
-            old = None
-        if not isinstance(old, nn.Linear):
-            raise CorruptQuantizedModelError(f"{f}: layer {name} is not an nn.Linear of the model")
-        try:
-            new = LAYER_KINDS[meta["kind"]].from_meta(meta)
-        except (TypeError, ValueError, KeyError, RuntimeError) as exc:
-            raise CorruptQuantizedModelError(f"{f}: layer {name}: {type(exc).__name__}: {exc}") from exc
-        for attr in ("in_features", "out_features"):
-            if getattr(new, attr) != getattr(old, attr):
-                raise CorruptQuantizedModelError(
-                    f"{f}: layer {name} has {attr}={getattr(new, attr)}, the model's layer has "
-                    f"{getattr(old, attr)} (layers and model_config disagree)"
-                )
-        set_module(model, name, new)
+    replace_linears(model, doc["layers"], str(f))
     return model
 
 
-def _load_tensors(model: nn.Module, state: dict[str, torch.Tensor], weights: Path) -> None:
-    """Copy ``state`` (read from ``weights``) into ``model`` after checking that it holds exactly the
-    model's tensors: no unknown name, the same shape and dtype (no silent cast), and every tensor of the
-    model either stored or tied to a stored one (safetensors stores shared tensors once)."""
-    expected = model.state_dict()
-    for name, t in state.items():
-        e = expected.get(name)
-        if e is None:
+def replace_linears(model: nn.Module, layers: dict, where: str) -> None:
+    """Replace each ``nn.Linear`` named in ``layers`` (checked by :func:`check_layers`) by an empty
+    :class:`ProteusLinear`/:class:`RTNLinear` built from its metadata, with the module's own dtypes (float32
+    side vectors, whatever the default dtype is: transformers builds a bfloat16 model under a bfloat16
+    default). ``where`` (the file) starts the :class:`CorruptQuantizedModelError` message of a layer that is
+    not an ``nn.Linear`` of the model, metadata its module refuses, or sizes that disagree with the model."""
+    with default_dtype(torch.float32):
+        for name, meta in layers.items():
+            try:
+                old = model.get_submodule(name)
+            except AttributeError:
+                old = None
+            if not isinstance(old, nn.Linear):
+                raise CorruptQuantizedModelError(f"{where}: layer {name} is not an nn.Linear of the model")
+            try:
+                new = LAYER_KINDS[meta["kind"]].from_meta(meta)
+            except (TypeError, ValueError, KeyError, RuntimeError) as exc:
+                raise CorruptQuantizedModelError(
+                    f"{where}: layer {name}: {type(exc).__name__}: {exc}"
+                ) from exc
+            for attr in ("in_features", "out_features"):
+                if getattr(new, attr) != getattr(old, attr):
+                    raise CorruptQuantizedModelError(
+                        f"{where}: layer {name} has {attr}={getattr(new, attr)}, the model's layer has "
+                        f"{getattr(old, attr)} (layers and model_config disagree)"
+                    )
+            set_module(model, name, new)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    """``torch.set_default_dtype(dtype)`` inside the block, restored afterwards."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def check_stored_tensors(
+    expected: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    stored: dict[str, tuple[tuple[int, ...], torch.dtype]],
+    shared: dict[str, Any],
+    weights: Path | str,
+    described_by: str,
+) -> None:
+    """Check that a checkpoint holds exactly a model's tensors: no unknown name, the same shape and dtype (no
+    silent cast), and every tensor of the model either stored or sharing storage with a stored one
+    (safetensors stores tied tensors once). ``expected``/``stored``: ``{name: (shape, dtype)}`` of the model
+    and of the file ``weights``; ``shared``: ``{name: key}``, equal keys for tied tensors;
+    ``described_by``: the file that describes the model (for messages). Raises
+    :class:`CorruptQuantizedModelError`."""
+    for name, (shape, dtype) in stored.items():
+        if name not in expected:
             raise CorruptQuantizedModelError(
-                f"{weights} holds tensor {name!r}, which the model described by {CONFIG_FILE} does not have"
+                f"{weights} holds tensor {name!r}, which the model described by {described_by} does not have"
             )
-        if t.shape != e.shape or t.dtype != e.dtype:
+        e_shape, e_dtype = expected[name]
+        if tuple(shape) != tuple(e_shape) or dtype != e_dtype:
             raise CorruptQuantizedModelError(
-                f"{weights}: tensor {name!r} is {t.dtype} {tuple(t.shape)}, but {CONFIG_FILE} describes "
-                f"{e.dtype} {tuple(e.shape)}"
+                f"{weights}: tensor {name!r} is {dtype} {tuple(shape)}, but {described_by} describes "
+                f"{e_dtype} {tuple(e_shape)}"
             )
-    stored = {expected[n].untyped_storage().data_ptr() for n in state}
-    missing = [
-        n for n, t in expected.items() if n not in state and t.untyped_storage().data_ptr() not in stored
-    ]
+    keys = {shared[n] for n in stored}
+    missing = [n for n in expected if n not in stored and shared[n] not in keys]
     if missing:
         raise CorruptQuantizedModelError(
             f"{weights} lacks tensors {missing[:8]}{' ...' if len(missing) > 8 else ''} of the model "
-            f"described by {CONFIG_FILE}"
+            f"described by {described_by}"
         )
+
+
+def _load_tensors(model: nn.Module, state: dict[str, torch.Tensor], weights: Path) -> None:
+    """Copy ``state`` (read from ``weights``) into ``model`` after :func:`check_stored_tensors`."""
+    expected = model.state_dict()
+    check_stored_tensors(
+        {n: (tuple(t.shape), t.dtype) for n, t in expected.items()},
+        {n: (tuple(t.shape), t.dtype) for n, t in state.items()},
+        {n: t.untyped_storage().data_ptr() for n, t in expected.items()},
+        weights,
+        CONFIG_FILE,
+    )
     model.load_state_dict(state, strict=False)
 
 
 def apply_compensation(
-    model: nn.Module, reference: nn.Module, calibration_ids: torch.Tensor, config: QuantConfig
+    model: nn.Module,
+    reference: nn.Module,
+    calibration_ids: torch.Tensor,
+    config: QuantConfig,
+    *,
+    progress: bool = True,
 ) -> dict:
     """Compensate every ProteusLinear of an already quantized ``model`` against the float ``reference``
     (same names), with Hessians collected on ``reference`` from ``calibration_ids`` exactly as
     :func:`quantize_model` does; equivalent to quantizing with ``compensation=True`` (the packed words are
-    the same either way). Returns ``{name: proxy after compensation}``."""
+    the same either way). Returns ``{name: proxy after compensation}``. ``progress``: a tqdm bar over the
+    calibration sequences."""
     check_instance(model, "model", nn.Module, "torch.nn.Module")
     check_instance(reference, "reference", nn.Module, "torch.nn.Module")
     check_instance(config, "config", QuantConfig)
+    check_bool(progress, "progress")
     mods = {n: m for n, m in model.named_modules() if isinstance(m, ProteusLinear)}
     if not mods:
         raise ValueError("model has no ProteusLinear layers to compensate")
@@ -574,7 +683,7 @@ def apply_compensation(
         encode_texts(calibration_ids, None, "calibration_ids"), "calibration_ids", vocab_size(reference)
     )
     sequences = make_sequences(ids, config.n_calibration, config.seq_len, "calibration_ids")
-    hessians = collect_hessians(reference, linears, sequences)
+    hessians = collect_hessians(reference, linears, sequences, progress=progress)
     out = {}
     for n, mod in mods.items():
         Hreg = regularize(hessians.pop(n), config.damping, f"H of {n}")
