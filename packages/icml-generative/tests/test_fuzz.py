@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from diffusers.hooks.hooks import CacheContext
 from hypothesis import given, settings
@@ -33,10 +34,13 @@ from icml_generative.cache import (
     count_block_forwards,
     fit_teacache_coefficients,
     get_cache_stats,
+    install_enable_cache_adapter,
+    plot_cache_stats,
     psnr,
     remove_navicache,
     spearman,
     ssim,
+    uninstall_enable_cache_adapter,
 )
 from icml_generative.cache.hooks import HEAD_HOOK
 from icml_generative.sampling import gaussian_mixture_score, karras_sigmas, sample_pf_ode, sliced_wasserstein
@@ -581,6 +585,63 @@ def test_fit_teacache_coefficients(data):
                     [_calibration([(1.0,)] * 8)],
                 ]
             )
+        },
+    )
+
+
+FUZZ.exempt(install_enable_cache_adapter, "no arguments; tested in test_cache_enable.py")
+FUZZ.exempt(uninstall_enable_cache_adapter, "no arguments; tested in test_cache_enable.py")
+PLOT_STATS = CacheStats(
+    records=[
+        StepRecord(0, True, True),
+        StepRecord(1, True, True, measured=0.03),
+        StepRecord(2, False, False, predicted=0.02, ratio=2.0),
+        StepRecord(3, True, False, predicted=0.3, measured=0.2, ratio=2.0),
+        StepRecord(4, True, True, measured=0.1),
+    ]
+)
+
+
+@FUZZ.covers(plot_cache_stats)
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_plot_cache_stats(data):
+    plt = pytest.importorskip("matplotlib.pyplot")  # icml-generative[plot]
+
+    def drawn(stats, path, threshold, title):
+        fig = plot_cache_stats(stats, path, threshold=threshold, title=title)
+        ys = list(fig.axes[0].get_lines()[0].get_ydata())
+        plt.close(fig)
+        return ys
+
+    def check(ys):
+        expected = [r.predicted for r in PLOT_STATS.records]
+        return all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(ys, expected, strict=True))
+
+    record = {"step": 0, "computed": True, "forced": True, "predicted": 0.1, "measured": 0.1, "ratio": 1.0}
+    fuzz_call(
+        data,
+        drawn,
+        {"stats": PLOT_STATS, "path": None, "threshold": 0.1, "title": "steps"},
+        check=check,
+        allow_non_finite=True,  # the predicted change is NaN on forced steps, as StepRecord documents
+        strategies={
+            "stats": st.sampled_from(
+                [
+                    None,
+                    "stats",
+                    CacheStats(),  # no records
+                    PLOT_STATS.records,  # the records, not the statistics
+                    {"records": None},
+                    {"records": [{"step": 0}]},
+                    {"records": [{**record, "step": -1}]},
+                    {"records": [{**record, "step": 1.5}]},
+                    {"records": [{**record, "computed": 1}]},
+                    {"records": [{**record, "predicted": math.inf}]},
+                    {"records": [{**record, "measured": "0.1"}]},
+                ]
+            ),
+            "path": st.sampled_from([3, b"steps.png", object(), ["steps.png"]]),  # never a real path
         },
     )
 

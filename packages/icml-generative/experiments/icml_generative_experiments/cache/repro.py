@@ -208,21 +208,23 @@ def _sample(model, noise, cond, uncond, steps, shadow: _Shadow | None = None):
     return out, seconds
 
 
-def _judgment(stats, outputs: list[torch.Tensor]) -> tuple[list[float], list[float]]:
-    """Predicted and true relative change since the last computed step, on the steps with a prediction."""
+def _judgment(stats, outputs: list[torch.Tensor]) -> tuple[list[float], list[float], list[int]]:
+    """Predicted and true relative change since the last computed step, on the steps with a prediction (the
+    third list)."""
 
     def rel(a, b):
         return (a - b).abs().mean().item() / (b.abs().mean().item() + 1e-12)
 
-    predicted, true = [], []
+    predicted, true, at = [], [], []
     last = None
     for r in stats.records:
         if math.isfinite(r.predicted) and last is not None:
             predicted.append(r.predicted)
             true.append(rel(outputs[r.step], outputs[last]))
+            at.append(r.step)
         if r.computed:
             last = r.step
-    return predicted, true
+    return predicted, true, at
 
 
 def _interp(points: list[tuple[float, float]], target: float) -> float:
@@ -275,6 +277,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         remove_navicache(model)
 
         rows, per_seed = [], []
+        navi_runs = []  # seed 0's NaviCache runs: (forwards, threshold, step records, true change per step)
         for s in range(b["seeds"]):
             noise, cond, uncond = sampling_inputs(cfg, b["batch"], seed * 1000 + s)
             ref, ref_seconds = _sample(model, noise, cond, uncond, steps)
@@ -303,10 +306,15 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                         predicted: list[float] = []
                         true: list[float] = []
                         if method not in ("FBCache", "MagCache"):
-                            predicted, true = _judgment(get_cache_stats(model), shadow.outputs)
+                            stats = get_cache_stats(model)
+                            predicted, true, at = _judgment(stats, shadow.outputs)
                     finally:
                         _remove(model, method)
                     forwards = counter.blocks / (num_blocks * 2)  # per pass (cond and uncond)
+                    if s == 0 and method == "NaviCache":
+                        navi_runs.append(
+                            (forwards, threshold, list(stats.records), dict(zip(at, true, strict=True)))
+                        )
                     mae = float(np.mean(np.abs(np.subtract(predicted, true)))) if predicted else math.nan
                     row = {
                         "seed": s,
@@ -369,6 +377,10 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     ours = _finite_mean([e["NaviCache_psnr"] for e in heads])
     baseline = _finite_mean([e["EasyCache_psnr"] for e in heads])
     methods = list(THRESHOLDS)
+    # the per-step figure: seed 0's NaviCache run nearest the headline forwards (the lower threshold on a tie)
+    shown_forwards, shown_threshold, records, true_at = min(
+        navi_runs, key=lambda run: abs(run[0] - HEADLINE * steps)
+    )
     figures = [
         {
             "name": "navicache_frontier",
@@ -386,6 +398,21 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             "ylabel": "PSNR vs uncached (dB)",
             "x": list(range(len(b["sweep"]))),
             "series": {m: [p["psnr"] for p in per_seed[0][m]] for m in methods},
+            "kind": "line",
+        },
+        {
+            "name": "navicache_steps",
+            "title": f"NaviCache per step, seed 0, threshold {shown_threshold:g} "
+            f"({shown_forwards:g} of {steps} forwards)",
+            "xlabel": "denoising step",
+            "ylabel": "relative output change since the last computed step",
+            "x": [r.step for r in records],
+            "series": {
+                "predicted (accumulated; none on forced steps)": [r.predicted for r in records],
+                "true (uncached shadow model)": [true_at.get(r.step, math.nan) for r in records],
+                "measured (computed steps)": [r.measured for r in records],
+                "skipped steps (marked at 0)": [math.nan if r.computed else 0.0 for r in records],
+            },
             "kind": "line",
         },
     ]

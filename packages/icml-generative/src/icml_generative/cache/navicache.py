@@ -177,4 +177,6 @@ class EasyCacheConfig:
 def apply_easycache(module: torch.nn.Module, config: EasyCacheConfig | None = None) -> None:
     """Apply the EasyCache baseline (remove it with :func:`remove_navicache`)."""
     config = check_instance(EasyCacheConfig() if config is None else config, "config", EasyCacheConfig)
-    apply_navicache(module, config.to_navicache())
+    navi = config.to_navicache()
+    # the EasyCacheConfig itself becomes a diffusers model's _cache_config, as enable_cache would set it
+    apply_stack_cache(module, NaviCachePolicy(navi, "EasyCache"), navi.level, config)
