@@ -74,6 +74,15 @@ FUZZ.exempt(ERTResult, "a frozen result container only ert/ert_from_proba build 
 FUZZ.exempt(
     CIData, "a frozen data container only gaussian_ci/sinusoidal_ci build (their fuzz tests check it)"
 )
+for _estimator in (
+    conformal.SplitConformalRegressor,
+    conformal.NormalizedConformalRegressor,
+    conformal.ConformalizedQuantileRegressor,
+    conformal.SplitConformalClassifier,
+):
+    FUZZ.exempt(
+        _estimator, "fuzzed in test_conformal_estimators.py (fit, conformalize, predict_interval/set)"
+    )
 
 RNG = np.random.default_rng(0)
 # regression split: fit 30, calibration 20, test 5 points of 2 features

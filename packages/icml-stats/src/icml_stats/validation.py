@@ -66,6 +66,30 @@ def check_choice(value, name: str, choices: tuple):
     return value
 
 
+def check_bool(value, name: str) -> bool:
+    """A flag: ``True`` or ``False`` (numpy bools too; 0/1 and other truthy values refused)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def as_confidence_levels(confidence_level, name: str = "confidence_level") -> tuple[float, ...]:
+    """MAPIE v1's ``confidence_level``: a number in the open interval (0, 1) or a non-empty list of them,
+    as a tuple of floats (one per level, in the order given)."""
+    if isinstance(confidence_level, np.ndarray) and confidence_level.ndim == 0:
+        confidence_level = confidence_level.item()
+    if isinstance(confidence_level, numbers.Real):  # bools and NaN are refused by check_real
+        return (check_real(confidence_level, name, "(0, 1)"),)
+    if isinstance(confidence_level, str | bytes | dict) or not hasattr(confidence_level, "__iter__"):
+        raise TypeError(
+            f"{name} must be a number in (0, 1) or a list of such numbers, got {confidence_level!r}"
+        )
+    levels = list(confidence_level)
+    if not levels:
+        raise ValueError(f"{name} must hold at least one confidence level, got an empty list")
+    return tuple(check_real(level, f"{name}[{i}]", "(0, 1)") for i, level in enumerate(levels))
+
+
 def check_classifier(classifier, name: str = "classifier"):
     """A scikit-learn classifier instance with ``fit`` and ``predict_proba`` (it is cloned and fitted)."""
     if isinstance(classifier, type) or not (

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import norm, spearmanr
 from sklearn.datasets import load_diabetes
+from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import KFold
 from sklearn.neighbors import KNeighborsRegressor
@@ -30,7 +31,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
-from icml_stats.conformal import cqr_interval, normalized_conformal_interval, split_conformal_interval
+from icml_stats.conformal import (
+    ConformalizedQuantileRegressor,
+    NormalizedConformalRegressor,
+    SplitConformalRegressor,
+)
 from icml_stats.coverage.ert import ert
 from icml_stats.coverage.metrics import coverage_gap, worst_slab_coverage
 
@@ -53,18 +58,26 @@ CRITERION = (
 
 def intervals(method: str, x_fit, y_fit, x_cal, y_cal, x_test, k: int = 50) -> np.ndarray:
     """``(n_test, 2)`` intervals of one method at level 0.9."""
-    parts = (x_fit, y_fit, x_cal, y_cal, x_test)
     if method == "split-knn":
-        return split_conformal_interval(KNeighborsRegressor(k), *parts, alpha=ALPHA)
-    if method == "split-linear":
-        return split_conformal_interval(LinearRegression(), *parts, alpha=ALPHA)
-    if method == "normalized-knn":
-        return normalized_conformal_interval(
-            KNeighborsRegressor(k), *parts, alpha=ALPHA, scale_estimator=KNeighborsRegressor(2 * k)
-        )
-    if method == "cqr-gbm":
-        return cqr_interval(*parts, alpha=ALPHA)
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        model: Any = SplitConformalRegressor(KNeighborsRegressor(k), TARGET, prefit=False)
+    elif method == "split-linear":
+        model = SplitConformalRegressor(LinearRegression(), TARGET, prefit=False)
+    elif method == "normalized-knn":
+        model = NormalizedConformalRegressor(KNeighborsRegressor(k), KNeighborsRegressor(2 * k), TARGET)
+    elif method == "cqr-gbm":
+        model = ConformalizedQuantileRegressor(*gbm_quantiles(), TARGET)
+    else:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return model.fit(x_fit, y_fit).conformalize(x_cal, y_cal).predict_interval(x_test)[1][:, :, 0]
+
+
+def gbm_quantiles() -> tuple[HistGradientBoostingRegressor, HistGradientBoostingRegressor]:
+    """Gradient-boosted quantile models at alpha / 2 and 1 - alpha / 2."""
+    low, high = (
+        HistGradientBoostingRegressor(loss="quantile", quantile=q, random_state=0)
+        for q in (ALPHA / 2, 1 - ALPHA / 2)
+    )
+    return low, high
 
 
 def _synthetic(cfg: dict, seed: int) -> list[dict]:

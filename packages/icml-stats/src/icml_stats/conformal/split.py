@@ -14,8 +14,16 @@ import math
 import warnings
 
 import numpy as np
-from sklearn.base import clone
+from sklearn.base import RegressorMixin, clone
+from sklearn.linear_model import LinearRegression
 
+from icml_stats.conformal.base import (
+    ConformalRegressor,
+    check_regression_model,
+    check_trained,
+    conformal_rank,
+    warn_deprecated,
+)
 from icml_stats.validation import as_array, as_intervals, as_split, check_real, check_regressor
 
 
@@ -29,8 +37,7 @@ def conformal_quantile(scores, alpha: float) -> float:
     alpha = check_real(alpha, "alpha", "(0, 1)")
     s = as_array(scores, "scores", ("n",))
     n = s.size
-    # the tolerance keeps float noise in (n + 1)(1 - alpha) from pushing an integer rank up by one
-    rank = math.ceil((n + 1) * (1 - alpha) - 1e-9)
+    rank = conformal_rank(n, 1 - alpha)
     if rank > n:
         # a tiny alpha makes 1/alpha overflow: the number of points it needs is then unbounded
         needed = f"{math.ceil(1 / alpha) - 1}" if 1 / alpha < 2**53 else "an unbounded number of"
@@ -54,30 +61,75 @@ def fit_clone(estimator, X, y, what: str = "X_fit, y_fit"):
         raise ValueError(f"fitting {type(estimator).__name__} on {what} failed: {err}") from err
 
 
-def finite_bounds(bounds: np.ndarray) -> np.ndarray:
-    """The test intervals, refused when the predictions on X_test overflowed."""
-    if not np.isfinite(bounds).all():
-        raise ValueError(
-            "X_test gives non-finite interval bounds (the predictions overflowed): rescale the data"
-        )
-    return bounds
-
-
-def finite_scores(scores) -> np.ndarray:
-    """The calibration scores, refused when they overflowed (fitted on values near the float limit)."""
+def finite_scores(scores, what: str = "X_fit, y_fit, X_calib and y_calib") -> np.ndarray:
+    """The calibration scores, refused when they overflowed (fitted on values near the float limit);
+    ``what`` names the data in the message."""
     scores = np.asarray(scores, dtype=float)
     if not np.isfinite(scores).all():
         raise ValueError(
-            "X_fit, y_fit, X_calib and y_calib give non-finite conformity scores (the model's predictions "
-            "or residuals overflowed or are NaN): rescale the data"
+            f"{what} give non-finite conformity scores (the model's predictions or residuals overflowed "
+            "or are NaN): rescale the data"
         )
     return scores
+
+
+class SplitConformalRegressor(RegressorMixin, ConformalRegressor):
+    """Split conformal regression with absolute residuals, MAPIE v1's ``SplitConformalRegressor`` shape.
+
+    Scores ``|y - mu(x)|`` on the calibration set; the interval at level ``c`` is ``mu(x) ± q_c`` with
+    ``q_c`` the ``ceil((n + 1) c)``-th smallest of the ``n`` scores.
+
+    Args:
+        estimator: a scikit-learn regressor ``mu``: already trained when ``prefit=True`` (used as it is),
+            else a template cloned and trained by ``fit`` (default ``LinearRegression()``).
+        confidence_level: a coverage level in (0, 1), or a list of them (one interval per level).
+        prefit: whether ``estimator`` is trained already (MAPIE's default, True): then call
+            ``conformalize`` directly; ``fit`` is an error.
+
+    Attributes:
+        estimator_: the trained regressor (``estimator`` itself when ``prefit=True``).
+        n_features_in_: the number of features.
+        conformity_scores_: the calibration scores ``(n_calib,)``.
+        confidence_levels_: the levels ``(n_levels,)``; thresholds_: their thresholds ``q_c``.
+
+    Example: ``SplitConformalRegressor(model, confidence_level=[0.8, 0.9]).conformalize(X_cal, y_cal)
+    .predict_interval(X)`` gives ``(y_pred (n,), y_pis (n, 2, 2))`` for an already trained ``model``.
+    """
+
+    def __init__(self, estimator=None, confidence_level=0.9, prefit: bool = True):
+        self.estimator = estimator
+        self.confidence_level = confidence_level
+        self.prefit = prefit
+
+    def _train(self, X, y, what: str) -> None:
+        template = LinearRegression() if self.estimator is None else check_regression_model(self.estimator)
+        self.estimator_ = fit_clone(template, X, y, what)
+
+    def _take_prefit(self) -> None:
+        if self.estimator is None:
+            raise ValueError("estimator must be a trained regressor when prefit=True, got None")
+        check_trained(check_regression_model(self.estimator), "estimator")
+        self.estimator_ = self.estimator
+
+    def _point(self, X) -> np.ndarray:
+        return np.asarray(self.estimator_.predict(X), dtype=float)
+
+    def _scores(self, X, y, what: str) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):  # refused just below
+            return finite_scores(np.abs(y - self.estimator_.predict(X)), what)
+
+    def _bounds(self, X, thresholds):
+        center = self._point(X)  # (n,)
+        return center, center[:, None] - thresholds, center[:, None] + thresholds  # (n,), (n, k), (n, k)
 
 
 def split_conformal_interval(
     estimator, X_fit, y_fit, X_calib, y_calib, X_test, *, alpha: float = 0.1
 ) -> np.ndarray:
     """Prediction intervals ``(n_test, 2)`` at level ``1 - alpha`` from absolute-residual split conformal.
+
+    Deprecated: a thin wrapper of :class:`SplitConformalRegressor` (``prefit=False``, ``confidence_level =
+    1 - alpha``), kept for one release; it gives the same intervals.
 
     Args:
         estimator: any scikit-learn regressor; a clone is fitted on ``(X_fit, y_fit)`` (the original
@@ -90,16 +142,30 @@ def split_conformal_interval(
     Returns:
         ``[[lower, upper], ...]``: ``mu(x) ∓ q`` with ``q = conformal_quantile(|y_calib - mu(X_calib)|, alpha)``.
     """
+    warn_deprecated(
+        "split_conformal_interval",
+        "SplitConformalRegressor(estimator, confidence_level=1 - alpha, prefit=False)"
+        ".fit(X_fit, y_fit).conformalize(X_calib, y_calib).predict_interval(X_test)",
+    )
     alpha = check_real(alpha, "alpha", "(0, 1)")
     check_regressor(estimator)
     X_fit, y_fit, X_calib, y_calib, X_test = as_split(X_fit, y_fit, X_calib, y_calib, X_test)
-    model = fit_clone(estimator, X_fit, y_fit)
-    with np.errstate(over="ignore", invalid="ignore"):  # refused just below
-        scores = finite_scores(np.abs(y_calib - model.predict(X_calib)))  # (n_calib,)
-        q = conformal_quantile(scores, alpha)
-        center = np.asarray(model.predict(X_test), dtype=float)  # (n_test,)
-        bounds = np.stack([center - q, center + q], axis=1)  # (n_test, 2)
-    return finite_bounds(bounds)
+    model = SplitConformalRegressor(estimator, confidence_level=1 - alpha, prefit=False)
+    return one_shot_interval(model, X_fit, y_fit, X_calib, y_calib, X_test, alpha)
+
+
+def one_shot_interval(model: ConformalRegressor, X_fit, y_fit, X_calib, y_calib, X_test, alpha: float):
+    """The intervals ``(n_test, 2)`` of a deprecated one-shot function: ``model`` (``prefit=False``,
+    level ``1 - alpha``) trained, calibrated and applied, its errors naming the function's arguments."""
+    model._fit(X_fit, y_fit, ("X_fit", "y_fit"))
+    model._conformalize(X_calib, y_calib, ("X_calib", "y_calib"), "X_fit, y_fit, X_calib and y_calib")
+    if np.isinf(model.thresholds_).any():
+        n = model.conformity_scores_.size
+        raise ValueError(
+            f"alpha = {alpha:g} needs at least {math.ceil(1 / alpha - 1 - 1e-9)} calibration points, got "
+            f"{n}: the intervals are infinite; use alpha >= {1 / (n + 1):.3g} or more calibration data"
+        )
+    return model._interval(X_test, False, "X_test")[1][:, :, 0]
 
 
 def coverage(y, intervals) -> float:
