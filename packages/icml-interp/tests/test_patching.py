@@ -83,6 +83,15 @@ def test_scan_effects_are_normalized_and_batching_changes_nothing(hooked):
     assert np.all(np.isfinite(table))
 
 
+def test_progress_bar_by_default_and_off_on_request(hooked, capsys):
+    clean, corrupt = pair(seed=2)
+    shown = activation_patching(hooked, clean, corrupt, METRIC, components=("resid_pre",))
+    assert "activation patching" in capsys.readouterr().err
+    quiet = activation_patching(hooked, clean, corrupt, METRIC, components=("resid_pre",), progress=False)
+    assert "activation patching" not in capsys.readouterr().err
+    assert shown.grid("resid_pre")[0].tolist() == quiet.grid("resid_pre")[0].tolist()
+
+
 def test_heatmap_is_written(hooked, tmp_path):
     pytest.importorskip("matplotlib")
     clean, corrupt = pair(seed=2)

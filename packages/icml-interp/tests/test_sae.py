@@ -599,3 +599,18 @@ def test_a_save_truncated_anywhere_raises_the_one_error_naming_the_file(saved_sa
         with pytest.raises(SAEFileError, match="truncated or corrupt") as info:
             load_sae(folder)
         assert str(folder / name) in str(info.value)
+
+
+def test_train_log_plots_its_curves(tmp_path):
+    pytest.importorskip("matplotlib")
+    x = sparse_data(2000)
+    cfg = SAEConfig(d_in=32, d_sae=64, k=3, batch_size=500, total_tokens=10_000, lr=3e-3)
+    _, log = train_sae(x, cfg, progress=False)
+    fig = log.plot(tmp_path / "curves.png", title="toy")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    drawn = {ax.get_title(): ax.lines[0].get_ydata().tolist() for ax in fig.axes}
+    assert drawn == {name: list(getattr(log, name)) for name in log.CURVES}
+    with pytest.raises(ValueError, match="no steps"):
+        type(log)().plot()
+    with pytest.raises(TypeError, match="title must be a str"):
+        log.plot(title=3)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from icml_agents.rl.grpo import GRPOConfig, compute_advantages, grpo_loss
 from icml_agents.ssl4rl import rewards as R
@@ -184,6 +185,7 @@ def grpo_train(
     combine: bool = False,
     log_every: int = 10,
     schedule: str = "constant",
+    progress: bool = True,
 ) -> dict:
     """GRPO on the SSL rewards; ``combine=True`` samples one joint answer per image for all tasks (the pools
     must be aligned on the same images) and uses the average of the task rewards as the reward.
@@ -201,7 +203,7 @@ def grpo_train(
     names = list(tasks)
     n_pool = min(len(t.answers) for t in tasks.values())
     curve: dict[str, Any] = {"step": [], "reward": {n: [] for n in names}, "frac_zero_std": [], "entropy": []}
-    for step in range(steps):
+    for step in tqdm(range(steps), desc="GRPO", disable=not progress, leave=False):
         active = names if combine else [names[step % len(names)]]
         idx = torch.randint(n_pool, (batch,), generator=gen)
         sampled, rewards, logits, entropy = {}, {}, {}, []
@@ -274,13 +276,14 @@ def supervised_train(
     batch: int = 32,
     lr: float = 3e-3,
     schedule: str = "constant",
+    progress: bool = True,
 ) -> None:
     """The classical SSL reference: cross-entropy on the pretext labels, tasks in turn, same steps, batch
     and learning-rate schedule."""
     gen = torch.Generator().manual_seed(seed)
     opt, sched = _optimizer(policy, lr, steps, schedule)
     names = list(tasks)
-    for step in range(steps):
+    for step in tqdm(range(steps), desc="supervised", disable=not progress, leave=False):
         t = tasks[names[step % len(names)]]
         idx = torch.randint(len(t.answers), (batch,), generator=gen)
         logits = policy(t.name, t.images[idx])  # (B, P, K)

@@ -20,6 +20,7 @@ from typing import TypedDict
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from icml_agents.rl.grpo import GRPOConfig, compute_advantages, grpo_loss
 from icml_agents.ssl4rl import rewards as R
@@ -169,12 +170,13 @@ def warm_up(
     seed: int = 0,
     batch: int = 64,
     lr: float = 3e-3,
+    progress: bool = True,
 ) -> None:
     """Format warm-up: teacher forcing on ``<answer>{a}</answer>`` with ``a`` drawn uniformly from
     ``answers`` independently of the image, so only the format (not the task) is learned."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
+    for _ in tqdm(range(steps), desc="format warm-up", disable=not progress, leave=False):
         idx = torch.randint(len(images), (batch,), generator=gen)
         picks = torch.randint(len(answers), (batch,), generator=gen).tolist()
         targets = [[*encode(f"<answer>{answers[k]}</answer>"), EOS] for k in picks]
@@ -198,6 +200,7 @@ def grpo_text(
     config: GRPOConfig | None = None,
     log_every: int = 5,
     reward_fn=R.answer_match_reward,
+    progress: bool = True,
 ) -> dict:
     """GRPO on sampled text completions with a TRL-signature reward; returns the reward curve."""
     cfg = config or GRPOConfig(num_generations=8, beta=0.01)
@@ -206,7 +209,7 @@ def grpo_text(
     ref = copy.deepcopy(model).eval().requires_grad_(False)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     curve: dict[str, list] = {"step": [], "reward": [], "format": [], "frac_zero_std": []}
-    for step in range(steps + 1):
+    for step in tqdm(range(steps + 1), desc="GRPO (text)", disable=not progress, leave=False):
         idx = torch.randint(len(images), (batch,), generator=gen)
         imgs = images[idx]
         with torch.no_grad():

@@ -192,14 +192,15 @@ def activation_patching(
     per_position: bool = True,
     per_head: bool = False,
     batch_size: int = 32,
-    progress: bool = False,
+    progress: bool = True,
 ) -> PatchingResult:
     """Scan: patch one (component, layer[, position][, head]) at a time from the corrupt into the clean run.
 
     ``metric`` maps logits ``(n_prompts, seq, vocab)`` to a scalar (see :func:`logit_diff`). ``components``
     are short hook names (``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``post``
     (MLP keys), ``z``/``q``/``k``/``v`` per head). ``per_head`` splits the per-head components by head.
-    Returns a :class:`PatchingResult` with one row per unit.
+    Returns a :class:`PatchingResult` with one row per unit. ``progress``: a tqdm bar over the (component,
+    layer) pairs (a SmolLM2 scan takes minutes on a CPU); ``False`` for none.
 
     Checked before any forward pass (``ValueError`` naming the argument): the token ids of ``clean_ids`` and
     ``corrupt_ids`` (same shape, in ``[0, vocab)``), ``layers`` (in ``[-n_layers, n_layers)``), the hook names

@@ -67,6 +67,38 @@ class TrainLog:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    CURVES = ("loss", "fvu", "l0", "dead_fraction")
+
+    def plot(self, path=None, *, title: str = "SAE training"):
+        """The training curves (loss, FVU, L0, dead-latent fraction against the step; loss and FVU on a log
+        scale where positive) as one matplotlib figure, saved as PNG if ``path``; returns the figure.
+        Needs matplotlib (``pip install 'icml-interp[plot]'``)."""
+        if not self.step:
+            raise ValueError("TrainLog.plot: the log has no steps (train with log_every >= 1)")
+        if not isinstance(title, str):
+            raise TypeError(f"title must be a str, got {type(title).__name__}")
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("TrainLog.plot needs matplotlib: pip install 'icml-interp[plot]'") from None
+        fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
+        for ax, name in zip(axes.flat, self.CURVES, strict=True):
+            values = getattr(self, name)
+            ax.plot(self.step[: len(values)], values, lw=1)
+            ax.set_title(name)
+            if name in ("loss", "fvu") and values and min(values) > 0:
+                ax.set_yscale("log")
+        for ax in axes[1]:
+            ax.set_xlabel("step")
+        fig.suptitle(title)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+        return fig
+
 
 def geometric_median(x: torch.Tensor, *, max_iter: int = 100, tol: float = 1e-6) -> torch.Tensor:
     """The point minimizing the sum of Euclidean distances to the rows of ``x (n, d)`` (Weiszfeld's algorithm,
