@@ -8,6 +8,10 @@ from importlib.metadata import version as _version
 
 from icml_stats import conformal, coverage, seqci
 from icml_stats.conformal import (
+    ConformalizedQuantileRegressor,
+    NormalizedConformalRegressor,
+    SplitConformalClassifier,
+    SplitConformalRegressor,
     aps_sets,
     conformal_quantile,
     cqr_interval,
@@ -19,6 +23,10 @@ from icml_stats.coverage import *  # noqa: F403  (the subpackage's public API, l
 
 __version__ = _version("icml-stats")
 __all__ = [
+    "ConformalizedQuantileRegressor",
+    "NormalizedConformalRegressor",
+    "SplitConformalClassifier",
+    "SplitConformalRegressor",
     "aps_sets",
     "conformal",
     "conformal_quantile",
