@@ -379,11 +379,11 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
     return sae.eval(), log
 
 
-def auxk_ablation(source, cfg: SAEConfig, eval_activations: torch.Tensor, *, progress: bool = False) -> dict:
+def auxk_ablation(source, cfg: SAEConfig, eval_activations: torch.Tensor, *, progress: bool = True) -> dict:
     """Train the same TopK/BatchTopK SAE (same seed, data order and steps) with ``cfg``'s AuxK and with AuxK
     off, and report both dead-latent fractions on ``eval_activations``: ``{"auxk": metrics, "no_auxk":
     metrics}`` with the keys of :func:`~icml_interp.sae.metrics.evaluate_sae` plus ``train_dead_fraction``
-    (latents dead at the end of training by the ``dead_steps`` rule)."""
+    (latents dead at the end of training by the ``dead_steps`` rule). ``progress``: each training's tqdm bar."""
     from dataclasses import replace
 
     from icml_interp.sae.metrics import evaluate_sae, token_batches
