@@ -1,4 +1,5 @@
-"""icml-stats: statistics from ICML 2026: conditional-coverage diagnostics (ERT), sequential CI tests (SKCI), Fréchet regression.
+"""icml-stats: statistics from ICML 2026: conditional-coverage diagnostics (ERT), sequential CI tests (SKCI), Fréchet regression
+(DeSI), label-private regression (Cond-DP), zero-flow tests and Markov blankets (``icml_stats.zeroflow``).
 
 ``icml_stats.coverage`` is the conditional-coverage subpackage; the marginal ``coverage`` function of
 split conformal stays at ``icml_stats.conformal.coverage`` so the two names do not collide here.
@@ -6,7 +7,7 @@ split conformal stays at ``icml_stats.conformal.coverage`` so the two names do n
 
 from importlib.metadata import version as _version
 
-from icml_stats import conformal, coverage, seqci
+from icml_stats import conformal, coverage, seqci, zeroflow
 from icml_stats.conformal import (
     ConformalizedQuantileRegressor,
     NormalizedConformalRegressor,
@@ -36,5 +37,6 @@ __all__ = [
     "normalized_conformal_interval",
     "seqci",
     "split_conformal_interval",
+    "zeroflow",
     *coverage.__all__,
 ]

@@ -33,6 +33,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from icml_stats.frechet import DeSI, GlobalFrechetRegressor, LocalFrechetRegressor
+from icml_stats.zeroflow import sign_flip_p_value
 from icml_stats_experiments.frechet.testbed import SIMULATIONS, simulate
 
 P = 10
@@ -79,19 +80,9 @@ def sign_flip_p(differences) -> float:
     """One-sided p-value of the mean of ``differences`` being > 0 under random signs (exact for up to
     22 values, else 2^20 random sign patterns with seed 0, the observed one counted in)."""
     d = np.asarray(differences, dtype=float)
-    observed = d.mean()
     if len(d) <= 22:
-        # every sign pattern, 2^16 at a time: the bits of 0 .. 2^R - 1
-        count, total = 0, 1 << len(d)
-        bits = np.arange(len(d))
-        for first in range(0, total, 1 << 16):
-            codes = np.arange(first, min(total, first + (1 << 16)))
-            signs = 1.0 - 2.0 * ((codes[:, None] >> bits) & 1)
-            count += int(np.sum(signs @ d / len(d) >= observed - 1e-12 * max(1.0, abs(observed))))
-        return count / total
-    signs = np.random.default_rng(0).choice((1.0, -1.0), size=(1 << 20, len(d)))
-    count = int(np.sum(signs @ d / len(d) >= observed - 1e-12 * max(1.0, abs(observed))))
-    return (count + 1) / ((1 << 20) + 1)  # the observed signs count as one draw: never 0
+        return sign_flip_p_value(d, method="exact")
+    return sign_flip_p_value(d, method="monte-carlo", n_flips=1 << 20, random_state=0)
 
 
 def bootstrap_median_interval(values, resamples: int = 10_000, seed: int = 0) -> list[float]:

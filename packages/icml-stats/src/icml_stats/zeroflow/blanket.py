@@ -236,9 +236,11 @@ class ZeroFlowMarkovBlanket(BaseEstimator):
         return self
 
     def blanket(self, node: int, threshold: float = 0.5) -> np.ndarray:
-        """The nodes whose symmetrized score with ``node`` is at least ``threshold`` (sorted indices)."""
+        """The other nodes whose symmetrized score with ``node`` is at least ``threshold`` (sorted indices)."""
         check_is_fitted(self, "blanket_scores_")
         p = self.blanket_scores_.shape[0]
         node = check_int(node, "node", 0, p - 1)
         threshold = check_real(threshold, "threshold", "[0, 1]")
-        return np.flatnonzero(self.blanket_scores_[node] >= threshold)
+        keep = self.blanket_scores_[node] >= threshold
+        keep[node] = False  # a node is not in its own blanket
+        return np.flatnonzero(keep)
