@@ -13,13 +13,17 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from icml_stats.zeroflow import sign_flip_p_value, zero_flow_two_sample_test
 
-BUDGETS = {"quick": {"ns": (250, 1000), "repeats": 1}, "full": {"ns": (250, 1000, 2000), "repeats": 3}}
+BUDGETS: dict[str, dict[str, Any]] = {
+    "quick": {"ns": (250, 1000), "repeats": 1},
+    "full": {"ns": (250, 1000, 2000), "repeats": 3},
+}
 D, SHIFT, PERMUTATIONS = 5, 0.3, 199
 
 

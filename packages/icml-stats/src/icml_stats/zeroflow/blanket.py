@@ -34,9 +34,14 @@ from icml_stats.validation import (
     check_seed,
     validate_features,
 )
-from icml_stats.zeroflow.velocity import seeded_velocity
+from icml_stats.zeroflow.velocity import MAX_HIDDEN, check_magnitude, seeded_velocity
 
 __all__ = ["SufficiencyCertificate", "ZeroFlowMarkovBlanket", "sufficiency_certificate"]
+
+MAX_NOISE = 10_000
+MAX_STEPS = 10_000_000
+MAX_BATCH = 1_000_000
+FLOAT32_RANGE = 1e38  # lr, sparsity and gate_init enter float32 tensors (max ~3.4e38)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +66,18 @@ class SufficiencyCertificate:
 
 def _encode(encoder, y: np.ndarray) -> np.ndarray:
     if callable(encoder):
-        out = np.asarray(encoder(y), dtype=float)
-        out = out.reshape(len(y), -1) if out.size % max(len(y), 1) == 0 and out.ndim <= 2 else None
-        if out is None or not np.isfinite(out).all():
-            raise ValueError(f"encoder(y) must return finite values, one row per row of y ({len(y)})")
+        f = encoder(y)
+        try:
+            out = np.asarray(f, dtype=float)
+        except (TypeError, ValueError):
+            out = None
+        if out is not None and out.ndim == 1:
+            out = out[:, None]  # one value per row: one column
+        if out is None or out.ndim != 2 or len(out) != len(y) or not np.isfinite(out).all():
+            raise ValueError(
+                f"encoder(y) must return finite values, one row per row of y ({len(y)}), got shape {np.shape(f)}"
+            )
+        check_magnitude("encoder(y)", out)
         return out
     cols = np.asarray(encoder)
     if cols.dtype == bool:
@@ -79,7 +92,7 @@ def _encode(encoder, y: np.ndarray) -> np.ndarray:
         raise ValueError(
             f"encoder must be a callable y -> f(y), a bool mask or column indices in [0, {y.shape[1]}), got {encoder!r}"
         )
-    return y[:, cols]
+    return y[:, cols.astype(int)]  # an empty selection ([] is float) selects no column
 
 
 def sufficiency_certificate(
@@ -96,19 +109,22 @@ def sufficiency_certificate(
 
     ``x`` ``(n, d_x)`` and ``y`` ``(n, d_y)`` are matched rows; ``encoder`` is a callable ``y -> f(y)``, a
     bool mask or indices of ``y``'s columns (an empty selection tests independence of ``X`` and ``Y``).
-    ``X`` is standardized by the training rows' moments; every row is paired with ``n_noise`` source draws.
+    ``X`` is standardized by the training rows' moments; every row is paired with ``n_noise`` (at most
+    10,000) source draws.
     Two velocities (``velocity``: a model name, a scikit-learn regressor or a ``MidpointVelocity``;
     ``"linear"`` is exact when ``X`` and ``Y`` are jointly Gaussian) are fitted on ``(M, f(y))`` and
     ``(M, y)``; the certificate is the mean held-out difference of their squared errors, its standard
     error taken over rows."""
     x, y = as_matched_samples(x=x, y=y)
-    n_noise = check_int(n_noise, "n_noise", 1)
+    check_magnitude("x", x)
+    check_magnitude("y", y)
+    n_noise = check_int(n_noise, "n_noise", 1, MAX_NOISE)
     test_size = check_real(test_size, "test_size", "(0, 1)")
     rng = as_rng(random_state)
     n_test = round(test_size * len(x))
     if n_test < 2 or len(x) - n_test < 2:
         raise ValueError(
-            f"the split needs at least 2 rows on each side: {len(x)} rows with test_size={test_size} give "
+            f"the split needs at least 2 rows on each side: {len(x)} rows of x and y with test_size={test_size} give "
             f"{len(x) - n_test} to fit and {n_test} to test"
         )
     f = _encode(encoder, y)
@@ -178,17 +194,20 @@ class ZeroFlowMarkovBlanket(BaseEstimator):
             import torch
         except ImportError as err:  # pragma: no cover - the deep extra is installed in tests
             raise ImportError("ZeroFlowMarkovBlanket needs torch: pip install 'icml-stats[deep]'") from err
-        hidden = check_int(self.hidden, "hidden", 1)
-        steps = check_int(self.steps, "steps", 1)
-        batch = check_int(self.batch_size, "batch_size", 1)
-        lr = check_real(self.lr, "lr", "(0, inf)")
-        sparsity = check_real(self.sparsity, "sparsity", "[0, inf)")
-        gate_init = check_real(self.gate_init, "gate_init")
+        hidden = check_int(self.hidden, "hidden", 1, MAX_HIDDEN)
+        steps = check_int(self.steps, "steps", 1, MAX_STEPS)
+        batch = check_int(self.batch_size, "batch_size", 1, MAX_BATCH)
+        lr = check_real(self.lr, "lr", f"(0, {FLOAT32_RANGE:g}]")
+        sparsity = check_real(self.sparsity, "sparsity", f"[0, {FLOAT32_RANGE:g}]")
+        gate_init = check_real(self.gate_init, "gate_init", f"[-{FLOAT32_RANGE:g}, {FLOAT32_RANGE:g}]")
         seed = check_seed(self.random_state)
         x = validate_features(self, X, reset=True, ensure_min_samples=2, ensure_min_features=2)
         p = x.shape[1]
-        self.mean_ = x.mean(0)
-        std = x.std(0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.mean_ = x.mean(0)
+            std = x.std(0)
+        if not (np.isfinite(self.mean_).all() and np.isfinite(std).all()):
+            raise ValueError("X is too large in magnitude (its mean or spread overflows)")
         self.scale_ = np.where(std > 0, std, 1.0)
         data = torch.as_tensor((x - self.mean_) / self.scale_, dtype=torch.float32)
         gen = torch.Generator()
@@ -227,11 +246,14 @@ class ZeroFlowMarkovBlanket(BaseEstimator):
             loss.backward()
             opt.step()
             curve[step] = fit.item()
-        if not np.isfinite(curve).all():
-            raise FloatingPointError("ZeroFlowMarkovBlanket: the loss became non-finite; lower lr")
-        gates = (torch.sigmoid(logits) * off).detach().numpy().astype(float)
-        self.gates_ = gates
-        self.blanket_scores_ = (gates + gates.T) / 2.0
+        learnt = (torch.sigmoid(logits) * off).detach().numpy().astype(float)
+        if not (np.isfinite(curve).all() and np.isfinite(learnt).all()):
+            raise ValueError(
+                f"ZeroFlowMarkovBlanket: the training became non-finite; lower lr (got {lr:g}) "
+                f"or sparsity (got {sparsity:g})"
+            )
+        self.gates_ = learnt
+        self.blanket_scores_ = (learnt + learnt.T) / 2.0
         self.loss_curve_ = curve
         return self
 

@@ -50,6 +50,30 @@ __all__ = [
 ]
 
 VELOCITY_MODELS = ("linear", "kernel", "mlp")
+# data beyond this magnitude make the regressions' squared errors overflow float64 (sqrt(max) ~ 1.3e154)
+MAX_MAGNITUDE = 1e150
+MAX_HIDDEN = 100_000
+
+
+def validate_named(estimator, A, name: str, **kwargs) -> np.ndarray:
+    """:func:`~icml_stats.validation.validate_features` for features passed as ``name`` (not ``X``): its
+    refusals name the argument."""
+    try:
+        return validate_features(estimator, A, **kwargs)
+    except (TypeError, ValueError) as err:
+        kind = TypeError if isinstance(err, TypeError) else ValueError
+        raise kind(f"{name} is not valid: {err}") from err
+
+
+def check_magnitude(name: str, *arrays: np.ndarray) -> None:
+    """Refuse finite data too large for the squared errors of a velocity regression (``MAX_MAGNITUDE``);
+    ``name`` says which arguments the arrays come from."""
+    top = max((float(np.abs(a).max()) for a in arrays if a.size), default=0.0)
+    if not top <= MAX_MAGNITUDE:
+        raise ValueError(
+            f"{name} must stay below {MAX_MAGNITUDE:g} in magnitude (squared errors overflow float64), "
+            f"got {top:.3g}: rescale the data"
+        )
 
 
 class MidpointVelocity(RegressorMixin, BaseEstimator):
@@ -93,9 +117,11 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
         check_real(self.alpha, "alpha", "[0, inf)")
         check_seed(self.random_state)
         if not isinstance(self.model, str):
-            if not (hasattr(self.model, "fit") and hasattr(self.model, "predict")):
+            if isinstance(self.model, type) or not (
+                hasattr(self.model, "fit") and hasattr(self.model, "predict")
+            ):
                 raise TypeError(
-                    f"model must be one of {VELOCITY_MODELS} or a scikit-learn regressor, got {self.model!r}"
+                    f"model must be one of {VELOCITY_MODELS} or a scikit-learn regressor instance, got {self.model!r}"
                 )
             return clone(self.model)
         if self.model not in VELOCITY_MODELS:
@@ -117,7 +143,7 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
                 Nystroem(gamma=gamma, n_components=n_components, random_state=self.random_state),
             )
             return make_pipeline(StandardScaler(), features, Ridge(alpha=max(self.alpha * len(m), 1e-10)))
-        hidden = tuple(check_int(h, "hidden", 1) for h in np.atleast_1d(self.hidden).tolist())
+        hidden = tuple(check_int(h, "hidden", 1, MAX_HIDDEN) for h in np.atleast_1d(self.hidden).tolist())
         mlp = MLPRegressor(
             hidden_layer_sizes=hidden,
             alpha=self.alpha,
@@ -130,11 +156,18 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
 
     def fit(self, M, D):
         """Fit ``E[D | M]`` on matched rows of ``M`` ``(n, k)`` and ``D`` ``(n, d)`` (a 1-D array is one column)."""
-        m = validate_features(self, M, reset=True)
+        m = validate_named(self, M, "M", reset=True)
         d = as_samples(D, "D", m.shape[0])
+        check_magnitude("M", m)
+        check_magnitude("D", d)
         self.n_outputs_ = d.shape[1]
         self.regressor_ = self._regressor(m)
-        self.regressor_.fit(m, d)
+        try:
+            self.regressor_.fit(m, d)
+        except ValueError as err:
+            if isinstance(self.model, str):
+                raise
+            raise ValueError(f"model {self.model!r} could not fit D of shape {d.shape}: {err}") from err
         if isinstance(self.regressor_, LinearRegression):
             self.coef_, self.intercept_ = self.regressor_.coef_, self.regressor_.intercept_
         return self
@@ -142,8 +175,13 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
     def predict(self, M) -> np.ndarray:
         """The fitted field at ``M``: ``(n, n_outputs)``, always 2-D."""
         check_is_fitted(self, "regressor_")
-        m = validate_features(self, M, reset=False)
+        m = validate_named(self, M, "M", reset=False)
+        check_magnitude("M", m)
         out = np.asarray(self.regressor_.predict(m), dtype=float)
+        if out.size != m.shape[0] * self.n_outputs_:
+            raise ValueError(
+                f"model {self.model!r} predicted shape {out.shape}, expected {(m.shape[0], self.n_outputs_)}"
+            )
         return out.reshape(m.shape[0], self.n_outputs_)
 
 
@@ -160,7 +198,11 @@ def midpoint_pairs(x0, x1, random_state=None) -> tuple[np.ndarray, np.ndarray]:
     rng = as_rng(random_state)
     n = min(len(a), len(b))
     a, b = a[rng.permutation(len(a))[:n]], b[rng.permutation(len(b))[:n]]
-    return (a + b) / 2.0, b - a
+    with np.errstate(over="ignore", invalid="ignore"):
+        m, d = (a + b) / 2.0, b - a
+    if not (np.isfinite(m).all() and np.isfinite(d).all()):
+        raise ValueError("x0 and x1 are too large in magnitude: their midpoints or differences overflow")
+    return m, d
 
 
 def excess_risk_scores(velocity: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -168,10 +210,24 @@ def excess_risk_scores(velocity: np.ndarray, D: np.ndarray) -> tuple[np.ndarray,
     return np.einsum("ij,ij->i", velocity, D), np.einsum("ij,ij->i", velocity, velocity)
 
 
+def is_regressor_instance(model) -> bool:
+    """Whether ``model`` is an estimator instance (not a class) with ``fit`` and ``predict``."""
+    return not isinstance(model, type) and hasattr(model, "fit") and hasattr(model, "predict")
+
+
 def seeded_velocity(velocity, rng: np.random.Generator) -> MidpointVelocity:
     """``velocity`` as an unfitted :class:`MidpointVelocity` (from a model name, a scikit-learn regressor or
     one of ours, cloned), its ``random_state`` drawn from ``rng`` when it has none."""
-    model = clone(velocity) if isinstance(velocity, MidpointVelocity) else MidpointVelocity(velocity)
+    known = velocity in VELOCITY_MODELS if isinstance(velocity, str) else is_regressor_instance(velocity)
+    if isinstance(velocity, MidpointVelocity):
+        model = clone(velocity)
+    elif known:
+        model = MidpointVelocity(velocity)
+    else:
+        raise (ValueError if isinstance(velocity, str) else TypeError)(
+            f"velocity must be one of {VELOCITY_MODELS}, a scikit-learn regressor instance or a "
+            f"MidpointVelocity, got {velocity!r}"
+        )
     if model.random_state is None:
         model.set_params(random_state=int(rng.integers(2**31)))
     return model
@@ -188,6 +244,7 @@ def zero_flow_divergence(x0, x1, *, velocity="linear", cv: int = 2, random_state
     cv = check_int(cv, "cv", 2)
     rng = as_rng(random_state)
     m, d = midpoint_pairs(x0, x1, rng)
+    check_magnitude("x0 and x1", m, d)
     if len(m) < 2 * cv:
         raise ValueError(f"x0 and x1 need at least {2 * cv} pairs for cv={cv} folds, got {len(m)}")
     folds = np.array_split(rng.permutation(len(m)), cv)
@@ -197,6 +254,8 @@ def zero_flow_divergence(x0, x1, *, velocity="linear", cv: int = 2, random_state
         v = seeded_velocity(velocity, rng).fit(m[train], d[train]).predict(m[test])
         inner, norm = excess_risk_scores(v, d[test])
         total += float(np.sum(2.0 * inner - norm))
+    if not np.isfinite(total):
+        raise ValueError("x0 and x1 are too large in magnitude: the held-out scores overflow; rescale them")
     return total / len(m)
 
 
@@ -211,7 +270,10 @@ def _gaussian(mean0, cov0, mean1, cov1):
             raise ValueError(f"{name} must be symmetric")
         if np.linalg.eigvalsh(s).min() < -1e-10 * max(1.0, np.abs(s).max()):
             raise ValueError(f"{name} must be positive semi-definite")
-    total = s0 + s1
+    with np.errstate(over="ignore"):
+        total = s0 + s1
+    if not np.isfinite(total).all():
+        raise ValueError("cov0 and cov1 are too large in magnitude: their sum overflows")
     if np.linalg.eigvalsh(total).min() <= 1e-12 * max(1.0, np.abs(total).max()):
         raise ValueError("cov0 + cov1 must be positive definite (the midpoint's covariance is singular)")
     return mu0, s0, mu1, s1, total
@@ -222,12 +284,22 @@ def gaussian_midpoint_velocity(mean0, cov0, mean1, cov1) -> tuple[np.ndarray, np
     returns ``(A, b)`` with ``A = 2 (S1 - S0)(S0 + S1)^-1`` and ``b = (mu1 - mu0) - A (mu0 + mu1) / 2``."""
     mu0, s0, mu1, s1, total = _gaussian(mean0, cov0, mean1, cov1)
     a = 2.0 * np.linalg.solve(total, s1 - s0).T  # (S0 + S1) symmetric: (S1 - S0) S^-1 = (S^-1 (S1 - S0))^T
-    return a, (mu1 - mu0) - a @ (mu0 + mu1) / 2.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        b = (mu1 - mu0) - a @ (mu0 + mu1) / 2.0
+    if not np.isfinite(b).all():
+        raise ValueError("mean0 and mean1 are too large in magnitude: the field's offset overflows")
+    return a, b
 
 
 def gaussian_zero_flow_divergence(mean0, cov0, mean1, cov1) -> float:
     """Closed-form ``ZF`` between ``N(mean0, cov0)`` and ``N(mean1, cov1)``:
     ``||mu1 - mu0||^2 + tr((S1 - S0)(S0 + S1)^-1 (S1 - S0))``."""
     mu0, s0, mu1, s1, total = _gaussian(mean0, cov0, mean1, cov1)
-    delta = s1 - s0
-    return float(np.sum((mu1 - mu0) ** 2) + np.trace(delta @ np.linalg.solve(total, delta)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        means = float(np.sum((mu1 - mu0) ** 2))
+        delta = s1 - s0
+        covs = float(np.trace(delta @ np.linalg.solve(total, delta)))
+    for name, term in (("mean0 and mean1", means), ("cov0 and cov1", covs)):
+        if not np.isfinite(term):
+            raise ValueError(f"{name} are too large in magnitude: their term of ZF overflows")
+    return means + covs
