@@ -28,7 +28,8 @@ def test_dependencies_on_the_workspace_become_local_folders():
     stats = plan(ROOT, "icml-stats")
     # its tests use the tools' fuzz helper alone, which needs neither torch nor the tools' assets; torch comes
     # from icml-stats' own `deep` extra (DeSI), at that extra's floor
-    assert stats["local"] == [Path("packages/icml-stats"), Path("tools")]
+    # icml-theory (the `dp` extra's accountant) is a workspace distribution: installed from its folder
+    assert stats["local"] == [Path("packages/icml-stats"), Path("packages/icml-theory"), Path("tools")]
     assert "torch>=2.6" in stats["requirements"]
     assert not any(r.startswith("transformers") for r in stats["requirements"])
     assert "scikit-learn>=1.7" in stats["requirements"]

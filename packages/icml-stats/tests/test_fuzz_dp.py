@@ -338,7 +338,8 @@ def test_cond_dp_sgd_constructor(data):
         data,
         sgd,
         SGD_VALID,
-        check=lambda o: isinstance(o, CondDPSGD) and set(o.conditioning) <= {"weight"},
+        # {"weight": ..., "bias": ...} for a Linear with a bias is a valid conditioning among the samples
+        check=lambda o: isinstance(o, CondDPSGD) and set(o.conditioning) <= {"weight", "bias"},
         strategies={
             "conditioning": st.one_of(
                 hostile({"weight": C}),

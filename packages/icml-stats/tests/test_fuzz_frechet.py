@@ -273,7 +273,8 @@ def test_global_weights(data):
         data,
         global_weights,
         {"x_train": X2, "x_query": X2[:3]},
-        check=lambda w: w.shape[1] == N and np.allclose(w.sum(1), 1.0),
+        # a fuzzed x_train may hold fewer rows than N (one row: every weight 1), so the width is not checked
+        check=lambda w: w.ndim == 2 and np.allclose(w.sum(1), 1.0),
         related={"x_train": ["x_query"], "x_query": ["x_train"]},
     )
 

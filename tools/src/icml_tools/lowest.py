@@ -5,8 +5,9 @@ For one distribution: a fresh virtual environment on the given Python (3.10, the
 default); every requirement it declares (base and all extras), the test stack of the root ``dev`` group
 and, where its tests use them, the workspace's test assets (``icml-tools``' requirements) are installed
 together with ``uv pip install --resolution lowest-direct``, so each of them resolves to the lowest version
-its specifier admits; then the distribution itself (and icml-kernels where it depends on it) without
-dependencies; then ``pytest <distribution>/tests`` with the root configuration (the fast tier).
+its specifier admits; then the distribution itself without
+dependencies, with the published workspace distributions it depends on (in its base or an extra); then
+``pytest <distribution>/tests`` with the root configuration (the fast tier).
 Only the standard library is used here, so it runs before the workspace is synced::
 
     PYTHONPATH=tools/src python -m icml_tools.lowest --python 3.10 [--only icml-stats] [--keep DIR]
@@ -59,9 +60,12 @@ def plan(root: Path, name: str) -> dict:
     uses_tools_assets = any(sub != "fuzz" for found_subs in uses for sub in found_subs)
     local = [member.path]
     requirements = declared_requirements(root / member.path / "pyproject.toml")
-    if "icml-kernels" in member.dependencies and name != "icml-kernels":
-        local.append(found["icml-kernels"].path)
-        requirements += declared_requirements(root / found["icml-kernels"].path / "pyproject.toml")
+    # published workspace distributions it depends on, in its base or an extra (icml-kernels for icml-compress,
+    # icml-theory for icml-stats[dp]): installed from their folders, their own floors resolved with the rest
+    for other in sorted(member.dependencies - {name}):
+        if other in found and found[other].published and other != "icml-tools":
+            local.append(found[other].path)
+            requirements += declared_requirements(root / found[other].path / "pyproject.toml")
     if uses_tools:
         local.append(found["icml-tools"].path)
     if uses_tools_assets:
