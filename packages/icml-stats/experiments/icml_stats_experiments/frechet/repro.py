@@ -23,10 +23,8 @@ of each at n = 500 (seeds 0-19).
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -35,6 +33,7 @@ from threadpoolctl import threadpool_limits
 from icml_stats.frechet import DeSI, GlobalFrechetRegressor, LocalFrechetRegressor
 from icml_stats.zeroflow import sign_flip_p_value
 from icml_stats_experiments.frechet.testbed import SIMULATIONS, simulate
+from icml_stats_experiments.parallel import map_spawned
 
 P = 10
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -123,10 +122,7 @@ def evaluate(s: dict[str, Any]) -> tuple[bool, dict[str, bool]]:
 
 
 def map_repetitions(jobs: list[tuple], workers: int) -> list[dict]:
-    if workers <= 1:
-        return [repetition(j) for j in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(repetition, jobs))
+    return map_spawned(repetition, jobs, workers)
 
 
 def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dict:

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from threadpoolctl import threadpool_limits  # a scikit-learn dependency
@@ -31,6 +29,7 @@ from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 from icml_stats.seqci.baselines import ECRT
 from icml_stats.seqci.datasets import gaussian_ci
 from icml_stats.seqci.skci import SKCI, run_ablation
+from icml_stats_experiments.parallel import map_spawned
 from icml_tools.progress import status
 
 D, BATCH, N, ALPHA = 5, 20, 1000, 0.05
@@ -101,10 +100,7 @@ def _call(job):
 
 
 def _map(jobs: list, workers: int) -> list:
-    if workers <= 1:
-        return [_call(j) for j in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_call, jobs, chunksize=1))
+    return map_spawned(_call, jobs, workers)
 
 
 def rate(runs: list[dict], n: int | None = None) -> float:
