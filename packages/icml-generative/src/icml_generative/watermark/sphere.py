@@ -572,6 +572,16 @@ def _blocks(a: np.ndarray, triple: tuple[int, int, int]) -> list[np.ndarray]:
     return [a[l * l : (l + 1) * (l + 1)] for l in triple]  # noqa: E741
 
 
+def _invariant_inputs(coeffs: Any, triples: Any, channels: Any):
+    """The checked arguments of :func:`bispectrum` and its gradient: the coefficients ``(n, C)`` divided by
+    their scale, that scale, the degree and channel triples, and whether ``coeffs`` had a channel axis."""
+    a, lmax, channels_axis = _as_coeffs(coeffs)
+    degree_triples = _check_triples(triples, lmax)
+    channel_triples = _check_channels(channels, a.shape[1])
+    scale = _scale_of(a)
+    return a / scale, scale, degree_triples, channel_triples, channels_axis
+
+
 def bispectrum(coeffs: Any, triples: Any, channels: Any = None) -> np.ndarray:
     """The bispectrum ``b = Σ C^{l1l2l3}_{m1m2m3} a_{l1m1,c1} a_{l2m2,c2} a_{l3m3,c3}`` for each degree triple
     in ``triples`` and channel triple in ``channels``; shape ``(len(triples) · len(channels),)``, ordered
@@ -583,12 +593,8 @@ def bispectrum(coeffs: Any, triples: Any, channels: Any = None) -> np.ndarray:
     ``(0, 1, 0)`` and ``(1, 0, 0)`` are different invariants). Each triple needs the triangle condition
     and an even sum (:func:`coupling_tensor`). Rotation-invariant and odd in the field.
     """
-    a, lmax, _ = _as_coeffs(coeffs)
-    degree_triples = _check_triples(triples, lmax)
-    channel_triples = _check_channels(channels, a.shape[1])
+    x, scale, degree_triples, channel_triples, _ = _invariant_inputs(coeffs, triples, channels)
     c1, c2, c3 = (np.array(c) for c in zip(*channel_triples, strict=True))
-    scale = _scale_of(a)
-    x = a / scale
     out = np.empty((len(degree_triples), len(channel_triples)))
     for t, triple in enumerate(degree_triples):
         f, g, h = _blocks(x, triple)
@@ -603,14 +609,10 @@ def bispectrum_gradient(coeffs: Any, triples: Any, channels: Any = None) -> np.n
     """The gradient of each :func:`bispectrum` entry with respect to ``coeffs``: shape
     ``(n_invariants, *coeffs.shape)``, same order and arguments as :func:`bispectrum`. Each invariant is a
     homogeneous cubic, so ``Σ coeffs · gradient = 3 · bispectrum`` (Euler)."""
-    a, lmax, channels_axis = _as_coeffs(coeffs)
-    degree_triples = _check_triples(triples, lmax)
-    channel_triples = _check_channels(channels, a.shape[1])
+    x, scale, degree_triples, channel_triples, channels_axis = _invariant_inputs(coeffs, triples, channels)
     c1, c2, c3 = (np.array(c) for c in zip(*channel_triples, strict=True))
-    scale = _scale_of(a)
-    x = a / scale
     n_combos = len(channel_triples)
-    grad = np.zeros((len(degree_triples), n_combos, *a.shape))
+    grad = np.zeros((len(degree_triples), n_combos, *x.shape))
     combos = np.arange(n_combos)
     for t, (l1, l2, l3) in enumerate(degree_triples):
         f, g, h = _blocks(x, (l1, l2, l3))
@@ -623,5 +625,5 @@ def bispectrum_gradient(coeffs: Any, triples: Any, channels: Any = None) -> np.n
             grad[t, combos, l * l : (l + 1) * (l + 1), c] += d
     with np.errstate(over="ignore"):
         grad *= scale * scale
-    grad = grad.reshape(-1, *a.shape)
+    grad = grad.reshape(-1, *x.shape)
     return _warn_if_overflow(grad if channels_axis else grad[..., 0], "bispectrum_gradient")
