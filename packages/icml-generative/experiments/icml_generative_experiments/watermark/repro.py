@@ -13,7 +13,8 @@ quick: the first 4), 32 random bits and a key per panorama. Schemes, each at its
 Each watermarked panorama is turned by 100 (quick 10) uniform random rotations (the spherical sampler of
 :func:`~icml_generative.watermark.rotate_image`, bilinear between pixel centres) and decoded blind. The
 oracle row undoes the known rotation (a second resampling by ``Rᵀ``) before the DCT decoder. Attacks
-without rotation: Gaussian noise (sigma 0.01, 0.03) and JPEG-like quantization (quality 90, 75, 50),
+without rotation: Gaussian noise (sigma 0.01, 0.03, 0.1) and JPEG-like quantization (quality 90, 75, 50,
+25, 10),
 and rotation followed by JPEG-like quality 75. A last table reports the pixel-domain rotation error of the
 invariants (relative change of the key's invariants of the host under ``rotate_image``) against the
 resolution.
@@ -63,7 +64,7 @@ BUDGETS: dict[str, dict[str, int]] = {
     "full": {"panoramas": 20, "rotations": 100},
 }
 HEADROOM_UNROTATED, HEADROOM_ORACLE, CHANCE_BAND, OURS_MIN = 0.99, 0.95, 0.1, 0.99
-NOISE_SIGMAS, JPEG_QUALITIES, ROTATED_JPEG_QUALITY = (0.01, 0.03), (90, 75, 50), 75
+NOISE_SIGMAS, JPEG_QUALITIES, ROTATED_JPEG_QUALITY = (0.01, 0.03, 0.1), (90, 75, 50, 25, 10), 75
 RESOLUTIONS = (64, 128, 256)
 CRITERION = (
     f"headroom: DCT >= {HEADROOM_UNROTATED} unrotated, >= {HEADROOM_ORACLE} with the rotation undone, "

@@ -8,6 +8,27 @@ from typing import Any
 import numpy as np
 
 
+def _dct_matrix(n: int = 8) -> np.ndarray:
+    """The orthonormal DCT-II matrix ``(n, n)``: row ``k`` is ``c_k cos(π (2j + 1) k / 2n)``."""
+    k, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    basis = np.cos(np.pi * (2 * j + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
+    basis[0] /= np.sqrt(2.0)
+    return basis
+
+
+DCT8 = _dct_matrix()
+
+
+def block_dct(blocks: np.ndarray) -> np.ndarray:
+    """The orthonormal 2-D DCT-II of every 8×8 block ``(..., 8, 8)`` (JPEG's transform)."""
+    return np.asarray(DCT8 @ blocks @ DCT8.T)
+
+
+def block_idct(coeffs: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`block_dct`."""
+    return np.asarray(DCT8.T @ coeffs @ DCT8)
+
+
 def key_seed(key: Any) -> int:
     """A 64-bit seed from a watermark key (an int, a str or bytes; the same key always gives the same seed)."""
     if isinstance(key, bool) or not isinstance(key, int | np.integer | str | bytes):

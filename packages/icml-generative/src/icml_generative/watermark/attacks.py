@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import fft
 
 from icml_generative.validation import check_int, check_number
+from icml_generative.watermark._common import block_dct, block_idct
 
 __all__ = ["gaussian_noise", "jpeg_like", "quantization_table"]
 
@@ -144,9 +144,9 @@ def jpeg_like(image: Any, quality: int = 75) -> np.ndarray:
         tables = [quantization_table(quality)]
     out = np.empty_like(planes)
     for c, table in enumerate(tables):
-        coeffs = fft.dctn(_block_view(planes[..., c]), axes=(-2, -1), norm="ortho")
+        coeffs = block_dct(_block_view(planes[..., c]))
         quantized = np.round(coeffs / table) * table
-        out[..., c] = _unblock(fft.idctn(quantized, axes=(-2, -1), norm="ortho"))
+        out[..., c] = _unblock(block_idct(quantized))
     if channels == 3:
         out[..., 0] += 128.0
         rgb = out @ _YCBCR_TO_RGB.T

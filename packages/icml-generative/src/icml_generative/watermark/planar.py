@@ -33,10 +33,9 @@ import warnings
 from typing import Any
 
 import numpy as np
-from scipy import fft
 
 from icml_generative.validation import check_int, check_number
-from icml_generative.watermark._common import as_bits, as_panorama, key_seed
+from icml_generative.watermark._common import as_bits, as_panorama, block_dct, block_idct, key_seed
 
 __all__ = ["dct_embed", "dct_extract"]
 
@@ -85,7 +84,7 @@ def _block_dct(img: np.ndarray) -> np.ndarray:
     """The block-DCT coefficients ``(C, H/8, W/8, 8, 8)`` of an ``(H, W, C)`` image."""
     height, width, channels = img.shape
     blocks = img.transpose(2, 0, 1).reshape(channels, height // 8, 8, width // 8, 8).transpose(0, 1, 3, 2, 4)
-    return np.asarray(fft.dctn(blocks, axes=(-2, -1), norm="ortho"))
+    return np.asarray(block_dct(blocks))
 
 
 def _patterns(key: Any, n_total: int, n_bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +170,7 @@ def dct_embed(
     coeffs = np.zeros((channels, height // 8, width // 8, 8, 8))
     rows, cols = _ZIGZAG[lo : hi + 1].T
     coeffs[..., rows, cols] = delta.reshape(channels, height // 8, width // 8, hi - lo + 1)
-    pixels = np.asarray(fft.idctn(coeffs, axes=(-2, -1), norm="ortho"))
+    pixels = np.asarray(block_idct(coeffs))
     change = pixels.transpose(0, 1, 3, 2, 4).reshape(channels, height, width).transpose(1, 2, 0)
     out = np.clip(img + change, 0.0, 1.0)
     decoded = (_projections(_carrier_vector(out, (lo, hi)), order, chips) > 0).astype(np.int64)
