@@ -44,11 +44,11 @@ from icml_generative.watermark import (
     extract_power_spectrum,
     gaussian_noise,
     jpeg_like,
+    psnr,
     random_rotation,
     rotate_image,
     sht,
 )
-from icml_generative.watermark._common import psnr
 from icml_generative.watermark.bispectral import DEFAULT_DEGREES, invariant_catalogue
 from icml_generative_experiments.watermark.testbed import panorama
 
