@@ -128,12 +128,13 @@ def fisher_information(model: Any, points: Any, covariates: Any) -> np.ndarray:
 
 def _fisher(model: Model, p, t):
     torch = require_torch()
-    _evaluate(model, p, t)  # shapes checked once, outside the transform
     with torch.no_grad(), warnings.catch_warnings():
         # torch's forward-mode AD loads its jvp decompositions through torch.jit.script on first use, which
         # warns (FutureWarning) about torch.jit itself: nothing the caller can act on
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*", category=FutureWarning)
-        (_, cov), (dmean, dcov) = torch.func.jvp(lambda s: model(p, s), (t,), (torch.ones_like(t),))
+        (_, cov), (dmean, dcov) = torch.func.jvp(
+            lambda s: _evaluate(model, p, s), (t,), (torch.ones_like(t),)
+        )
     inv_dmean = torch.linalg.solve(cov, dmean.unsqueeze(-1)).squeeze(-1)
     inv_dcov = torch.linalg.solve(cov, dcov)  # Σ⁻¹ ∂Σ
     mean_term = (dmean * inv_dmean).sum(-1)
