@@ -29,7 +29,6 @@ from icml_stats.shape import (
 )
 from icml_tools.fuzz import (
     Coverage,
-    FuzzContractError,
     fuzz_call,
     hostile,
     keeps_contract,
@@ -805,8 +804,7 @@ def test_every_public_api_is_fuzzed():
 
 
 # ---------------------------------------------------------------------------------------------- BREACHES
-# Defects the fuzz found in the library (not fixed here: the library is another engineer's); each replay
-# fails today (strict xfail) and passes once fixed. The fuzz tests above skip exactly these inputs.
+# Defects the fuzz found in the library, fixed: each replay keeps the bad-input contract (regression tests).
 def replay(fn, names):
     keeps_contract(fn, names)
 
@@ -815,9 +813,6 @@ def returns_none(p, t):
     return None
 
 
-@pytest.mark.xfail(
-    strict=True, raises=FuzzContractError, reason="fisher._evaluate unpacks model(p, t) unchecked"
-)
 @pytest.mark.parametrize("call", ["fisher", "likelihood", "estimate"])
 def test_breach_model_returning_no_pair(call):
     fn = {
@@ -828,14 +823,10 @@ def test_breach_model_returning_no_pair(call):
     replay(fn, ["model"])
 
 
-@pytest.mark.xfail(
-    strict=True, raises=FuzzContractError, reason="fisher._fisher checks the model only inside jvp"
-)
 def test_breach_fisher_of_a_model_returning_numpy():
     replay(lambda: fisher_information(numpy_model, P, T), ["model"])
 
 
-@pytest.mark.xfail(strict=True, raises=FuzzContractError, reason="cholesky_from_raw does not validate raw")
 @pytest.mark.parametrize(
     "raw",
     [
@@ -855,9 +846,6 @@ def test_breach_cholesky_from_raw_bad_raw(raw):
     replay(lambda: cholesky_from_raw(raw, 2), ["raw"])
 
 
-@pytest.mark.xfail(
-    strict=True, raises=FuzzContractError, reason="ShapeField._inputs accepts inputs far outside training"
-)
 @pytest.mark.parametrize(
     "method, args",
     [
@@ -872,9 +860,6 @@ def test_breach_field_on_huge_finite_input(tiny, method, args):
     replay(lambda: getattr(tiny, method)(*args), ["points", "covariates", "displacements"])
 
 
-@pytest.mark.xfail(
-    strict=True, raises=FuzzContractError, reason="huge displacements overflow to inf, no warning"
-)
 @pytest.mark.parametrize("which", ["gaussian_log_likelihood", "mahalanobis"])
 def test_breach_huge_displacements(tiny, which):
     fn = {

@@ -44,19 +44,26 @@ from icml_stats.shape.fisher import (
     as_points,
     require_torch,
 )
-from icml_stats.validation import check_bool, check_int, check_real, check_seed
+from icml_stats.validation import as_array, check_bool, check_int, check_real, check_seed
 
 __all__ = ["ShapeField", "cholesky_from_raw"]
 
+MAX_STANDARDIZED = 1e3  # inputs further than this many training standard deviations are refused
+
 
 def cholesky_from_raw(raw: Any, dimension: int, min_std: float = 1e-3):
-    """A lower-triangular Cholesky factor ``(n, d, d)`` from unconstrained values ``(n, d(d+1)/2)``: the
-    first ``d`` give the diagonal through ``softplus + min_std`` (> 0), the rest fill the strict lower
-    triangle row by row. ``L Lᵀ`` is symmetric positive definite for every finite input."""
+    """A lower-triangular Cholesky factor ``(n, d, d)`` from unconstrained values ``(n, d(d+1)/2)`` (an
+    array, or a float tensor taken as it is so gradients flow): the first ``d`` give the diagonal through
+    ``softplus + min_std`` (> 0), the rest fill the strict lower triangle row by row. ``L Lᵀ`` is
+    symmetric positive definite for every finite input (its smallest eigenvalue can still be tiny: the
+    floor is on the diagonal of ``L``, not on the eigenvalues)."""
     torch = require_torch()
-    raw = torch.as_tensor(raw)
+    if not (
+        isinstance(raw, torch.Tensor) and raw.is_floating_point()
+    ):  # float tensors pass as they are (gradients)
+        raw = torch.as_tensor(as_array(raw, "raw"), dtype=torch.float64)
     dimension = check_int(dimension, "dimension", 1, 16)
-    min_std = check_real(min_std, "min_std", "(0, inf)")
+    min_std = check_real(min_std, "min_std", "(0, 10]")
     width = dimension * (dimension + 1) // 2
     if raw.ndim != 2 or raw.shape[1] != width:
         raise ValueError(
@@ -122,7 +129,7 @@ class ShapeField(BaseEstimator):
         n_freq = check_int(self.n_frequencies, "n_frequencies", 0, 100_000)
         check_real(self.frequency_scale, "frequency_scale", "[0, inf)")
         check_bool(self.heteroscedastic, "heteroscedastic")
-        check_real(self.min_std, "min_std", "(0, inf)")
+        check_real(self.min_std, "min_std", "(0, 10]")
         check_int(self.epochs, "epochs", 1, 10_000_000)
         check_real(self.lr, "lr", "(0, inf)")
         check_real(self.weight_decay, "weight_decay", "[0, inf)")
@@ -240,6 +247,15 @@ class ShapeField(BaseEstimator):
                 f"points must have {self.dimension_} columns like the training points, got {p.shape[1]}"
             )
         t = as_covariates(covariates, len(p))
+        with np.errstate(all="ignore"):
+            z = np.abs((np.column_stack([p, t]) - self.input_mean_) / self.input_scale_)
+        if not (z <= MAX_STANDARDIZED).all():
+            column = int(np.argmax(np.where(np.isfinite(z), z, np.inf).max(0)))
+            name = "covariates" if column == self.dimension_ else "points"
+            raise ValueError(
+                f"{name} lie far outside the data the field was fitted on (more than {MAX_STANDARDIZED:g} standard "
+                "deviations from its mean): the field is not defined there"
+            )
         return torch.as_tensor(p), torch.as_tensor(t)
 
     def predict(self, points, covariates) -> tuple[np.ndarray, np.ndarray]:
@@ -262,7 +278,9 @@ class ShapeField(BaseEstimator):
         if d.shape[1] != self.dimension_:
             raise ValueError(f"displacements must have {self.dimension_} columns, got {d.shape[1]}")
         resid = d - mean
-        return np.einsum("ni,ni->n", resid, np.linalg.solve(cov, resid[..., None])[..., 0])
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = np.einsum("ni,ni->n", resid, np.linalg.solve(cov, resid[..., None])[..., 0])
+        return gaussian.warn_if_not_finite(values, "mahalanobis")
 
     def ellipse_coverage(self, points, covariates, displacements, level: float = 0.9) -> float:
         """Fraction of displacements inside the predicted ``level`` ellipse (ellipsoid in 3-D)."""
@@ -326,12 +344,11 @@ class ShapeField(BaseEstimator):
         torch = require_torch()
         check_is_fitted(self, "network_")
         state = {
-            "params": {
-                k: (list(v) if isinstance(v, tuple) else v)
-                for k, v in self.get_params().items()
-                if k != "random_state"
-            },
-            "random_state": self.random_state if isinstance(self.random_state, int | None) else None,
+            "params": {k: _plain(v) for k, v in self.get_params().items() if k != "random_state"},
+            # a RandomState cannot be stored as plain data: the loaded field's random_state is then None
+            "random_state": _plain(self.random_state)
+            if isinstance(self.random_state, int | np.integer)
+            else None,
             "network": self.network_.state_dict(),
             "shared_raw": self.shared_raw_.detach().clone(),
             "frequencies": self.frequencies_,
@@ -379,3 +396,12 @@ class ShapeField(BaseEstimator):
         for param in [*field.network_.parameters(), field.shared_raw_]:
             param.requires_grad_(False)
         return field
+
+
+def _plain(value: Any) -> Any:
+    """A parameter as plain data for ``torch.load(weights_only=True)``: numpy scalars to Python, tuples to lists."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

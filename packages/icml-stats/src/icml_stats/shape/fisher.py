@@ -83,7 +83,10 @@ def _check_model(model: Any) -> Model:
 def _evaluate(model: Model, p, t):
     """``model(p, t)`` with its outputs checked (shapes, finiteness)."""
     torch = require_torch()
-    mean, cov = model(p, t)
+    out = model(p, t)
+    if not (isinstance(out, tuple | list) and len(out) == 2):
+        raise TypeError(f"model must return a pair of torch tensors (mean, cov), got {type(out).__name__}")
+    mean, cov = out
     n, d = p.shape
     if not (isinstance(mean, torch.Tensor) and isinstance(cov, torch.Tensor)):
         raise TypeError("model must return two torch tensors (mean, cov)")
@@ -104,14 +107,30 @@ def gaussian_log_likelihood(model: Any, points: Any, covariates: Any, displaceme
     if d.shape[1] != p.shape[1]:
         raise ValueError(f"displacements must have {p.shape[1]} columns like points, got {d.shape[1]}")
     with torch.no_grad():
-        values = _log_likelihood(model, *(torch.as_tensor(a, dtype=torch.float64) for a in (p, t, d)))
-    return values.numpy()
+        values = _log_likelihood(model, *(torch.as_tensor(a, dtype=torch.float64) for a in (p, t, d))).numpy()
+    return warn_if_not_finite(values, "gaussian_log_likelihood")
+
+
+def warn_if_not_finite(values: np.ndarray, who: str) -> np.ndarray:
+    """``values``, with a RuntimeWarning when some are not finite (an overflow from finite input)."""
+    if not np.isfinite(values).all():
+        warnings.warn(
+            f"{who}: {int((~np.isfinite(values)).sum())} value(s) overflowed (displacements far from the model's law)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return values
 
 
 def _log_likelihood(model: Model, p, t, d):
     torch = require_torch()
     mean, cov = _evaluate(model, p, t)
-    chol = torch.linalg.cholesky(cov)
+    try:
+        chol = torch.linalg.cholesky(cov)
+    except torch.linalg.LinAlgError:
+        raise ValueError(
+            "model's covariance is not positive definite or not finite at some of these points and covariates"
+        ) from None
     resid = torch.linalg.solve_triangular(chol, (d - mean).unsqueeze(-1), upper=False).squeeze(-1)
     half_logdet = torch.log(torch.diagonal(chol, dim1=-2, dim2=-1)).sum(-1)
     return -0.5 * (resid**2).sum(-1) - half_logdet - 0.5 * p.shape[1] * np.log(2 * np.pi)
@@ -128,6 +147,8 @@ def fisher_information(model: Any, points: Any, covariates: Any) -> np.ndarray:
 
 def _fisher(model: Model, p, t):
     torch = require_torch()
+    with torch.no_grad():
+        _evaluate(model, p[:1], t[:1])  # the output's kind checked on one point, outside the transform
     with torch.no_grad(), warnings.catch_warnings():
         # torch's forward-mode AD loads its jvp decompositions through torch.jit.script on first use, which
         # warns (FutureWarning) about torch.jit itself: nothing the caller can act on
@@ -135,8 +156,14 @@ def _fisher(model: Model, p, t):
         (_, cov), (dmean, dcov) = torch.func.jvp(
             lambda s: _evaluate(model, p, s), (t,), (torch.ones_like(t),)
         )
-    inv_dmean = torch.linalg.solve(cov, dmean.unsqueeze(-1)).squeeze(-1)
-    inv_dcov = torch.linalg.solve(cov, dcov)  # Σ⁻¹ ∂Σ
+    try:
+        inv_dmean = torch.linalg.solve(cov, dmean.unsqueeze(-1)).squeeze(-1)
+        inv_dcov = torch.linalg.solve(cov, dcov)  # Σ⁻¹ ∂Σ
+    except torch.linalg.LinAlgError:
+        raise ValueError(
+            "model's covariance is singular or not finite at some of these points and covariates (far outside "
+            "the data it was fitted on?)"
+        ) from None
     mean_term = (dmean * inv_dmean).sum(-1)
     cov_term = 0.5 * torch.diagonal(inv_dcov @ inv_dcov, dim1=-2, dim2=-1).sum(-1)
     return mean_term + cov_term
