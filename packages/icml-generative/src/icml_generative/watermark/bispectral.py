@@ -254,20 +254,37 @@ def _warn_unless_decoded(decoded: np.ndarray, bits: np.ndarray, who: str) -> Non
             f"{who}: {int((decoded != bits).sum())} of {len(bits)} bits do not decode from the watermarked image "
             "within the PSNR budget; lower n_bits or strength, or allow a lower psnr_db",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
+
+
+def _read(image: Any, key: Any, n_bits: Any, degrees: Any, select: Callable, values: Callable) -> np.ndarray:
+    """The bits ``s_k · value_k > 0`` of the key's invariants (``select``) read by ``values``."""
+    img = as_panorama(image)
+    degrees = _check_degrees(degrees, img.shape[0])
+    n_bits = check_int(n_bits, "n_bits", 1)
+    invariants, signs = select(key, n_bits, degrees, img.shape[2])
+    ones = {d: torch.ones(img.shape[2], dtype=torch.float64) for d in degrees}
+    return (signs * values(_block_coefficients(img, degrees), invariants, ones).numpy() > 0).astype(np.int64)
+
+
+def _write(
+    image: Any, bits: Any, key: Any, settings: tuple, select: Callable, values: Callable, who: str
+) -> np.ndarray:
+    """Embed ``bits`` with the key's invariants (``select``, ``values``); ``settings`` = (strength, psnr_db,
+    degrees, iterations). Warns (as ``who``) when a bit does not decode from the result."""
+    img, bit_array, strength, psnr_db, degrees, iterations = _check_embed_args(image, bits, *settings)
+    invariants, signs = select(key, len(bit_array), degrees, img.shape[2])
+    targets = signs * (2.0 * bit_array - 1.0)
+    out = _embed_in_band(img, degrees, values, invariants, targets, strength, psnr_db, iterations)
+    _warn_unless_decoded(_read(out, key, len(bit_array), degrees, select, values), bit_array, who)
+    return out if np.ndim(image) == 3 else out[:, :, 0]
 
 
 def extract(image: Any, key: Any, n_bits: int, *, degrees: Any = DEFAULT_DEGREES) -> np.ndarray:
     """The ``n_bits`` bits (0/1 int64 array) carried by ``image`` ``(H, 2H[, C])`` under ``key``: blind,
     and any rotation of the watermarked panorama decodes the same."""
-    img = as_panorama(image)
-    degrees = _check_degrees(degrees, img.shape[0])
-    n_bits = check_int(n_bits, "n_bits", 1)
-    invariants, signs = _bispectral(key, n_bits, degrees, img.shape[2])
-    ones = {d: torch.ones(img.shape[2], dtype=torch.float64) for d in degrees}
-    values = _triple_values(_block_coefficients(img, degrees), invariants, ones).numpy()
-    return (signs * values > 0).astype(np.int64)
+    return _read(image, key, n_bits, degrees, _bispectral, _triple_values)
 
 
 def embed(
@@ -288,27 +305,15 @@ def embed(
     harmonic degrees that carry the mark (all below ``H / 2``: the default needs ``H >= 49``);
     ``iterations``: L-BFGS iterations. Returns the watermarked image, same shape. Warns when a bit does not
     decode from the result (too many bits for the budget, or too small an image)."""
-    img, bit_array, strength, psnr_db, degrees, iterations = _check_embed_args(
-        image, bits, strength, psnr_db, degrees, iterations
-    )
-    invariants, signs = _bispectral(key, len(bit_array), degrees, img.shape[2])
-    targets = signs * (2.0 * bit_array - 1.0)
-    out = _embed_in_band(img, degrees, _triple_values, invariants, targets, strength, psnr_db, iterations)
-    _warn_unless_decoded(extract(out, key, len(bit_array), degrees=degrees), bit_array, "embed")
-    return out if np.ndim(image) == 3 else out[:, :, 0]
+    settings = (strength, psnr_db, degrees, iterations)
+    return _write(image, bits, key, settings, _bispectral, _triple_values, "embed")
 
 
 def extract_power_spectrum(image: Any, key: Any, n_bits: int, *, degrees: Any = POWER_DEGREES) -> np.ndarray:
     """The power-spectrum baseline's bits: bit ``k`` reads 1 when ``s_k · P_l,c > 0`` for the key's
     ``(degree, channel)`` powers and signs. ``P_l,c >= 0`` for every image, so the bits read are the key's
     sign pattern whatever was embedded: second-order invariants cannot carry a sign."""
-    img = as_panorama(image)
-    degrees = _check_degrees(degrees, img.shape[0])
-    n_bits = check_int(n_bits, "n_bits", 1)
-    invariants, signs = _powers(key, n_bits, degrees, img.shape[2])
-    ones = {d: torch.ones(img.shape[2], dtype=torch.float64) for d in degrees}
-    values = _power_values(_block_coefficients(img, degrees), invariants, ones).numpy()
-    return (signs * values > 0).astype(np.int64)
+    return _read(image, key, n_bits, degrees, _powers, _power_values)
 
 
 def embed_power_spectrum(
@@ -325,12 +330,5 @@ def embed_power_spectrum(
     ``P_l,c = ‖a_l,c‖²`` of key-chosen ``(degree, channel)`` pairs in place of the bispectrum. A bit whose
     target sign is negative cannot be met (the optimizer can only shrink the block), so about half the
     bits fail: it warns, as :func:`embed` does, and returns the best image it found."""
-    img, bit_array, strength, psnr_db, degrees, iterations = _check_embed_args(
-        image, bits, strength, psnr_db, degrees, iterations
-    )
-    invariants, signs = _powers(key, len(bit_array), degrees, img.shape[2])
-    targets = signs * (2.0 * bit_array - 1.0)
-    out = _embed_in_band(img, degrees, _power_values, invariants, targets, strength, psnr_db, iterations)
-    decoded = extract_power_spectrum(out, key, len(bit_array), degrees=degrees)
-    _warn_unless_decoded(decoded, bit_array, "embed_power_spectrum")
-    return out if np.ndim(image) == 3 else out[:, :, 0]
+    settings = (strength, psnr_db, degrees, iterations)
+    return _write(image, bits, key, settings, _powers, _power_values, "embed_power_spectrum")
