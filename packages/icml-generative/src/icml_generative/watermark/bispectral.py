@@ -66,6 +66,7 @@ __all__ = [
 DEFAULT_DEGREES = (20, 22, 24)  # the paper's code uses (6, 8, 14) at l_max 16; see the docs page
 POWER_DEGREES = tuple(range(13, 25))  # 12 degrees x 3 channels = 36 second-order invariants
 NORM_FLOOR = 0.5  # the scales n_l,c are floored at this fraction of their mean
+RETRIES = 2  # rounds in which the bits that do not read back get twice their margin
 
 Invariant = tuple[tuple[int, int, int], tuple[int, int, int]]  # ((l1, l2, l3), (c1, c2, c3))
 
@@ -187,9 +188,12 @@ def _embed_in_band(
     strength: float,
     psnr_db: float,
     iterations: int,
+    decoded: Callable[[np.ndarray], np.ndarray],
 ) -> np.ndarray:
     """Move the coefficients of ``degrees`` within the PSNR budget so that ``targets · values ≥ strength``
-    (the module docstring); returns the clipped image."""
+    (the module docstring); returns the clipped image. ``decoded(image)`` says which bits read back; a bit
+    that does not gets twice its margin and the optimization continues from where it stopped, at most
+    ``RETRIES`` times."""
     height, width, channels = img.shape
     rows = np.concatenate([np.arange(d * d, (d + 1) * (d + 1)) for d in degrees])
     theta, phi = equirect_grid(height)
@@ -220,18 +224,25 @@ def _embed_in_band(
         return u / torch.sqrt(1.0 + (u @ metric @ u) / budget)
 
     u = torch.zeros(len(rows) * channels, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([u], max_iter=iterations, line_search_fn="strong_wolfe", tolerance_grad=1e-12)
+    margins = torch.full((len(invariants),), float(strength), dtype=torch.float64)
+    for attempt in range(RETRIES + 1):
+        opt = torch.optim.LBFGS([u], max_iter=iterations, line_search_fn="strong_wolfe", tolerance_grad=1e-12)
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        beta = values(split(host + change(u).reshape(len(rows), channels)), invariants, scales)
-        loss = torch.relu(strength - signed * beta).pow(2).sum()
-        loss.backward()
-        return loss
+        def closure(opt=opt, margins=margins) -> torch.Tensor:
+            opt.zero_grad()
+            beta = values(split(host + change(u).reshape(len(rows), channels)), invariants, scales)
+            loss = torch.relu(margins - signed * beta).pow(2).sum()
+            loss.backward()
+            return loss
 
-    opt.step(closure)
-    residual = (synth.T @ change(u.detach()).reshape(len(rows), channels)).numpy()
-    return np.clip(img + residual.reshape(img.shape), 0.0, 1.0)
+        opt.step(closure)
+        residual = (synth.T @ change(u.detach()).reshape(len(rows), channels)).numpy()
+        out = np.clip(img + residual.reshape(img.shape), 0.0, 1.0)
+        missed = torch.as_tensor(~decoded(out))
+        if not missed.any() or attempt == RETRIES:
+            return out
+        margins = torch.where(missed, 2.0 * margins, margins)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _check_embed_args(
@@ -276,7 +287,11 @@ def _write(
     img, bit_array, strength, psnr_db, degrees, iterations = _check_embed_args(image, bits, *settings)
     invariants, signs = select(key, len(bit_array), degrees, img.shape[2])
     targets = signs * (2.0 * bit_array - 1.0)
-    out = _embed_in_band(img, degrees, values, invariants, targets, strength, psnr_db, iterations)
+
+    def decoded(image: np.ndarray) -> np.ndarray:
+        return _read(image, key, len(bit_array), degrees, select, values) == bit_array
+
+    out = _embed_in_band(img, degrees, values, invariants, targets, strength, psnr_db, iterations, decoded)
     _warn_unless_decoded(_read(out, key, len(bit_array), degrees, select, values), bit_array, who)
     return out if np.ndim(image) == 3 else out[:, :, 0]
 
