@@ -3,7 +3,7 @@ predictive coding.
 
 The privacy accountants (:mod:`icml_theory.privacy`) and the L_p-stability bounds (:mod:`icml_theory.stability`)
 need only numpy and scipy (``pip install icml-theory``). The parts built on torch
-(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, :mod:`icml_theory.bandits`, :mod:`icml_theory.pc`) need the ``torch`` extra
+(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, :mod:`icml_theory.bandits`, :mod:`icml_theory.pc`, :mod:`icml_theory.markov`) need the ``torch`` extra
 (``pip install 'icml-theory[torch]'``); they are imported when first used, so the accountant never pulls
 torch in.
 """
@@ -29,6 +29,7 @@ _LAZY = {
     "ca": (),
     "bandits": (),
     "pc": (),
+    "markov": (),
 }
 _LAZY_NAMES = {name: sub for sub, names in _LAZY.items() for name in names}
 
