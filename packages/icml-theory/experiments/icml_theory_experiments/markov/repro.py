@@ -199,7 +199,7 @@ def run(budget: str = "quick", seed: int = 0, workers: int | None = None) -> dic
     }
     figure = {
         "name": "markov-stages",
-        "title": f"Eval loss, seed {first}; dashed levels: partial predictors' Bayes losses",
+        "title": f"Held-out loss, seed {first}, H = 1, 2, 3",
         "xlabel": "step", "ylabel": "log loss (nats)", "kind": "line",
         "x": next(r for r in results if r["seed"] == first and r["kind"] == "online")["curve"]["steps"],
         "series": curves,
