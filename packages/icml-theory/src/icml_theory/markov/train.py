@@ -54,11 +54,17 @@ def _check_data(data, name: str, chain: MixtureOfLagsChain, context: int) -> tor
     return x
 
 
+def _scored(logits: torch.Tensor, sequences: torch.Tensor, order: int) -> torch.Tensor:
+    """Mean cross-entropy of ``logits`` (for ``sequences[:, :-1]``) on the tokens at positions >= ``order``."""
+    logits = logits[:, order - 1 :]
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), sequences[:, order:].reshape(-1)
+    )
+
+
 def sequence_loss(model: AttentionOnlyTransformer, sequences: torch.Tensor, order: int) -> torch.Tensor:
     """Mean cross-entropy (nats) of the predictions of tokens at positions >= ``order``."""
-    logits = model(sequences[:, :-1])[:, order - 1 :]
-    targets = sequences[:, order:]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return _scored(model(sequences[:, :-1]), sequences, order)
 
 
 def train(
@@ -123,12 +129,7 @@ def train(
             if evaluation is not None:
                 with torch.no_grad():
                     logits, cache = model.run_with_cache(evaluation[:, :-1], PATTERN)
-                    logits = logits[:, chain.order - 1 :]
-                    targets = evaluation[:, chain.order :]
-                    ce = torch.nn.functional.cross_entropy(
-                        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
-                    )
-                    records["eval"].append(float(ce))
+                    records["eval"].append(float(_scored(logits, evaluation, chain.order)))
                     records["mass"].append(lag_mass(cache[PATTERN], chain.order - 1).numpy())
     seconds = time.perf_counter() - start
     config = {
