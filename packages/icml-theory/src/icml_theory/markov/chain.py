@@ -1,9 +1,16 @@
 """Mixture-of-lags Markov chains: the high-order task whose Bayes-optimal predictor is known in closed form.
 
-The next token is drawn from a mixture over lags (a mixture transition distribution, Raftery 1985): with
-probability ``weights[i]`` it follows ``transitions[i]`` from the token ``lags[i]`` steps back,
+The next token depends on the tokens ``lags[i]`` steps back, each through its own transition table, mixed
+with ``weights``. ``kind="linear"`` mixes the probabilities (a mixture transition distribution, Raftery
+1985): with probability ``weights[i]`` the token follows ``transitions[i]`` from ``x_{t - lags[i]}``,
 
     P(x_t = y | past) = sum_i weights[i] * transitions[i][x_{t - lags[i]}, y].
+
+``kind="geometric"`` (the default) mixes their logarithms, a normalized weighted product,
+
+    P(x_t = y | past) ∝ prod_i transitions[i][x_{t - lags[i]}, y] ** weights[i],
+
+which a softmax-output transformer whose heads each copy one lag represents exactly.
 
 The conditional depends on the past only through the tokens at the lags, so the Bayes-optimal predictor is
 this formula and its expected log loss is the chain's entropy rate. With a small vocabulary the stationary
@@ -63,7 +70,8 @@ class ChiSquareResult:
 
 
 class MixtureOfLagsChain:
-    """A mixture-of-lags Markov chain over ``n_states`` tokens.
+    """A mixture-of-lags Markov chain over ``n_states`` tokens (``kind``: ``"geometric"`` or ``"linear"``,
+    see the module docstring).
 
     ``transitions`` (shape ``(len(lags), n_states, n_states)``, rows summing to 1) are drawn from a symmetric
     Dirichlet(``concentration``) with ``seed`` when not given. ``weights`` must be positive and sum to 1.
