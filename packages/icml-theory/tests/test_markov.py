@@ -61,9 +61,11 @@ def test_entropy_rate_matches_dense_reference_and_bayes_loss(kind, n, lags, weig
 def test_stationary_is_invariant_and_partial_losses_decrease():
     chain = MixtureOfLagsChain(4, (1, 3, 6), (0.5, 0.3, 0.2), concentration=0.5, seed=1)
     p = chain.stationary()
-    cond = chain.partial_joint((1, 3, 6))  # joint of the lag tokens and the next one
-    assert cond.sum() == pytest.approx(1.0)
-    stepped = (p[..., None] * np.broadcast_to(chain.next_distribution(np.indices(p.shape).reshape(6, -1).T).reshape(*p.shape, 4), (*p.shape, 4))).sum(0)  # fmt: skip
+    joint = chain.partial_joint((1, 3, 6))  # the tokens at the lags and the next one
+    assert joint.sum() == pytest.approx(1.0)
+    windows = np.indices(p.shape).reshape(chain.order, -1).T
+    cond = chain.next_distribution(windows).reshape(*p.shape, chain.n_states)
+    stepped = (p[..., None] * cond).sum(0)  # one step of the chain from the stationary window distribution
     assert np.abs(stepped - p).max() < 1e-12
     stages = list(chain.stage_losses().values())
     assert all(a > b for a, b in itertools.pairwise(stages))
