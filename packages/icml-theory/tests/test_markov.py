@@ -130,6 +130,9 @@ def test_geometric_chain_refuses_zero_transitions_and_large_enumeration():
         MixtureOfLagsChain(3, (1, 2), (0.5, 0.5)).next_distribution(np.array([[0, 5]]))
     with pytest.raises(ValueError, match="sequences"):
         MixtureOfLagsChain(3, (1, 2), (0.5, 0.5)).bayes_log_loss(np.zeros((2, 2), dtype=int))
+    for bad in (np.full((2, 5), -1), np.full((2, 5), 3), np.zeros((2, 5))):  # negative, too large, float
+        with pytest.raises(ValueError, match="sequences"):
+            MixtureOfLagsChain(3, (1, 2), (0.5, 0.5)).partial_log_loss(bad, (1,))
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [({"heads": 0}, "heads"), ({"heads": 2, "context": 0}, "context"),

@@ -120,6 +120,18 @@ class MixtureOfLagsChain:
             raise ValueError(f"{name} must hold tokens in [0, {self.n_states}), got {w.min()}..{w.max()}")
         return w
 
+    def _sequences(self, sequences) -> np.ndarray:
+        """``sequences`` as a 2-d integer array longer than ``order`` with tokens in ``[0, n_states)``."""
+        x = np.asarray(sequences)
+        if x.ndim != 2 or x.shape[1] <= self.order or not np.issubdtype(x.dtype, np.integer):
+            raise ValueError(
+                f"sequences must be a 2-d integer array longer than order = {self.order}, got shape {x.shape} "
+                f"and dtype {x.dtype}"
+            )
+        if x.min() < 0 or x.max() >= self.n_states:
+            raise ValueError(f"sequences must hold tokens in [0, {self.n_states}), got {x.min()}..{x.max()}")
+        return x
+
     def _mix(self, rows: list[np.ndarray]) -> np.ndarray:
         """The next-token distribution from each lag's transition row (broadcast together)."""
         if self.kind == "linear":
@@ -140,11 +152,7 @@ class MixtureOfLagsChain:
     def bayes_log_loss(self, sequences) -> np.ndarray:
         """The Bayes-optimal predictor's log loss (nats) of every token at position >= ``order``:
         shape ``(n_sequences, length - order)``."""
-        x = np.asarray(sequences)
-        if x.ndim != 2 or x.shape[1] <= self.order:
-            raise ValueError(
-                f"sequences must be a 2-d integer array longer than order = {self.order}, got shape {x.shape}"
-            )
+        x = self._sequences(sequences)
         windows = np.lib.stride_tricks.sliding_window_view(x[:, :-1], self.order, axis=1)
         probs = self.next_distribution(windows)
         picked = np.take_along_axis(probs, x[:, self.order :, None], axis=-1)[..., 0]
@@ -153,11 +161,7 @@ class MixtureOfLagsChain:
     def partial_log_loss(self, sequences, lags_subset) -> np.ndarray:
         """The log loss of :meth:`partial_predictor` on each token at position >= ``order`` of ``sequences``:
         shape ``(n_sequences, length - order)``; the same positions as :meth:`bayes_log_loss`."""
-        x = np.asarray(sequences)
-        if x.ndim != 2 or x.shape[1] <= self.order:
-            raise ValueError(
-                f"sequences must be a 2-d integer array longer than order = {self.order}, got shape {x.shape}"
-            )
+        x = self._sequences(sequences)
         table = self.partial_predictor(lags_subset)
         subset = sorted(tuple(lags_subset), reverse=True)
         index = (*tuple(x[:, self.order - lag : x.shape[1] - lag] for lag in subset), x[:, self.order :])
@@ -271,11 +275,7 @@ class MixtureOfLagsChain:
         """Pearson's chi-square test of the empirical (window at the lags, next token) counts of
         ``sequences`` against the chain's probabilities. Cells with an expected count below
         ``min_expected`` are pooled per window into one cell."""
-        x = np.asarray(sequences)
-        if x.ndim != 2 or x.shape[1] <= self.order:
-            raise ValueError(
-                f"sequences must be a 2-d integer array longer than order = {self.order}, got shape {x.shape}"
-            )
+        x = self._sequences(sequences)
         k = self.n_states
         lag_tokens = [x[:, self.order - lag : x.shape[1] - lag] for lag in self.lags]
         window_id = np.zeros(lag_tokens[0].shape, dtype=np.int64)
