@@ -61,7 +61,10 @@ def add_steering_vector(
     positions: str = "all",
 ):
     """Within the context, add ``alpha * vector`` to ``blocks.layer.hook_<component>`` at every position
-    (``positions="all"``) or only at the last position of each forward pass (``"last"``)."""
+    (``positions="all"``), only at the last position of each forward pass (``"last"``), or at every position
+    of each forward pass over more than one token (``"prefill"``: during ``generate`` with the KV cache, the
+    default, that is the prompt's pass; the tokens generated one at a time are left alone, as in CRH). A
+    one-token prompt is indistinguishable from a decoding step and is not steered under ``"prefill"``."""
     hooked = wrap(model)
     name = _hook_name(hooked, component, layer)
     if not isinstance(vector, torch.Tensor) or vector.shape != (hooked.d_model,):
@@ -72,7 +75,7 @@ def add_steering_vector(
         raise TypeError(f"vector must be a real floating-point tensor, got {vector.dtype}")
     check_finite(vector, "vector")
     alpha = check_number(alpha, "alpha")
-    check_choice(positions, "positions", ("all", "last"))
+    check_choice(positions, "positions", ("all", "last", "prefill"))
 
     def add(act, hook):
         delta = (alpha * vector.to(act.dtype)).to(act.dtype)
@@ -82,6 +85,8 @@ def add_steering_vector(
             )
         if positions == "all":
             return act + delta
+        if positions == "prefill":
+            return act + delta if act.shape[1] > 1 else None
         new = act.clone()
         new[:, -1] += delta
         return new
