@@ -60,7 +60,7 @@ OTHER = [[5, 17, 43, 9, 101], [4, 77, 13], [9, 8, 8, 8, 8, 8, 8], [251, 1]]
 @given(arrays(np.float64, st.tuples(st.integers(2, 12), st.integers(2, 8)), elements=FINITE))
 def test_axis_and_normal_parts_sum_to_each_difference_vector(x):
     d = torch.tensor(x)
-    if float(d.mean(0).norm()) == 0:
+    if float(d.mean(0).abs().max()) == 0:
         with pytest.raises(ValueError, match="axis"):
             decompose(d)
         return

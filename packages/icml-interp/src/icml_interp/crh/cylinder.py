@@ -112,10 +112,10 @@ def decompose(diffs: torch.Tensor, axis: torch.Tensor | None = None) -> Cylinder
             )
         check_finite(v, "axis")
         v = v.double()
-    norm = float(v.norm())
-    if norm == 0:
+    if not bool(v.abs().max() > 0):
         raise ValueError("the axis is zero (the difference vectors average to zero); pass axis= explicitly")
-    v = v / norm
+    v = v / v.abs().max()  # rescale first: a tiny (subnormal) vector normalises to unit length exactly
+    v = v / v.norm()
     parallel = x @ v
     return Cylinder(diffs=x, axis=v, parallel=parallel, normal=x - parallel[:, None] * v)
 
