@@ -48,10 +48,17 @@ from icml_interp.patching import (
 from icml_interp.perplexity import split_perplexity, split_perplexity_over_checkpoints, token_nll
 from icml_interp.steering import (
     add_steering_vector,
+    default_layers,
     difference_of_means,
+    difference_vectors,
+    direction_from_activations,
+    generate_steered,
+    last_token_activations,
     neuron_scores,
     random_neurons,
     scale_mlp_keys,
+    scale_sweep,
+    steering_vector,
     top_neurons,
 )
 from icml_tools.fuzz import Coverage, fuzz_call, rejects
@@ -501,6 +508,109 @@ def test_add_steering_vector(zoo, data):
         strategies={"model": NOT_MODELS},
         check=lambda r: r.shape == clean.shape and torch.equal(r[:, :-1], clean[:, :-1]) and finite(r),
     )
+
+
+RAGGED = [[5, 17, 42, 9, 100], [3, 77, 12]]
+RAGGED_OTHER = [[5, 17, 43, 9, 101], [4, 77, 13]]
+BAD_SEQUENCES = st.sampled_from(
+    [None, "abc", [], [[]], [[1, 2], "x"], [[1, 2.5]], [[-1, 3]], [[1, VOCAB]], [torch.tensor([1.0, 2.0])],
+     torch.tensor([[1.0, 2.0]]), torch.zeros(0, 3, dtype=torch.long), [[True, False]]]
+)  # fmt: skip
+
+
+@FUZZ.covers(last_token_activations, default_layers)
+@FEW
+@given(data=st.data())
+def test_last_token_activations(zoo, data):
+    m = models(zoo)
+    assert default_layers(m.a) == (1, 1)
+    fuzz_call(
+        data,
+        last_token_activations,
+        {"model": m.a, "sequences": RAGGED, "layer": 1, "component": "resid_post", "batch_size": 2},
+        strategies={"model": NOT_MODELS, "sequences": BAD_SEQUENCES},
+        check=lambda r: r.shape == (2, D_MODEL) and finite(r),
+    )
+
+
+@FUZZ.covers(difference_vectors, steering_vector)
+@FEW
+@given(data=st.data())
+def test_difference_vectors_and_steering_vector(zoo, data):
+    m = models(zoo)
+    fn = data.draw(st.sampled_from([difference_vectors, steering_vector]))
+    valid = {"model": m.a, "positive": RAGGED, "negative": RAGGED_OTHER, "layer": 0, "component": "resid_pre"}
+    if fn is steering_vector:
+        valid["method"] = data.draw(st.sampled_from(["mean", "pca", "probe"]))
+    fuzz_call(
+        data,
+        fn,
+        valid,
+        strategies={"model": NOT_MODELS, "positive": BAD_SEQUENCES, "negative": BAD_SEQUENCES},
+        related={"positive": ["negative"], "negative": ["positive"]},
+        check=lambda r: r.shape[-1] == D_MODEL and finite(r),
+    )
+
+
+@FUZZ.covers(direction_from_activations)
+@SOME
+@given(data=st.data())
+def test_direction_from_activations(data):
+    g = torch.Generator().manual_seed(0)
+    pos, neg = torch.randn(6, 8, generator=g) + 1, torch.randn(6, 8, generator=g)
+    fuzz_call(
+        data,
+        direction_from_activations,
+        {
+            "positive_acts": pos,
+            "negative_acts": neg,
+            "method": data.draw(st.sampled_from(["mean", "pca", "probe"])),
+            "probe_l2": 1e-3,
+            "probe_steps": 20,
+        },
+        related={"positive_acts": ["negative_acts"], "negative_acts": ["positive_acts"]},
+        check=lambda r: r.shape == (8,) and finite(r),
+    )
+
+
+@FUZZ.covers(generate_steered, scale_sweep)
+@FEW
+@given(data=st.data())
+def test_generate_steered_and_scale_sweep(zoo, data):
+    m = models(zoo)
+    if data.draw(st.booleans()):
+        fuzz_call(
+            data,
+            generate_steered,
+            {
+                "model": m.a,
+                "prompts": RAGGED,
+                "vector": torch.ones(D_MODEL),
+                "layer": 1,
+                "scale": 2.0,
+                "positions": "prefill",
+                "component": "resid_post",
+                "max_new_tokens": 3,
+                "pad_token_id": 0,
+                "batch_size": 2,
+            },
+            strategies={"model": NOT_MODELS, "prompts": BAD_SEQUENCES},
+            check=lambda r: len(r) == 2 and all(0 < len(x) <= 3 for x in r),
+        )
+    else:
+        fuzz_call(
+            data,
+            scale_sweep,
+            {
+                "model": m.a,
+                "prompts": RAGGED,
+                "vector": torch.ones(D_MODEL),
+                "layer": 1,
+                "scales": [0.0, 1.0],
+            },
+            strategies={"model": NOT_MODELS, "prompts": BAD_SEQUENCES},
+            check=lambda r: len(r) == 2 and all(len(x) == 2 for x in r),
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- patching

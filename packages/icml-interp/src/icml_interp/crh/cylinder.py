@@ -21,11 +21,21 @@ t)`` over ``t`` in ``[0, 1]`` in the sample order given, its ``(n, r)`` chosen f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
 from icml_interp.validation import check_finite, check_int, check_number, check_tensor
+
+
+def _right_singular_vectors(x: torch.Tensor, name: str) -> torch.Tensor:
+    """The rows of ``V^T`` of ``x``'s SVD; a matrix LAPACK cannot decompose (huge or degenerate entries) is
+    bad input named ``name``."""
+    try:
+        return torch.linalg.svd(x, full_matrices=False)[2]
+    except torch.linalg.LinAlgError as err:
+        raise ValueError(f"{name} could not be decomposed (SVD failed: {err}); rescale them") from None
 
 
 def _diffs(diffs, name: str = "diffs") -> torch.Tensor:
@@ -64,8 +74,7 @@ class Cylinder:
         """The ``k`` leading principal directions of the normal parts, ``(k, d)`` orthonormal rows, each
         orthogonal to the axis; signs fixed so that each row's largest-magnitude entry is positive."""
         check_int(k, "k", minimum=1, maximum=min(self.normal.shape))
-        _, _, vh = torch.linalg.svd(self.normal, full_matrices=False)
-        basis = vh[:k]
+        basis = _right_singular_vectors(self.normal, "diffs")[:k]
         signs = torch.sign(basis.gather(1, basis.abs().argmax(1, keepdim=True)))
         return basis * signs
 
@@ -80,7 +89,13 @@ class Cylinder:
         )
         if basis.shape != (2, self.axis.numel()):
             raise ValueError(f"basis must be shaped (2, {self.axis.numel()}), got {tuple(basis.shape)}")
-        normal = self.normal if diffs is None else decompose(diffs, self.axis).normal
+        if diffs is not None:
+            held_out = _diffs(diffs, "diffs")
+            if held_out.shape[1] != self.axis.numel():
+                raise ValueError(
+                    f"diffs must be shaped (n, {self.axis.numel()}), got {tuple(held_out.shape)}"
+                )
+        normal = self.normal if diffs is None else decompose(held_out, self.axis).normal
         coords = normal @ basis.double().T
         return torch.atan2(coords[:, 1], coords[:, 0])
 
@@ -108,7 +123,8 @@ def decompose(diffs: torch.Tensor, axis: torch.Tensor | None = None) -> Cylinder
         v = check_tensor(axis, "axis", "(d_model,)", ndim=1)
         if v.numel() != x.shape[1] or not v.is_floating_point():
             raise ValueError(
-                f"axis must be a floating-point tensor shaped ({x.shape[1]},), got {v.dtype} {tuple(v.shape)}"
+                f"axis must be a floating-point tensor shaped ({x.shape[1]},) (the width of diffs), "
+                f"got {v.dtype} {tuple(v.shape)}"
             )
         check_finite(v, "axis")
         v = v.double()
@@ -172,13 +188,15 @@ def fit_spiral_probe(
     if len(x) < 3:
         raise ValueError(f"diffs must hold at least 3 difference vectors for a helix, got {len(x)}")
     check_int(k, "k", minimum=1, maximum=min(len(x) - 1, x.shape[1]))
+    for name, values in (("n_rots", n_rots), ("radii", radii)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise TypeError(f"{name} must be a list of positive numbers, got {values!r}")
     grid = [(check_number(n, "n_rots", open_min=True, minimum=0.0), check_number(r, "radii", open_min=True,
              minimum=0.0)) for n in n_rots for r in radii]  # fmt: skip
     if not grid:
         raise ValueError("n_rots and radii must be non-empty")
     mean = x.mean(0)
-    _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
-    w = vh[:k]
+    w = _right_singular_vectors(x - mean, "diffs")[:k]
     z = (x - mean) @ w.T  # (n, k)
     t = torch.linspace(0, 1, len(x), dtype=torch.float64)
     best: tuple | None = None

@@ -40,8 +40,22 @@ from icml_interp.validation import check_int, check_number, check_type
 NORMAL, CONCEPT, GIBBERISH = 1, 2, 3
 
 
+def _array(x, name: str) -> np.ndarray:
+    """``x`` (an array, tensor or nested list of real numbers) as a float64 numpy array."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got {x.dtype}")
+        x = x.detach().cpu().double()
+    if isinstance(x, (str, bytes)) or np.iscomplexobj(x):
+        raise TypeError(f"{name} must hold real numbers, got {x!r}")
+    try:
+        return np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array of real numbers, got {type(x).__name__}") from None
+
+
 def _vector(x, name: str, n: int | None = None) -> np.ndarray:
-    arr = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=float)
+    arr = _array(x, name)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-d array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
@@ -64,7 +78,7 @@ def fit_steerability(scales, scores) -> Steerability:
     """Fit ``scores`` ``(n_samples, n_scales)`` (judge scores of each sample at each scale) against
     ``scales`` ``(n_scales,)``: per-sample slopes, intercepts and slope standard errors."""
     s = _vector(scales, "scales")
-    y = np.asarray(scores.detach().cpu() if isinstance(scores, torch.Tensor) else scores, dtype=float)
+    y = _array(scores, "scores")
     if y.ndim != 2 or y.shape[1] != s.size or y.shape[0] == 0:
         raise ValueError(f"scores must be shaped (n_samples, {s.size}) (one column per scale), got {y.shape}")
     if not np.isfinite(y).all():
@@ -78,6 +92,8 @@ def fit_steerability(scales, scores) -> Steerability:
     resid = y - intercept[:, None] - slope[:, None] * s
     dof = s.size - 2
     se = np.sqrt((resid**2).sum(1) / dof / sxx) if dof > 0 else np.full(len(y), np.nan)
+    if not (np.isfinite(slope).all() and np.isfinite(intercept).all()):
+        raise ValueError("scales and scores are too large to fit in float64; rescale them")
     return Steerability(slope=slope, intercept=intercept, slope_se=se)
 
 
@@ -142,6 +158,11 @@ def exponent_search(
 ) -> list[dict]:
     """Pearson r for every ``(a, p, t)`` in the grids, best ``|r|`` first (exploratory: the maximum over a
     grid is biased upwards; test with :func:`geometry_correlation` at exponents fixed in advance)."""
+    grids = {"a_grid": a_grid, "p_grid": p_grid, "t_grid": t_grid}
+    for name, values in grids.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise TypeError(f"{name} must be a list of numbers, got {values!r}")
+    a_grid, p_grid, t_grid = ([check_number(v, name) for v in values] for name, values in grids.items())
     rows = []
     for a in a_grid:
         for p in p_grid:
@@ -176,8 +197,9 @@ def sector_prediction(
     te_v = _vector(test_values, "test_values", len(te_a))
     check_int(n_permutations, "n_permutations", minimum=1)
     check_int(seed, "seed", minimum=0)
-    tr_bins = sector_bins(tr_a, n_sectors).numpy()
-    te_bins = sector_bins(te_a, n_sectors).numpy()
+    check_int(n_sectors, "n_sectors", minimum=1)
+    tr_bins = _sector_ids(tr_a, n_sectors, "train_angles")
+    te_bins = _sector_ids(te_a, n_sectors, "test_angles")
     cut = float(np.median(tr_v))
     tr_y, te_y = tr_v > cut, te_v > cut
 
@@ -196,6 +218,12 @@ def sector_prediction(
     null = np.array([accuracy(rng.permutation(tr_y)) for _ in range(n_permutations)])
     p_value = (1 + int((null >= acc - 1e-12).sum())) / (1 + n_permutations)
     return {"accuracy": acc, "chance": float(null.mean()), "p_value": p_value, "n_test": len(te_y)}
+
+
+def _sector_ids(angles: torch.Tensor, n_sectors: int, name: str) -> np.ndarray:
+    if bool(((angles < -math.pi - 1e-9) | (angles > math.pi + 1e-9)).any()):
+        raise ValueError(f"{name} must lie in [-pi, pi] (radians, as atan2 returns)")
+    return sector_bins(angles, n_sectors).numpy()
 
 
 # ----------------------------------------------------------------------------------------------- judges
@@ -293,10 +321,11 @@ def continuation_perplexity(model, prompts, continuations, *, batch_size: int = 
         idx = todo[start : start + batch_size]
         rows = [torch.cat([ps[i], conts[i]]) for i in idx]
         batch = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+        mask = torch.zeros_like(batch)
         for j, r in enumerate(rows):
-            batch[j, : len(r)] = r  # right padding: causal attention keeps each row its own
+            batch[j, : len(r)], mask[j, : len(r)] = r, 1  # right padding: causal attention keeps rows apart
         with torch.no_grad():
-            logp = torch.log_softmax(hooked(batch).float(), -1)
+            logp = torch.log_softmax(hooked(batch, attention_mask=mask).float(), -1)
         for j, i in enumerate(idx):
             lo, hi = len(ps[i]), len(rows[j])
             nll = -logp[j, lo - 1 : hi - 1].gather(-1, rows[j][lo:hi, None])[:, 0]
@@ -308,8 +337,11 @@ def label_outputs(concept_present, perplexity, gibberish_threshold: float) -> np
     """CRH's labels per output: :data:`GIBBERISH` (3) where the perplexity exceeds ``gibberish_threshold``
     (or is nan: nothing generated), else :data:`CONCEPT` (2) where the concept is present, else
     :data:`NORMAL` (1)."""
-    present = np.asarray(concept_present, dtype=bool)
-    ppl = np.asarray(perplexity, dtype=float)
+    present = _array(concept_present, "concept_present")
+    if not np.isin(present, (0.0, 1.0)).all():
+        raise ValueError("concept_present must hold booleans")
+    present = present.astype(bool)
+    ppl = _array(perplexity, "perplexity")
     if present.ndim != 1 or ppl.shape != present.shape:
         raise ValueError(
             f"concept_present and perplexity must be 1-d of the same length, got {present.shape} and {ppl.shape}"

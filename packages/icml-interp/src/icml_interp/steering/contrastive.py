@@ -92,10 +92,11 @@ def last_token_activations(
         chunk = rows[start : start + batch_size]
         lengths = torch.tensor([len(s) for s in chunk])
         batch = torch.zeros(len(chunk), int(lengths.max()), dtype=torch.long)
+        mask = torch.zeros_like(batch)
         for i, s in enumerate(chunk):
-            batch[i, : len(s)] = s  # right padding: causal attention keeps each row's prefix its own
+            batch[i, : len(s)], mask[i, : len(s)] = s, 1  # right padding: causal attention keeps rows apart
         with torch.no_grad():
-            _, cache = hooked.run_with_cache(batch, [name])
+            _, cache = hooked.run_with_cache(batch, [name], attention_mask=mask)
         out.append(cache[name][torch.arange(len(chunk)), lengths - 1].float())
     return torch.cat(out)
 
@@ -135,7 +136,7 @@ def _probe_direction(pos: torch.Tensor, neg: torch.Tensor, l2: float, steps: int
         return loss
 
     opt.step(closure)
-    return (w.detach() / sd).float()
+    return w.detach() / sd
 
 
 def direction_from_activations(
@@ -164,10 +165,10 @@ def direction_from_activations(
         )
     check_finite(pos, "positive_acts")
     check_finite(neg, "negative_acts")
-    pos, neg = pos.float(), neg.float()
+    pos, neg = pos.double(), neg.double()  # float64 inside: large activations do not overflow the means
     mean_diff = pos.mean(0) - neg.mean(0)
     if method == "mean":
-        return mean_diff
+        return _as_float32(mean_diff)
     if method == "pca":
         if pos.shape != neg.shape:
             raise ValueError(
@@ -177,8 +178,12 @@ def direction_from_activations(
         diffs = pos - neg
         if len(diffs) < 2:
             raise ValueError("method='pca' needs at least 2 pairs")
-        _, _, vh = torch.linalg.svd(diffs - diffs.mean(0), full_matrices=False)
-        direction = vh[0]
+        try:
+            direction = torch.linalg.svd(diffs - diffs.mean(0), full_matrices=False)[2][0]
+        except torch.linalg.LinAlgError as err:
+            raise ValueError(
+                f"positive_acts - negative_acts could not be decomposed ({err}); rescale them"
+            ) from None
     else:
         check_number(probe_l2, "probe_l2", minimum=0.0)
         check_int(probe_steps, "probe_steps", minimum=1)
@@ -189,7 +194,16 @@ def direction_from_activations(
     projection = float(mean_diff @ direction)
     if projection < 0:
         direction, projection = -direction, -projection
-    return direction * projection
+    return _as_float32(direction * projection)
+
+
+def _as_float32(v: torch.Tensor) -> torch.Tensor:
+    out = v.float()
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(
+            "positive_acts and negative_acts differ by more than float32 can hold; rescale the activations"
+        )
+    return out
 
 
 def steering_vector(
