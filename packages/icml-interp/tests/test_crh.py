@@ -315,6 +315,15 @@ def test_generate_steered_batches_ragged_prompts_exactly(hooked):
     ref = [hooked.generate(torch.tensor([s]), attention_mask=torch.ones(1, len(s), dtype=torch.long),
                            max_new_tokens=5, do_sample=False, pad_token_id=0)[0, len(s):] for s in RAGGED]  # fmt: skip
     assert [p.tolist() for p in plain] == [r.tolist() for r in ref]
+    # per-prompt vectors (CRH's penalty test): each prompt gets its own row, batched or alone
+    cyl = decompose(difference_vectors(hooked, RAGGED, OTHER, 1))
+    rows = cyl.penalty_vectors(20.0, 0.5).float()
+    batched = generate_steered(hooked, RAGGED, rows, 1, 1.0, max_new_tokens=5, batch_size=3)
+    for i, seq in enumerate(RAGGED):
+        alone = generate_steered(hooked, [seq], rows[i], 1, 1.0, max_new_tokens=5)[0]
+        assert batched[i].tolist() == alone.tolist()
+    with pytest.raises(ValueError, match="vector"):
+        generate_steered(hooked, RAGGED, rows[:3], 1, 1.0)
     sweep = scale_sweep(hooked, RAGGED, v, 1, [0.0, 50.0], max_new_tokens=5)
     assert [s.tolist() for s in sweep[0]] == [p.tolist() for p in plain]
     assert [s.tolist() for s in sweep[1]] != [p.tolist() for p in plain]  # a large push changes some output

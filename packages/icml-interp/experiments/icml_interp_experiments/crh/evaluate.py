@@ -14,6 +14,8 @@ The protocol (fixed with the criterion in ``packages/icml-interp/docs/crh.md``):
 3. Headroom: the concept rate (share labelled 2) rises by >= ``MIN_LIFT`` over scale 0 at some scale whose
    gibberish share is <= ``MAX_GIBBERISH``; the scales up to the last such scale are the fitted range.
 4. Per-sample score = keyword share (0 when gibberish); steerability = slope of the score against ``c``.
+5. The concept passes with headroom, over half the samples rising, and a positive CRH correlation
+   (``steerability / |d|^2`` against ``sin^2 theta / cos theta``) with permutation p < 0.05.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def evaluate_concept(
         "geometry r": geo["r"],
         "geometry p": geo["p_value"],
         "geometry n": geo["n"],
-        "passed": bool(headroom and rising > 0.5 and geo["p_value"] < 0.05),
+        "passed": bool(headroom and rising > 0.5 and geo["r"] > 0 and geo["p_value"] < 0.05),
         "slopes": slopes,
         "examples": {f"{c:g}": texts[k][:3] for k, c in enumerate(scale_factors)},
     }

@@ -90,10 +90,6 @@ def _simulator(seed: int) -> dict:
     return out
 
 
-def _concept_passes(r: dict) -> bool:
-    return bool(r["headroom"] and r["rising share"] > 0.5 and r["geometry r"] > 0 and r["geometry p"] < 0.05)
-
-
 def _tiny(seed: int, concepts) -> dict:
     from icml_interp.hooks import HookedModel
     from icml_interp_experiments.crh import tinylm
@@ -110,7 +106,7 @@ def _tiny(seed: int, concepts) -> dict:
             max_new_tokens=TINY["max_new_tokens"], pad_token_id=tinylm.PAD, positions=TINY["positions"],
             gibberish_factor=GIBBERISH_FACTOR, n_permutations=N_PERMUTATIONS, batch_size=40,
         )  # fmt: skip
-        rows.append({**r, "model": f"tiny GPT-2 seed {seed}", "passed": _concept_passes(r)})
+        rows.append({**r, "model": f"tiny GPT-2 seed {seed}"})
     return {"seed": seed, "train": info, "concepts": rows}
 
 
@@ -131,7 +127,7 @@ def _smollm2(concepts, n: int) -> list[dict]:
             pad_token_id=tok.pad_token_id or 0, positions=SMOL["positions"], gibberish_factor=GIBBERISH_FACTOR,
             n_permutations=N_PERMUTATIONS, batch_size=20,
         )  # fmt: skip
-        rows.append({**r, "model": "SmolLM2-135M-Instruct", "passed": _concept_passes(r)})
+        rows.append({**r, "model": "SmolLM2-135M-Instruct"})
     return rows
 
 

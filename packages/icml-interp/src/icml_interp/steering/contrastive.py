@@ -245,8 +245,9 @@ def generate_steered(
     the new tokens of each prompt (1-d LongTensors, cut after an end-of-sequence token if one was generated).
 
     ``positions="prefill"`` steers the prompt's forward pass only (CRH); ``"all"`` every position of every
-    pass, generated tokens included. Greedy decoding unless ``generate_kwargs`` say otherwise; ``scale=0``
-    attaches no hook at all."""
+    pass, generated tokens included. ``vector`` is ``(d_model,)`` or ``(n_prompts, d_model)``, one per prompt
+    (e.g. :meth:`icml_interp.crh.Cylinder.penalty_vectors`). Greedy decoding unless ``generate_kwargs`` say
+    otherwise; ``scale=0`` attaches no hook at all."""
     hooked = wrap(model)
     rows = _sequences(prompts, hooked.d_vocab, "prompts")
     check_choice(positions, "positions", ("prefill", "all"))
@@ -254,6 +255,8 @@ def generate_steered(
     check_int(max_new_tokens, "max_new_tokens", minimum=1)
     check_int(pad_token_id, "pad_token_id", minimum=0, maximum=hooked.d_vocab - 1)
     check_int(batch_size, "batch_size", minimum=1)
+    if isinstance(vector, torch.Tensor) and vector.ndim == 2 and vector.shape[0] != len(rows):
+        raise ValueError(f"vector must hold one row per prompt ({len(rows)}), got {vector.shape[0]}")
     generate_kwargs.setdefault("do_sample", False)
     eos = getattr(getattr(hooked.model, "generation_config", None), "eos_token_id", None)
     eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
@@ -275,8 +278,9 @@ def generate_steered(
             if scale == 0:
                 gen = hooked.generate(batch, **kwargs)
             else:
+                rows_vector = vector[start : start + batch_size] if vector.ndim == 2 else vector
                 with add_steering_vector(
-                    hooked, layer, vector, scale, component=component, positions=positions
+                    hooked, layer, rows_vector, scale, component=component, positions=positions
                 ):
                     gen = hooked.generate(batch, **kwargs)
         for row in gen[:, width:]:

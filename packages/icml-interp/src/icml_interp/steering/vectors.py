@@ -64,12 +64,21 @@ def add_steering_vector(
     (``positions="all"``), only at the last position of each forward pass (``"last"``), or at every position
     of each forward pass over more than one token (``"prefill"``: during ``generate`` with the KV cache, the
     default, that is the prompt's pass; the tokens generated one at a time are left alone, as in CRH). A
-    one-token prompt is indistinguishable from a decoding step and is not steered under ``"prefill"``."""
+    one-token prompt is indistinguishable from a decoding step and is not steered under ``"prefill"``.
+
+    ``vector`` is ``(d_model,)`` (the same for every sequence) or ``(batch, d_model)`` (one per sequence of the
+    batch, e.g. CRH's per-sample penalty vectors)."""
     hooked = wrap(model)
     name = _hook_name(hooked, component, layer)
-    if not isinstance(vector, torch.Tensor) or vector.shape != (hooked.d_model,):
+    if (
+        not isinstance(vector, torch.Tensor)
+        or vector.ndim not in (1, 2)
+        or vector.shape[-1] != hooked.d_model
+        or vector.numel() == 0
+    ):
         raise ValueError(
-            f"vector must be a tensor shaped ({hooked.d_model},), got {getattr(vector, 'shape', vector)}"
+            f"vector must be a tensor shaped ({hooked.d_model},) or (batch, {hooked.d_model}), "
+            f"got {getattr(vector, 'shape', vector)}"
         )
     if not (vector.is_floating_point() or vector.dtype in (torch.int32, torch.int64)):
         raise TypeError(f"vector must be a real floating-point tensor, got {vector.dtype}")
@@ -78,15 +87,19 @@ def add_steering_vector(
     check_choice(positions, "positions", ("all", "last", "prefill"))
 
     def add(act, hook):
+        if vector.ndim == 2 and vector.shape[0] != act.shape[0]:
+            raise ValueError(
+                f"vector holds {vector.shape[0]} per-sequence rows, the batch has {act.shape[0]}"
+            )
         delta = (alpha * vector.to(act.dtype)).to(act.dtype)
         if not bool(torch.isfinite(delta).all()):
             raise ValueError(
                 f"alpha * vector overflows the activations' dtype {act.dtype} (alpha={alpha:g}); lower alpha"
             )
         if positions == "all":
-            return act + delta
+            return act + (delta if delta.ndim == 1 else delta[:, None])
         if positions == "prefill":
-            return act + delta if act.shape[1] > 1 else None
+            return act + (delta if delta.ndim == 1 else delta[:, None]) if act.shape[1] > 1 else None
         new = act.clone()
         new[:, -1] += delta
         return new
