@@ -595,7 +595,7 @@ def test_generate_steered_and_scale_sweep(zoo, data):
                 "batch_size": 2,
             },
             strategies={"model": NOT_MODELS, "prompts": BAD_SEQUENCES},
-            check=lambda r: len(r) == 2 and all(0 < len(x) <= 3 for x in r),
+            check=lambda r: len(r) == 2 and all(len(x) > 0 for x in r),
         )
     else:
         fuzz_call(

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from icml_interp.hooks import wrap
-from icml_interp.steering.vectors import _hook_name, add_steering_vector
+from icml_interp.steering.vectors import _hook_name, add_steering_vector, check_vector
 from icml_interp.validation import check_choice, check_finite, check_int, check_number, check_tensor
 
 METHODS = ("mean", "pca", "probe")
@@ -255,7 +255,16 @@ def generate_steered(
     check_int(max_new_tokens, "max_new_tokens", minimum=1)
     check_int(pad_token_id, "pad_token_id", minimum=0, maximum=hooked.d_vocab - 1)
     check_int(batch_size, "batch_size", minimum=1)
-    if isinstance(vector, torch.Tensor) and vector.ndim == 2 and vector.shape[0] != len(rows):
+    cfg = hooked.model.config
+    limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    longest = max(len(r) for r in rows)
+    if isinstance(limit, int) and longest + max_new_tokens > limit:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} plus the longest prompt ({longest} tokens) exceeds the model's "
+            f"{limit} positions"
+        )
+    check_vector(vector, hooked.d_model)
+    if vector.ndim == 2 and vector.shape[0] != len(rows):
         raise ValueError(f"vector must hold one row per prompt ({len(rows)}), got {vector.shape[0]}")
     generate_kwargs.setdefault("do_sample", False)
     eos = getattr(getattr(hooked.model, "generation_config", None), "eos_token_id", None)

@@ -50,6 +50,23 @@ def difference_of_means(
     return means[0] - means[1]
 
 
+def check_vector(vector, d_model: int) -> torch.Tensor:
+    """``vector`` is a finite real tensor shaped ``(d_model,)`` or ``(batch, d_model)``."""
+    if (
+        not isinstance(vector, torch.Tensor)
+        or vector.ndim not in (1, 2)
+        or vector.shape[-1] != d_model
+        or vector.numel() == 0
+    ):
+        raise ValueError(
+            f"vector must be a tensor shaped ({d_model},) or (batch, {d_model}), "
+            f"got {getattr(vector, 'shape', vector)}"
+        )
+    if not (vector.is_floating_point() or vector.dtype in (torch.int32, torch.int64)):
+        raise TypeError(f"vector must be a real floating-point tensor, got {vector.dtype}")
+    return check_finite(vector, "vector")
+
+
 @contextmanager
 def add_steering_vector(
     model,
@@ -70,19 +87,7 @@ def add_steering_vector(
     batch, e.g. CRH's per-sample penalty vectors)."""
     hooked = wrap(model)
     name = _hook_name(hooked, component, layer)
-    if (
-        not isinstance(vector, torch.Tensor)
-        or vector.ndim not in (1, 2)
-        or vector.shape[-1] != hooked.d_model
-        or vector.numel() == 0
-    ):
-        raise ValueError(
-            f"vector must be a tensor shaped ({hooked.d_model},) or (batch, {hooked.d_model}), "
-            f"got {getattr(vector, 'shape', vector)}"
-        )
-    if not (vector.is_floating_point() or vector.dtype in (torch.int32, torch.int64)):
-        raise TypeError(f"vector must be a real floating-point tensor, got {vector.dtype}")
-    check_finite(vector, "vector")
+    check_vector(vector, hooked.d_model)
     alpha = check_number(alpha, "alpha")
     check_choice(positions, "positions", ("all", "last", "prefill"))
 
