@@ -165,6 +165,42 @@ def check_token_ids(input_ids, vocab: int | None = None, name: str = "input_ids"
     return input_ids if input_ids.ndim == 2 else input_ids[None]
 
 
+def check_token_sequences(sequences, vocab: int, name: str) -> list[torch.Tensor]:
+    """``sequences`` (a ``(batch, seq)`` LongTensor or a list of 1-d token-id tensors or lists) as a list of
+    1-d LongTensors, checked."""
+    if isinstance(sequences, torch.Tensor):
+        if sequences.dtype != torch.long or sequences.ndim != 2 or 0 in sequences.shape:
+            raise ValueError(
+                f"{name} must be a non-empty (batch, seq) LongTensor or a list of token-id sequences, "
+                f"got {sequences.dtype} {tuple(sequences.shape)}"
+            )
+        rows = list(sequences)
+    elif isinstance(sequences, Sequence) and not isinstance(sequences, (str, bytes)) and len(sequences) > 0:
+        rows = []
+        for i, s in enumerate(sequences):
+            if isinstance(s, torch.Tensor):
+                if s.dtype != torch.long or s.ndim != 1:
+                    raise ValueError(f"{name}[{i}] must be a 1-d LongTensor, got {s.dtype} {tuple(s.shape)}")
+                rows.append(s)
+            elif isinstance(s, (list, tuple)) and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in s
+            ):
+                rows.append(torch.tensor(list(s), dtype=torch.long))
+            else:
+                raise TypeError(f"{name}[{i}] must be a list of int token ids or a 1-d LongTensor, got {s!r}")
+    else:
+        raise TypeError(
+            f"{name} must be a non-empty (batch, seq) LongTensor or a list of token-id sequences, "
+            f"got {type(sequences).__name__}"
+        )
+    for i, s in enumerate(rows):
+        if s.numel() == 0:
+            raise ValueError(f"{name}[{i}] is empty")
+        if int(s.min()) < 0 or int(s.max()) >= vocab:
+            raise ValueError(f"{name}[{i}] holds token ids outside [0, {vocab})")
+    return rows
+
+
 @overload
 def check_indices(values: None, size: int, name: str) -> None: ...
 @overload

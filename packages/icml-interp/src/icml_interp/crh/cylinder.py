@@ -87,8 +87,12 @@ class Cylinder:
         basis = (
             self.normal_basis(2) if basis is None else check_tensor(basis, "basis", "(2, d_model)", ndim=2)
         )
-        if basis.shape != (2, self.axis.numel()):
-            raise ValueError(f"basis must be shaped (2, {self.axis.numel()}), got {tuple(basis.shape)}")
+        if basis.shape != (2, self.axis.numel()) or not basis.is_floating_point():
+            raise ValueError(
+                f"basis must be a floating-point tensor shaped (2, {self.axis.numel()}), got "
+                f"{basis.dtype} {tuple(basis.shape)}"
+            )
+        check_finite(basis, "basis")
         if diffs is not None:
             held_out = _diffs(diffs, "diffs")
             if held_out.shape[1] != self.axis.numel():
@@ -133,6 +137,8 @@ def decompose(diffs: torch.Tensor, axis: torch.Tensor | None = None) -> Cylinder
     v = v / v.abs().max()  # rescale first: a tiny (subnormal) vector normalises to unit length exactly
     v = v / v.norm()
     parallel = x @ v
+    if not (bool(torch.isfinite(parallel).all()) and bool(torch.isfinite(x.norm(dim=1)).all())):
+        raise ValueError("diffs are too large for float64 norms; rescale them")
     return Cylinder(diffs=x, axis=v, parallel=parallel, normal=x - parallel[:, None] * v)
 
 

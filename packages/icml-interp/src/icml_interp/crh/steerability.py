@@ -34,8 +34,7 @@ import torch
 
 from icml_interp.crh.cylinder import Cylinder, sector_bins
 from icml_interp.hooks import wrap
-from icml_interp.steering.contrastive import _sequences
-from icml_interp.validation import check_int, check_number, check_type
+from icml_interp.validation import check_int, check_number, check_token_sequences, check_type
 
 NORMAL, CONCEPT, GIBBERISH = 1, 2, 3
 
@@ -302,7 +301,7 @@ def continuation_perplexity(model, prompts, continuations, *, batch_size: int = 
     """Perplexity of each continuation's tokens given its prompt under ``model`` (unsteered: use it as the
     gibberish detector's reference), ``(n,)``; an empty continuation gets nan."""
     hooked = wrap(model)
-    ps = _sequences(prompts, hooked.d_vocab, "prompts")
+    ps = check_token_sequences(prompts, hooked.d_vocab, "prompts")
     if isinstance(continuations, (str, bytes)) or not isinstance(continuations, Sequence):
         raise TypeError(
             f"continuations must be a list of token-id sequences, got {type(continuations).__name__}"

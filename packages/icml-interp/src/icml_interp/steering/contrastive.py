@@ -30,8 +30,15 @@ from typing import Any
 import torch
 
 from icml_interp.hooks import wrap
-from icml_interp.steering.vectors import _hook_name, add_steering_vector, check_vector
-from icml_interp.validation import check_choice, check_finite, check_int, check_number, check_tensor
+from icml_interp.steering.vectors import add_steering_vector, check_vector, steering_hook_name
+from icml_interp.validation import (
+    check_choice,
+    check_finite,
+    check_int,
+    check_number,
+    check_tensor,
+    check_token_sequences,
+)
 
 METHODS = ("mean", "pca", "probe")
 
@@ -42,50 +49,14 @@ def default_layers(model) -> tuple[int, int]:
     return n // 2, (3 * n) // 4
 
 
-def _sequences(sequences, vocab: int, name: str) -> list[torch.Tensor]:
-    """``sequences`` (a ``(batch, seq)`` LongTensor or a list of 1-d token-id tensors or lists) as a list of
-    1-d LongTensors, checked."""
-    if isinstance(sequences, torch.Tensor):
-        if sequences.dtype != torch.long or sequences.ndim != 2 or 0 in sequences.shape:
-            raise ValueError(
-                f"{name} must be a non-empty (batch, seq) LongTensor or a list of token-id sequences, "
-                f"got {sequences.dtype} {tuple(sequences.shape)}"
-            )
-        rows = list(sequences)
-    elif isinstance(sequences, Sequence) and not isinstance(sequences, (str, bytes)) and len(sequences) > 0:
-        rows = []
-        for i, s in enumerate(sequences):
-            if isinstance(s, torch.Tensor):
-                if s.dtype != torch.long or s.ndim != 1:
-                    raise ValueError(f"{name}[{i}] must be a 1-d LongTensor, got {s.dtype} {tuple(s.shape)}")
-                rows.append(s)
-            elif isinstance(s, (list, tuple)) and all(
-                isinstance(t, int) and not isinstance(t, bool) for t in s
-            ):
-                rows.append(torch.tensor(list(s), dtype=torch.long))
-            else:
-                raise TypeError(f"{name}[{i}] must be a list of int token ids or a 1-d LongTensor, got {s!r}")
-    else:
-        raise TypeError(
-            f"{name} must be a non-empty (batch, seq) LongTensor or a list of token-id sequences, "
-            f"got {type(sequences).__name__}"
-        )
-    for i, s in enumerate(rows):
-        if s.numel() == 0:
-            raise ValueError(f"{name}[{i}] is empty")
-        if int(s.min()) < 0 or int(s.max()) >= vocab:
-            raise ValueError(f"{name}[{i}] holds token ids outside [0, {vocab})")
-    return rows
-
-
 def last_token_activations(
     model, sequences, layer: int, *, component: str = "resid_post", batch_size: int = 32
 ) -> torch.Tensor:
     """The activation at ``blocks.layer.hook_<component>`` of each sequence's last token, ``(n, d_model)``
     float32. ``sequences``: a ``(batch, seq)`` LongTensor or a list of token-id sequences of any lengths."""
     hooked = wrap(model)
-    rows = _sequences(sequences, hooked.d_vocab, "sequences")
-    name = _hook_name(hooked, component, layer)
+    rows = check_token_sequences(sequences, hooked.d_vocab, "sequences")
+    name = steering_hook_name(hooked, component, layer)
     check_int(batch_size, "batch_size", minimum=1)
     out = []
     for start in range(0, len(rows), batch_size):
@@ -107,8 +78,8 @@ def difference_vectors(
     """Per-pair differences ``act(positive[i]) - act(negative[i])`` at the last token, ``(n, d_model)``:
     ``positive[i]`` carries the concept, ``negative[i]`` is the same sample without it."""
     hooked = wrap(model)
-    pos = _sequences(positive, hooked.d_vocab, "positive")
-    neg = _sequences(negative, hooked.d_vocab, "negative")
+    pos = check_token_sequences(positive, hooked.d_vocab, "positive")
+    neg = check_token_sequences(negative, hooked.d_vocab, "negative")
     if len(pos) != len(neg):
         raise ValueError(
             f"positive and negative must hold the same number of sequences (one pair each), got {len(pos)} "
@@ -222,8 +193,12 @@ def steering_vector(
     check_choice(method, "method", METHODS)
     hooked = wrap(model)
     kw: dict[str, Any] = {"component": component, "batch_size": batch_size}
-    pos = last_token_activations(hooked, _sequences(positive, hooked.d_vocab, "positive"), layer, **kw)
-    neg = last_token_activations(hooked, _sequences(negative, hooked.d_vocab, "negative"), layer, **kw)
+    pos = last_token_activations(
+        hooked, check_token_sequences(positive, hooked.d_vocab, "positive"), layer, **kw
+    )
+    neg = last_token_activations(
+        hooked, check_token_sequences(negative, hooked.d_vocab, "negative"), layer, **kw
+    )
     return direction_from_activations(pos, neg, method)
 
 
@@ -249,7 +224,7 @@ def generate_steered(
     (e.g. :meth:`icml_interp.crh.Cylinder.penalty_vectors`). Greedy decoding unless ``generate_kwargs`` say
     otherwise; ``scale=0`` attaches no hook at all."""
     hooked = wrap(model)
-    rows = _sequences(prompts, hooked.d_vocab, "prompts")
+    rows = check_token_sequences(prompts, hooked.d_vocab, "prompts")
     check_choice(positions, "positions", ("prefill", "all"))
     scale = check_number(scale, "scale")
     check_int(max_new_tokens, "max_new_tokens", minimum=1)
@@ -264,6 +239,11 @@ def generate_steered(
             f"{limit} positions"
         )
     check_vector(vector, hooked.d_model)
+    dtype = hooked.embed.weight.dtype
+    if not bool(torch.isfinite(scale * vector.to(torch.float64)).all()) or not bool(
+        torch.isfinite((scale * vector.to(torch.float64)).to(dtype)).all()
+    ):
+        raise ValueError(f"scale * vector overflows the model's dtype {dtype} (scale={scale:g}); lower scale")
     if vector.ndim == 2 and vector.shape[0] != len(rows):
         raise ValueError(f"vector must hold one row per prompt ({len(rows)}), got {vector.shape[0]}")
     generate_kwargs.setdefault("do_sample", False)

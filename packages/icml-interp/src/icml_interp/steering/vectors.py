@@ -13,7 +13,7 @@ from icml_interp.validation import check_choice, check_finite, check_int, check_
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
 
-def _hook_name(hooked, component, layer) -> str:
+def steering_hook_name(hooked, component, layer) -> str:
     """The hook name of a residual-width ``component`` at ``layer``, both checked."""
     check_choice(component, "component", COMPONENTS)
     check_int(layer, "layer", minimum=0, maximum=hooked.n_layers - 1)
@@ -39,7 +39,7 @@ def difference_of_means(
         check_token_ids(positive_ids, hooked.d_vocab, "positive_ids"),
         check_token_ids(negative_ids, hooked.d_vocab, "negative_ids"),
     ]
-    name = _hook_name(hooked, component, layer)
+    name = steering_hook_name(hooked, component, layer)
     seq = min(ids.shape[1] for ids in sets)
     check_int(position, "position", minimum=-seq, maximum=seq - 1)
     means = []
@@ -86,7 +86,7 @@ def add_steering_vector(
     ``vector`` is ``(d_model,)`` (the same for every sequence) or ``(batch, d_model)`` (one per sequence of the
     batch, e.g. CRH's per-sample penalty vectors)."""
     hooked = wrap(model)
-    name = _hook_name(hooked, component, layer)
+    name = steering_hook_name(hooked, component, layer)
     check_vector(vector, hooked.d_model)
     alpha = check_number(alpha, "alpha")
     check_choice(positions, "positions", ("all", "last", "prefill"))
