@@ -171,7 +171,3 @@ def tinylm_spec(name: str, n: int, seed: int) -> ConceptSpec:
         pos.append(T.encode(head + with_))
         neg.append(T.encode(head + without))
     return ConceptSpec(name, T.FAMILIES[name], prompts, pos, neg)
-
-
-def token_lists(rows: Sequence[torch.Tensor]) -> list[list[int]]:
-    return [r.tolist() for r in rows]
