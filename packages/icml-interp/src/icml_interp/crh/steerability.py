@@ -34,6 +34,7 @@ import torch
 
 from icml_interp.crh.cylinder import Cylinder, sector_bins
 from icml_interp.hooks import wrap
+from icml_interp.steering.contrastive import right_padded
 from icml_interp.validation import check_int, check_number, check_token_sequences, check_type
 
 NORMAL, CONCEPT, GIBBERISH = 1, 2, 3
@@ -319,10 +320,7 @@ def continuation_perplexity(model, prompts, continuations, *, batch_size: int = 
     for start in range(0, len(todo), batch_size):
         idx = todo[start : start + batch_size]
         rows = [torch.cat([ps[i], conts[i]]) for i in idx]
-        batch = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
-        mask = torch.zeros_like(batch)
-        for j, r in enumerate(rows):
-            batch[j, : len(r)], mask[j, : len(r)] = r, 1  # right padding: causal attention keeps rows apart
+        batch, mask = right_padded(rows)
         with torch.no_grad():
             logp = torch.log_softmax(hooked(batch, attention_mask=mask).float(), -1)
         for j, i in enumerate(idx):

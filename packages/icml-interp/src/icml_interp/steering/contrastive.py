@@ -49,6 +49,16 @@ def default_layers(model) -> tuple[int, int]:
     return n // 2, (3 * n) // 4
 
 
+def right_padded(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """1-d token-id tensors as one right-padded ``(batch, longest)`` batch and its attention mask: causal
+    attention never lets a real token see the padding after it, so each row's outputs are its own."""
+    batch = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+    mask = torch.zeros_like(batch)
+    for i, r in enumerate(rows):
+        batch[i, : len(r)], mask[i, : len(r)] = r, 1
+    return batch, mask
+
+
 def last_token_activations(
     model, sequences, layer: int, *, component: str = "resid_post", batch_size: int = 32
 ) -> torch.Tensor:
@@ -62,10 +72,7 @@ def last_token_activations(
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         lengths = torch.tensor([len(s) for s in chunk])
-        batch = torch.zeros(len(chunk), int(lengths.max()), dtype=torch.long)
-        mask = torch.zeros_like(batch)
-        for i, s in enumerate(chunk):
-            batch[i, : len(s)], mask[i, : len(s)] = s, 1  # right padding: causal attention keeps rows apart
+        batch, mask = right_padded(chunk)
         with torch.no_grad():
             _, cache = hooked.run_with_cache(batch, [name], attention_mask=mask)
         out.append(cache[name][torch.arange(len(chunk)), lengths - 1].float())
