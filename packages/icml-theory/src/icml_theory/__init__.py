@@ -1,9 +1,10 @@
 """icml-theory: learning theory from ICML 2026: optimal RDP to f-DP accounting, stability, attention dynamics, bandits,
-predictive coding.
+predictive coding, recursive reasoning.
 
 The privacy accountants (:mod:`icml_theory.privacy`) and the L_p-stability bounds (:mod:`icml_theory.stability`)
 need only numpy and scipy (``pip install icml-theory``). The parts built on torch
-(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, :mod:`icml_theory.bandits`, :mod:`icml_theory.pc`, :mod:`icml_theory.markov`) need the ``torch`` extra
+(:mod:`icml_theory.boolean`, :mod:`icml_theory.ca`, :mod:`icml_theory.bandits`, :mod:`icml_theory.pc`, :mod:`icml_theory.markov`,
+:mod:`icml_theory.recursive`) need the ``torch`` extra
 (``pip install 'icml-theory[torch]'``); they are imported when first used, so the accountant never pulls
 torch in.
 """
@@ -30,6 +31,7 @@ _LAZY = {
     "bandits": (),
     "pc": (),
     "markov": (),
+    "recursive": (),
 }
 _LAZY_NAMES = {name: sub for sub, names in _LAZY.items() for name in names}
 
