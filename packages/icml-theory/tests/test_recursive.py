@@ -176,6 +176,8 @@ def test_stablemax_cross_entropy_matches_its_definition():
     assert got.dtype == torch.float64 and torch.allclose(got, torch.tensor(expected, dtype=torch.float64))
     big = torch.tensor([[[1e6, -1e6, 0.0]]])
     assert torch.isfinite(stablemax_cross_entropy(big, torch.tensor([[1]]))).all()
+    huge = torch.tensor([[[1e308, 1e308, 1e308, 0.0]]], dtype=torch.float64)  # the sum would overflow
+    assert stablemax_cross_entropy(huge, torch.tensor([[0]])).item() == pytest.approx(math.log(3))
     soft = sequence_loss(logits, labels, "softmax")
     assert torch.allclose(
         soft, torch.nn.functional.cross_entropy(logits[:, 0], labels[:, 0], reduction="none")

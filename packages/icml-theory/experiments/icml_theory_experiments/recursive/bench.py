@@ -16,7 +16,7 @@ import torch
 
 from icml_theory.recursive import RecursiveModel, RecursiveTrainer, count_evaluations, predict
 from icml_theory_experiments.recursive.puzzles import SUDOKU_VOCAB, sudoku_dataset
-from icml_theory_experiments.recursive.repro import BATCH, BLANKS, LR, _config
+from icml_theory_experiments.recursive.repro import BATCH, BLANKS, LR, model_config
 
 BUDGET: dict[str, dict[str, Any]] = {"quick": {"repeats": 2}, "full": {"repeats": 5}}
 EXPECTED = {"TRM": 336, "DIS": 18}
@@ -50,7 +50,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
         timing: dict[str, dict[str, float]] = {}
         counted: dict[str, float] = {}
         for name in EXPECTED:
-            model = RecursiveModel(_config(name, SUDOKU_VOCAB, x.shape[1]), seed=seed).to(device)
+            model = RecursiveModel(model_config(name, SUDOKU_VOCAB, x.shape[1]), seed=seed).to(device)
             trainer = RecursiveTrainer(model, lr=LR, seed=seed)
             with count_evaluations(model) as counter:
                 predict(model, x)

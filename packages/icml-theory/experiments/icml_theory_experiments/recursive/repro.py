@@ -42,7 +42,7 @@ RATIO = 10.0  # TRM's / DIS's network evaluations per example >= 10
 BOOTSTRAP = 10_000
 
 
-def _config(method: str, vocab: int, seq_len: int):
+def model_config(method: str, vocab: int, seq_len: int):
     from icml_theory.recursive import dis_config, trm_config
 
     sizes: dict[str, Any] = {"hidden": HIDDEN, "expansion": EXPANSION}
@@ -63,7 +63,7 @@ def _train(job: tuple) -> dict:
 
     torch.set_num_threads(1)
     task, method, seed, batches, (x, y, x_test, y_test), vocab = job
-    model = RecursiveModel(_config(method, vocab, x.shape[1]), seed=seed)
+    model = RecursiveModel(model_config(method, vocab, x.shape[1]), seed=seed)
     trainer = RecursiveTrainer(model, lr=LR, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()

@@ -95,6 +95,7 @@ def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch
     _check_logits(logits, labels)
     z = logits.double()
     s = torch.where(z >= 0, z + 1, 1 / (1 - z.clamp_max(0)))
+    s = s / s.amax(-1, keepdim=True)  # the ratio is unchanged; the sum cannot overflow
     log_p = torch.log(s) - torch.log(s.sum(-1, keepdim=True))
     return -log_p.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
