@@ -265,6 +265,16 @@ def test_bad_tokens_name_the_argument():
         trainer.fit(_tokens(2), _tokens(2), augment=3)
 
 
+def test_a_diverged_loss_raises_before_the_update():
+    model = _model(dis_config(V, L, hidden=8))
+    with torch.no_grad():
+        model.head.weight.fill_(float("inf"))
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match="lr"):
+        RecursiveTrainer(model).train_batch(_tokens(2), _tokens(2, 1))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
 def test_budget_lookup_is_compute_matched():
     model = _model(dis_config(V, L, hidden=8))
     result = evaluate(model, _tokens(4), _tokens(4, 1))

@@ -93,6 +93,10 @@ def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch
     """Cross-entropy under stablemax, ``p_i = s(l_i) / sum_j s(l_j)`` with ``s(l) = l + 1`` for ``l >= 0`` and
     ``1 / (1 - l)`` below (TRM's loss; no exponentials, so no softmax collapse). Per position, float64."""
     _check_logits(logits, labels)
+    return _stablemax(logits, labels)
+
+
+def _stablemax(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     z = logits.double()
     s = torch.where(z >= 0, z + 1, 1 / (1 - z.clamp_max(0)))
     s = s / s.amax(-1, keepdim=True)  # the ratio is unchanged; the sum cannot overflow
@@ -106,8 +110,13 @@ def sequence_loss(logits: torch.Tensor, labels: torch.Tensor, kind: str = "softm
     _check_logits(logits, labels)
     if logits.ndim != 3:
         raise ValueError(f"logits must have shape (batch, seq_len, vocab), got {tuple(logits.shape)}")
+    return _sequence_loss(logits, labels, kind)
+
+
+def _sequence_loss(logits: torch.Tensor, labels: torch.Tensor, kind: str) -> torch.Tensor:
+    """:func:`sequence_loss` without the checks (training's own logits; a non-finite loss raises in the update)."""
     if kind == "stablemax":
-        per = stablemax_cross_entropy(logits, labels).to(logits.dtype)
+        per = _stablemax(logits, labels).to(logits.dtype)
     else:
         per = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
     return per.mean(-1)
@@ -189,6 +198,10 @@ class RecursiveTrainer:
         self.generator = torch.Generator().manual_seed(check_seed(seed))
 
     def _update(self, loss: torch.Tensor) -> float:
+        if not torch.isfinite(loss.detach()):  # diverged: refuse before the weights take the step
+            raise ValueError(
+                f"the training loss is not finite ({float(loss.detach())}); lower lr (now {self.optimizer.param_groups[0]['lr']:g})"
+            )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -220,7 +233,7 @@ class RecursiveTrainer:
             carry, logits, q = model(x[active], carry)
             correct = (logits.argmax(-1) == y[active]).all(-1)
             bce = F.binary_cross_entropy_with_logits(q, correct.to(q.dtype), reduction="none")
-            loss = (sequence_loss(logits, y[active], cfg.loss) + self.q_weight * bce).mean()
+            loss = (_sequence_loss(logits, y[active], cfg.loss) + self.q_weight * bce).mean()
             losses.append(self._update(loss))
             halt = (q.detach() > 0) & (step + 1 >= min_steps[active])
             if step == cfg.supervision_steps - 1:
@@ -241,10 +254,10 @@ class RecursiveTrainer:
         cfg_mode = cfg.method == "dis-cfg"
         for step in range(cfg.supervision_steps):
             new_carry, logits, _ = model(tokens, carry, step, 1 if cfg_mode else None)
-            loss = sequence_loss(logits, path[:, step + 1], cfg.loss).mean()
+            loss = _sequence_loss(logits, path[:, step + 1], cfg.loss).mean()
             if cfg_mode:
                 _, reference, _ = model(tokens, carry, step, 0)
-                loss = loss + sequence_loss(reference, path[:, step], cfg.loss).mean()
+                loss = loss + _sequence_loss(reference, path[:, step], cfg.loss).mean()
                 logits = reference + cfg.guidance * (logits - reference)
             losses.append(self._update(loss))
             tokens, carry = logits.detach().argmax(-1), new_carry
