@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -62,20 +63,27 @@ class CorruptQuantizedModelError(ValueError):
     the stored tensors. The message names the file."""
 
 
-def _block_index(name: str) -> int | None:
+def block_index(name: str) -> int | None:
+    """The first number among the dotted parts of a module name (its transformer block), or None."""
     m = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
     return None if m is None else int(m.group(1))
 
 
 def find_linears(model: nn.Module, config: QuantConfig) -> dict[str, nn.Linear]:
     """The ``nn.Linear`` layers ``quantize_model`` replaces (skip patterns and ``max_blocks`` applied)."""
+    return linears_by_name(model, config.skip, config.max_blocks)
+
+
+def linears_by_name(model: nn.Module, skip, max_blocks: int | None) -> dict[str, nn.Linear]:
+    """``{name: module}`` of the model's ``nn.Linear`` layers whose name contains none of ``skip``, and, when
+    ``max_blocks`` is given, that sit in a numbered block below ``max_blocks``."""
     out = {}
     for name, mod in model.named_modules():
-        if not isinstance(mod, nn.Linear) or any(s in name for s in config.skip):
+        if not isinstance(mod, nn.Linear) or any(s in name for s in skip):
             continue
-        if config.max_blocks is not None:
-            b = _block_index(name)
-            if b is None or b >= config.max_blocks:
+        if max_blocks is not None:
+            b = block_index(name)
+            if b is None or b >= max_blocks:
                 continue
         out[name] = mod
     return out
@@ -314,19 +322,9 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     if info is None:
         raise ValueError("model must come from quantize_model or load_quantized (no icml_quantization info)")
     path = check_path(path)
-    if tokenizer is not None and not callable(getattr(tokenizer, "save_pretrained", None)):
-        raise TypeError(
-            f"tokenizer must have a save_pretrained method (a Hugging Face tokenizer), got {tokenizer!r:.80}"
-        )
-    if extra is not None and not isinstance(extra, dict):
-        raise TypeError(f"extra must be a dict (saved as a JSON object) or None, got {type(extra).__name__}")
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / CONFIG_FILE).is_file())):
-        raise ValueError(
-            f"path {path} exists and is not an earlier save_quantized directory; not overwriting"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    check_save_extras(tokenizer, extra)
+
+    def write(tmp: Path) -> None:
         layers = {n: m.meta() for n, m in model.named_modules() if isinstance(m, QUANTIZED)}
         first = next(model.parameters())
         doc = {
@@ -345,6 +343,32 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
             (tmp / HF_CONFIG_FILE).write_text(json.dumps(hf_config(doc), indent=1, default=str))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
+
+    return write_directory(path, write, CONFIG_FILE, "save_quantized")
+
+
+def check_save_extras(tokenizer: Any, extra: Any) -> None:
+    """A save's optional ``tokenizer`` (with ``save_pretrained``) and ``extra`` (a dict saved as JSON)."""
+    if tokenizer is not None and not callable(getattr(tokenizer, "save_pretrained", None)):
+        raise TypeError(
+            f"tokenizer must have a save_pretrained method (a Hugging Face tokenizer), got {tokenizer!r:.80}"
+        )
+    if extra is not None and not isinstance(extra, dict):
+        raise TypeError(f"extra must be a dict (saved as a JSON object) or None, got {type(extra).__name__}")
+
+
+def write_directory(path: Path, write: Callable[[Path], None], marker: str, what: str) -> Path:
+    """Write the directory ``path`` atomically: ``write(tmp)`` fills a temporary directory beside ``path``,
+    which is flushed to disk (fsync) and moved into place at the end (``os.replace``); a failure leaves
+    ``path`` as it was, and a crash cannot leave a renamed directory whose files are still unwritten. An
+    existing ``path`` must be empty or an earlier save (a directory holding the file ``marker``; ``what``
+    names the saving function in the error)."""
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
+        raise ValueError(f"path {path} exists and is not an earlier {what} directory; not overwriting")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        write(tmp)
         _fsync_tree(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -518,23 +542,31 @@ def load_quantized(path) -> nn.Module:
 
 def _build_model(doc: dict, f: Path) -> nn.Module:
     """The empty model described by a checked ``quantization.json`` document ``doc`` (the file ``f``)."""
+    model = build_empty_model(doc, f, CorruptQuantizedModelError)
+    replace_linears(model, doc["layers"], str(f))
+    return model
+
+
+def build_empty_model(doc: dict, f: Path, error: type[Exception]) -> nn.Module:
+    """The transformers model (random weights, tied embeddings tied) described by the saved document ``doc``
+    (the file ``f``): its ``model_config`` (a Hugging Face config dict with a ``model_type``), ``model_class``
+    (a transformers class name) and ``dtype`` (checked by :func:`check_dtype_name`). A document that does
+    not describe a model raises ``error`` naming ``f``."""
     import transformers
 
     cfg = doc.get("model_config")
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
-        raise CorruptQuantizedModelError(
+        raise error(
             f"{f}: model_config must be a JSON object with a model_type (the Hugging Face config the model "
             f"was saved with), got {type(cfg).__name__}"
         )
     if cfg["model_type"] not in transformers.CONFIG_MAPPING:
-        raise CorruptQuantizedModelError(
+        raise error(
             f"{f}: model_config has model_type {cfg['model_type']!r}, which transformers does not know"
         )
     cls = getattr(transformers, doc["model_class"], None)
     if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
-        raise CorruptQuantizedModelError(
-            f"{f}: model_class {doc['model_class']!r} is not a transformers model class"
-        )
+        raise error(f"{f}: model_class {doc['model_class']!r} is not a transformers model class")
     cfg = dict(cfg)
     cfg.pop("quantization_config", None)  # a model_config written by an older from_pretrained-loaded save
     # transformers 4 can skip the random initialization of the weights loaded next; 5 has no such switch here
@@ -550,11 +582,10 @@ def _build_model(doc: dict, f: Path) -> nn.Module:
         ):
             model = cls(config)
     except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
-        raise CorruptQuantizedModelError(
+        raise error(
             f"{f}: model_config does not describe a {doc['model_class']}: {type(exc).__name__}: {exc}"
         ) from exc
     model.tie_weights()  # under transformers 4's no_init_weights the tied embeddings are not tied yet
-    replace_linears(model, doc["layers"], str(f))
     return model
 
 
@@ -604,28 +635,29 @@ def check_stored_tensors(
     shared: dict[str, Any],
     weights: Path | str,
     described_by: str,
+    error: type[Exception] = CorruptQuantizedModelError,
 ) -> None:
     """Check that a checkpoint holds exactly a model's tensors: no unknown name, the same shape and dtype (no
     silent cast), and every tensor of the model either stored or sharing storage with a stored one
     (safetensors stores tied tensors once). ``expected``/``stored``: ``{name: (shape, dtype)}`` of the model
     and of the file ``weights``; ``shared``: ``{name: key}``, equal keys for tied tensors;
-    ``described_by``: the file that describes the model (for messages). Raises
-    :class:`CorruptQuantizedModelError`."""
+    ``described_by``: the file that describes the model (for messages). Raises ``error``
+    (:class:`CorruptQuantizedModelError` by default)."""
     for name, (shape, dtype) in stored.items():
         if name not in expected:
-            raise CorruptQuantizedModelError(
+            raise error(
                 f"{weights} holds tensor {name!r}, which the model described by {described_by} does not have"
             )
         e_shape, e_dtype = expected[name]
         if tuple(shape) != tuple(e_shape) or dtype != e_dtype:
-            raise CorruptQuantizedModelError(
+            raise error(
                 f"{weights}: tensor {name!r} is {dtype} {tuple(shape)}, but {described_by} describes "
                 f"{e_dtype} {tuple(e_shape)}"
             )
     keys = {shared[n] for n in stored}
     missing = [n for n in expected if n not in stored and shared[n] not in keys]
     if missing:
-        raise CorruptQuantizedModelError(
+        raise error(
             f"{weights} lacks tensors {missing[:8]}{' ...' if len(missing) > 8 else ''} of the model "
             f"described by {described_by}"
         )
@@ -633,13 +665,22 @@ def check_stored_tensors(
 
 def _load_tensors(model: nn.Module, state: dict[str, torch.Tensor], weights: Path) -> None:
     """Copy ``state`` (read from ``weights``) into ``model`` after :func:`check_stored_tensors`."""
+    load_tensors(model, state, weights, CONFIG_FILE, CorruptQuantizedModelError)
+
+
+def load_tensors(
+    model: nn.Module, state: dict[str, torch.Tensor], weights: Path, described_by: str, error: type[Exception]
+) -> None:
+    """Copy ``state`` (read from ``weights``) into ``model`` after :func:`check_stored_tensors` (tensors that
+    share storage in the model, tied or shared ones, stored once), which raises ``error``."""
     expected = model.state_dict()
     check_stored_tensors(
         {n: (tuple(t.shape), t.dtype) for n, t in expected.items()},
         {n: (tuple(t.shape), t.dtype) for n, t in state.items()},
         {n: t.untyped_storage().data_ptr() for n, t in expected.items()},
         weights,
-        CONFIG_FILE,
+        described_by,
+        error,
     )
     model.load_state_dict(state, strict=False)
 
