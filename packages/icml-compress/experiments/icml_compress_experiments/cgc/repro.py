@@ -24,16 +24,16 @@ import numpy as np
 import torch
 
 from icml_compress.cgc import ShareConfig, collect_statistics, compress_model, load_shared, save_shared
-from icml_compress.quantize.model import block_index
 from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.evaluate import evaluate, reference_logprobs
+from icml_compress.quantize.model import block_index
 from icml_tools.progress import status
 
 SEQ_LEN, N_CAL = 256, 32
 RATIOS = (0.2, 0.3)
 BUDGETS: dict[str, dict[str, Any]] = {
-    # quick: the first 8 of 30 blocks compressed (the rest float), 8 held-out sequences, one coloring seed
-    "quick": {"max_blocks": 8, "n_eval": 8, "seeds": (0,)},
+    # quick: the first 6 of 30 blocks compressed (the rest float), 8 held-out sequences, one coloring seed
+    "quick": {"max_blocks": 6, "n_eval": 8, "seeds": (0,)},
     # full: every block, every held-out sequence (87), coloring seeds 0-2
     "full": {"max_blocks": None, "n_eval": None, "seeds": (0, 1, 2)},
 }

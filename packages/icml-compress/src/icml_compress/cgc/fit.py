@@ -15,6 +15,7 @@ The cost of a layer is the second-order (K-FAC) proxy of the output error its pe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -64,8 +65,29 @@ class SharedFit:
 
 def layer_cost(W: torch.Tensor, W_hat: torch.Tensor, H: torch.Tensor) -> float:
     """``tr((W - W_hat) H (W - W_hat)^T)`` in float64 (``W``, ``W_hat``: (out, in); ``H``: (in, in))."""
+    check_weight_and_moments(W, H)
+    check_float_tensor(W_hat, "W_hat")
+    if W_hat.shape != W.shape:
+        raise ValueError(f"W_hat must have W's shape {tuple(W.shape)}, got {tuple(W_hat.shape)}")
     dW = W.double() - W_hat.double()
-    return float(((dW @ H.double()) * dW).sum())
+    return finite(float(((dW @ H.double()) * dW).sum()), "the cost tr(dW H dW^T) (W, W_hat or H too large)")
+
+
+def finite(value: float, what: str) -> float:
+    """``value`` if it is finite; a ValueError naming ``what`` (numerical overflow) otherwise."""
+    if not math.isfinite(value):
+        raise ValueError(f"{what} is not finite: {value}")
+    return value
+
+
+def check_weight_and_moments(W, H) -> None:
+    """``W`` a finite 2-D (out, in) float tensor and ``H`` a finite (in, in) one."""
+    check_float_tensor(W, "W")
+    if W.dim() != 2:
+        raise ValueError(f"W must be a 2-D weight (out, in), got shape {tuple(W.shape)}")
+    check_float_tensor(H, "H")
+    if H.shape != (W.shape[1], W.shape[1]):
+        raise ValueError(f"H must have shape ({W.shape[1]}, {W.shape[1]}), got {tuple(H.shape)}")
 
 
 def check_group(weights, hessians, name: str = "weights") -> None:
@@ -112,38 +134,54 @@ def fit_shared_basis(
     basis = torch.linalg.solve_triangular(L.T, U[:, :rank] * S[:rank], upper=True)  # L^{-T} U_k S_k
     coeffs = list(Vh[:rank].split(d_out, dim=1))
     if refit:
-        coeffs = [refit_coefficients(basis, W, H, damping) for W, H in zip(weights, Hs, strict=True)]
+        coeffs = [refit_coefficients(basis, W, H) for W, H in zip(weights, Hs, strict=True)]
+    if not (torch.isfinite(basis).all() and all(torch.isfinite(c).all() for c in coeffs)):
+        raise ValueError(f"the fit of {name} overflowed: weights or hessians too large for float64")
     costs = [layer_cost(W, (basis @ C).T, H) for W, C, H in zip(weights, coeffs, Hs, strict=True)]
     return SharedFit(basis, [c.contiguous() for c in coeffs], costs)
 
 
 def group_costs(grams, hessians, rank: int, *, damping: float = 0.01) -> list[float]:
     """The per-layer costs of :func:`fit_shared_basis` (``refit=False``) from the weights' Gram matrices
-    ``grams[l] = W_l^T W_l (in, in)`` alone, without forming the basis: with ``G_l = L^T K_l L``, ``U_k`` the
-    top-``k`` eigenvectors of ``sum_l G_l`` (the left singular vectors of ``L^T W_cat``), ``P = I - U_k U_k^T``
-    and ``A_l = L^{-1} H_l L^{-T}``, the cost of layer ``l`` is ``tr(P A_l P G_l)``. Every step is an
-    ``(in, in)`` product, whatever the output size and the group size: the fast path of CGC's pairwise costs
-    and threshold sweep (checked against the fit in the tests)."""
+    ``grams[l] = W_l^T W_l (in, in)`` alone, without forming the basis. With ``G_l = L^T K_l L``, the
+    discarded directions ``V`` (the ``in - k`` bottom eigenvectors of ``sum_l G_l``, i.e. of the left
+    singular vectors of ``L^T W_cat``) and ``Y = L^{-T} V``, the cost of layer ``l`` is
+    ``tr(P A_l P G_l) = <Y^T H_l Y, (L V)^T K_l (L V)>`` where ``P = V V^T`` and ``A_l = L^{-1} H_l L^{-T}``.
+    Every step is an ``(in, in)``-sized product, whatever the output size: the fast path of CGC's pairwise
+    costs and threshold sweep (checked against the fit in the tests)."""
     Hs = [H.double() for H in hessians]
+    Ks = [K.double() for K in grams]
     L = torch.linalg.cholesky(regularize(sum(Hs), damping, "the summed input moments of a group"))
-    G = [L.T @ K.double() @ L for K in grams]
-    _, U = torch.linalg.eigh(sum(G))
-    Uk = U[:, -rank:]
-    eye = torch.eye(L.shape[0], dtype=L.dtype)
-    P = eye - Uk @ Uk.T
-    Linv = torch.linalg.solve_triangular(L, eye, upper=False)
-    return [float(((P @ (Linv @ H @ Linv.T) @ P) * Gl).sum()) for H, Gl in zip(Hs, G, strict=True)]
+    _, U = torch.linalg.eigh(L.T @ sum(Ks) @ L)
+    V = U[:, : L.shape[0] - rank]  # eigh sorts ascending: the directions the rank-k basis leaves out
+    Y = torch.linalg.solve_triangular(L.T, V, upper=True)
+    Z = L @ V
+    return [
+        finite(float(((Y.T @ H @ Y) * (Z.T @ K @ Z)).sum()), "a group's cost (weights or moments too large)")
+        for H, K in zip(Hs, Ks, strict=True)
+    ]
 
 
 def refit_coefficients(
-    basis: torch.Tensor, W: torch.Tensor, H: torch.Tensor, damping: float = 0.01
+    basis: torch.Tensor, W: torch.Tensor, H: torch.Tensor, damping: float = 1e-8
 ) -> torch.Tensor:
     """The coefficients ``C (k, out)`` minimizing ``tr((W - (B C)^T) H (W - (B C)^T)^T)`` for a fixed basis
-    ``B (in, k)``: ``(B^T H B)^{-1} B^T H W^T``, with ``damping`` (times the mean diagonal) on ``B^T H B``."""
+    ``B (in, k)``: ``(B^T H B)^{-1} B^T H W^T``, with ``damping`` (times the mean diagonal; only for numerical
+    safety, since it biases the solution) on ``B^T H B``."""
+    check_float_tensor(basis, "basis")
+    if basis.dim() != 2:
+        raise ValueError(f"basis must be (in, k), got shape {tuple(basis.shape)}")
+    check_weight_and_moments(W, H)
+    if W.shape[1] != basis.shape[0]:
+        raise ValueError(f"basis must have W's {W.shape[1]} input rows, got shape {tuple(basis.shape)}")
+    check_positive(damping, "damping")
     H = H.double()
     G = basis.T @ H @ basis
     G = G + damping * G.diagonal().mean().clamp_min(1e-30) * torch.eye(G.shape[0], dtype=G.dtype)
-    return torch.linalg.solve(G, basis.T @ H @ W.detach().double().T)
+    C = torch.linalg.solve(G, basis.T @ H @ W.detach().double().T)
+    if not torch.isfinite(C).all():
+        raise ValueError("the refitted coefficients are not finite: W, H or basis too large for float64")
+    return C
 
 
 def top_eigenspace(H: torch.Tensor, r: int) -> torch.Tensor:

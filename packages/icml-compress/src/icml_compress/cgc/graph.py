@@ -35,7 +35,7 @@ from icml_compress.cgc.fit import (
     rank_for_ratio,
     top_eigenspace,
 )
-from icml_compress.validation import check_int, check_one_of
+from icml_compress.validation import check_bool, check_int, check_one_of, check_positive
 
 COSTS = ("exact", "overlap")
 
@@ -49,6 +49,8 @@ def pair_costs(
     check_group(weights, hessians)
     ratio = check_ratio(ratio)
     check_one_of(cost, "cost", COSTS)
+    check_bool(refit, "refit")
+    check_positive(damping, "damping")
     n = len(weights)
     d_out, d_in = weights[0].shape
     k2 = rank_for_ratio(d_in, d_out, 2, ratio)
@@ -180,6 +182,10 @@ def dsatur_coloring(adjacency, max_group: int, seed: int = 0, costs=None) -> lis
 
 def color_groups(colors: list[int]) -> list[list[int]]:
     """The color classes of ``colors`` as sorted lists of nodes, ordered by their first node."""
+    if not isinstance(colors, (list, tuple)) or not all(
+        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in colors
+    ):
+        raise TypeError(f"colors must be a list of non-negative ints (a color per node), got {colors!r:.80}")
     groups: dict[int, list[int]] = {}
     for v, c in enumerate(colors):
         groups.setdefault(c, []).append(v)

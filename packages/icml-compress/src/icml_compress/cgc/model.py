@@ -204,7 +204,7 @@ def _check_groups(groups, linears: dict[str, nn.Linear]) -> list[list[str]]:
         shapes = {tuple(linears[n].weight.shape) for n in g}
         if len(shapes) > 1:
             raise ValueError(
-                f"layers of different shapes forced into one group: {[(n, tuple(linears[n].weight.shape)) for n in g]}"
+                f"groups: layers of different shapes forced into one group: {[(n, tuple(linears[n].weight.shape)) for n in g]}"
             )
     return [list(g) for g in groups] + [[n] for n in linears if n not in seen]
 
