@@ -276,3 +276,25 @@ def test_failed_save_keeps_the_old_one_and_corrupt_saves_are_named(tmp_path, mon
         load_shared(path)
     with pytest.raises(CorruptSharedModelError, match=r"no sharing\.json"):
         load_shared(tmp_path)
+
+
+@pytest.mark.slow
+def test_smollm2_compressed_by_cgc_round_trips_and_answers(tmp_path):
+    """The end-to-end check on the real model (first 2 of 30 blocks, to stay quick): save/load with the
+    tokenizer gives identical logits, and the reloaded model generates an answer."""
+    from icml_tools.assets import english_corpus, smollm2
+
+    model, tokenizer = smollm2()
+    cfg = ShareConfig(ratio=0.3, max_blocks=2, n_calibration=4, seq_len=128)
+    stats = collect_statistics(model, english_corpus(20_000), tokenizer, cfg, progress=False)
+    model = compress_model(model, stats, cfg, progress=False)
+    assert model.icml_sharing["parameters"]["removed_fraction"] == pytest.approx(0.3, abs=0.005)
+    ids = torch.tensor([tokenizer.encode("The capital of France is")])
+    with torch.no_grad():
+        logits = model(ids).logits
+    save_shared(model, tmp_path / "s", tokenizer=tokenizer)
+    again = load_shared(tmp_path / "s")
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, logits)
+    out = again.generate(ids, max_new_tokens=6, do_sample=False)
+    assert out.shape[1] > ids.shape[1] and tokenizer.decode(out[0, ids.shape[1] :]).strip()

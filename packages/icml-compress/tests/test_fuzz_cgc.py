@@ -34,6 +34,7 @@ from icml_compress.cgc import (
     rank_for_ratio,
     refit_coefficients,
     save_shared,
+    sharing_record,
     thresholds,
 )
 from icml_tools.fuzz import Coverage, fuzz_call
@@ -395,6 +396,19 @@ def test_save_and_load_shared(data):
                 "extra": st.sampled_from([3, "x", [1]]),
             },
         )
+
+
+@FUZZ.covers(sharing_record)
+@settings(max_examples=20, deadline=None)
+@given(st.data())
+def test_sharing_record(data):
+    fuzz_call(
+        data,
+        sharing_record,
+        {"model": compressed()},
+        check=lambda r: {"config", "groups", "families", "parameters"} <= set(r),
+        strategies={"model": st.sampled_from([None, "m", tiny(), nn.Linear(2, 2)])},
+    )
 
 
 def test_every_public_api_is_fuzzed():

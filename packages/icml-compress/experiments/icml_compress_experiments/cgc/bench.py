@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from icml_compress.cgc import ShareConfig, collect_statistics, compress_model
+from icml_compress.cgc import ShareConfig, collect_statistics, compress_model, sharing_record
 
 REPEATS = {"quick": 5, "full": 21}
 RATIOS = {"quick": (0.3,), "full": (0.2, 0.3)}
@@ -75,7 +75,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
                 {
                     "ratio": ratio,
                     "method": method,
-                    "removed_fraction": round(model.icml_sharing["parameters"]["removed_fraction"], 4),
+                    "removed_fraction": round(sharing_record(model)["parameters"]["removed_fraction"], 4),
                     "prefill_ms": round(1e3 * med["prefill"], 2),
                     "prefill_original_ms": round(1e3 * med["prefill_ref"], 2),
                     "prefill_ratio": round(med["prefill"] / med["prefill_ref"], 3),

@@ -18,12 +18,19 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
-from icml_compress.cgc import ShareConfig, collect_statistics, compress_model, load_shared, save_shared
+from icml_compress.cgc import (
+    ShareConfig,
+    collect_statistics,
+    compress_model,
+    load_shared,
+    save_shared,
+    sharing_record,
+)
 from icml_compress.quantize.calibration import make_sequences
 from icml_compress.quantize.evaluate import evaluate, reference_logprobs
 from icml_compress.quantize.model import block_index
@@ -70,7 +77,7 @@ def headroom(families: dict) -> dict:
             continue
         c = np.asarray(info["costs"])
         alone = np.asarray(info["alone"])
-        blocks = [block_index(n) for n in info["layers"]]
+        blocks = [block_index(n) or 0 for n in info["layers"]]
         n = len(blocks)
         for i in range(n):
             row = np.where(np.arange(n) == i, np.inf, c[i])
@@ -101,7 +108,7 @@ def paired_bootstrap(diff: np.ndarray, seed: int = 0, resamples: int = BOOTSTRAP
 
 def group_summary(model) -> dict:
     """Groups of more than one layer, and how many of them are not a run of consecutive blocks."""
-    shared = [g["layers"] for g in model.icml_sharing["groups"] if len(g["layers"]) > 1]
+    shared = [g["layers"] for g in sharing_record(model)["groups"] if len(g["layers"]) > 1]
     runs = 0
     for g in shared:
         b = sorted(block_index(n) or 0 for n in g)
@@ -121,7 +128,7 @@ def _roundtrip_and_generate(model, tokenizer, seq) -> tuple[bool, str]:
         again = load_shared(Path(d) / "m")
         same = torch.equal(model(seq).logits, again(seq).logits)
         ids = chat_prompt_ids(tokenizer, PROMPT)
-        out = again.generate(ids, max_new_tokens=16, do_sample=False)
+        out = cast(Any, again).generate(ids, max_new_tokens=16, do_sample=False)
     return same, tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
@@ -159,7 +166,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             )
             seconds = time.perf_counter() - t0
             if method == "cgc" and costs is None:
-                fams = model.icml_sharing["families"]
+                fams = sharing_record(model)["families"]
                 costs = {f: np.asarray(info["costs"]) for f, info in fams.items() if "costs" in info}
                 res["headroom"] = headroom(fams)
                 res["tau"] = {f: info["tau"] for f, info in fams.items() if "tau" in info}
@@ -169,8 +176,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                 "kl_per_sequence": metrics["kl_per_sequence"],
                 "ppl": metrics["ppl"],
                 "ppl_float": metrics["ppl_reference"],
-                "parameters": model.icml_sharing["parameters"],
-                "proxy_cost": sum(sum(g["costs"]) for g in model.icml_sharing["groups"]),
+                "parameters": sharing_record(model)["parameters"],
+                "proxy_cost": sum(sum(g["costs"]) for g in sharing_record(model)["groups"]),
                 "groups": group_summary(model),
                 "seconds": seconds,
             }

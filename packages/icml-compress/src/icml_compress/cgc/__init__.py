@@ -18,6 +18,7 @@ from icml_compress.cgc.model import (
     load_shared,
     plan_groups,
     save_shared,
+    sharing_record,
 )
 
 __all__ = [
@@ -38,5 +39,6 @@ __all__ = [
     "rank_for_ratio",
     "refit_coefficients",
     "save_shared",
+    "sharing_record",
     "thresholds",
 ]

@@ -23,7 +23,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -44,13 +44,12 @@ from icml_compress.cgc.graph import (
 from icml_compress.cgc.linear import SharedBasisLinear
 from icml_compress.quantize.calibration import check_token_ids, collect_hessians, encode_texts, make_sequences
 from icml_compress.quantize.model import (
-    SUPPORTED_DTYPES,
     block_index,
     build_empty_model,
     check_dtype_name,
     check_path,
     check_save_extras,
-    linears_by_name,
+    float_linears,
     load_tensors,
     model_config,
     set_module,
@@ -136,16 +135,7 @@ def target_linears(model: nn.Module, config: ShareConfig) -> dict[str, nn.Linear
     """The ``nn.Linear`` layers :func:`compress_model` replaces (``skip`` and ``max_blocks`` applied)."""
     check_instance(model, "model", nn.Module, "torch.nn.Module")
     check_instance(config, "config", ShareConfig)
-    linears = linears_by_name(model, config.skip, config.max_blocks)
-    if not linears:
-        raise ValueError(
-            f"model has no nn.Linear layers to compress (skip={list(config.skip)}, max_blocks={config.max_blocks})"
-        )
-    for name, lin in linears.items():
-        if lin.weight.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(
-                f"model weights must be float32, float16 or bfloat16; {name}.weight is {lin.weight.dtype}"
-            )
+    linears = float_linears(model, config.skip, config.max_blocks, "compress")
     return linears
 
 
@@ -330,13 +320,24 @@ def compress_model(
             before += m.weight.numel()
             after += new.coeff.numel()
         records.append({"layers": g, "rank": k, "costs": fit.costs})
-    model.icml_sharing = {  # type: ignore[assignment]  (an attribute on a torch module)
+    cast(Any, model).icml_sharing = {  # an attribute on a torch module
         "config": config.to_dict(),
         "groups": records,
         "families": plan["families"],
         "parameters": {"before": before, "after": after, "removed_fraction": 1 - after / before},
     }
     return model
+
+
+def sharing_record(model: nn.Module) -> dict:
+    """The record ``model.icml_sharing`` that :func:`compress_model` and :func:`load_shared` attach: the
+    config, the groups (layers, rank, per-layer costs), CGC's families (pairwise costs, sweep, threshold) and
+    the parameter counts. A model without one raises ``ValueError``."""
+    check_instance(model, "model", nn.Module, "torch.nn.Module")
+    info = getattr(model, "icml_sharing", None)
+    if not isinstance(info, dict):
+        raise ValueError("model must come from compress_model or load_shared (no icml_sharing record)")
+    return info
 
 
 def save_shared(model: nn.Module, path, *, tokenizer=None, extra: dict | None = None) -> Path:
@@ -347,9 +348,7 @@ def save_shared(model: nn.Module, path, *, tokenizer=None, extra: dict | None = 
     from safetensors.torch import save_model
 
     check_instance(model, "model", nn.Module, "torch.nn.Module")
-    info = getattr(model, "icml_sharing", None)
-    if info is None:
-        raise ValueError("model must come from compress_model or load_shared (no icml_sharing record)")
+    info = sharing_record(model)
     path = check_path(path)
     check_save_extras(tokenizer, extra)
     cfg = model_config(model)
@@ -409,7 +408,7 @@ def load_shared(path) -> nn.Module:
     model = build_empty_model(doc, f, CorruptSharedModelError)
     _replace_groups(model, doc["sharing"].get("groups"), f)
     load_tensors(model, state, weights, CONFIG_FILE, CorruptSharedModelError)
-    model.icml_sharing = doc["sharing"]  # type: ignore[assignment]
+    cast(Any, model).icml_sharing = doc["sharing"]
     return model.eval()
 
 

@@ -89,6 +89,22 @@ def linears_by_name(model: nn.Module, skip, max_blocks: int | None) -> dict[str,
     return out
 
 
+def float_linears(model: nn.Module, skip, max_blocks: int | None, verb: str) -> dict[str, nn.Linear]:
+    """:func:`linears_by_name`, checked: at least one layer (``verb``: what is done to them, for the message)
+    and every weight float32, float16 or bfloat16."""
+    linears = linears_by_name(model, skip, max_blocks)
+    if not linears:
+        raise ValueError(
+            f"model has no nn.Linear layers to {verb} (skip={list(skip)}, max_blocks={max_blocks})"
+        )
+    for name, lin in linears.items():
+        if lin.weight.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(
+                f"model weights must be float32, float16 or bfloat16; {name}.weight is {lin.weight.dtype}"
+            )
+    return linears
+
+
 def set_module(model: nn.Module, name: str, new: nn.Module) -> None:
     """Replace the submodule ``name`` (dotted) of ``model`` by ``new``."""
     parent, _, child = name.rpartition(".")
@@ -114,16 +130,8 @@ def _check_model(model, config) -> dict[str, nn.Linear]:
     when the layer's turn comes)."""
     check_instance(model, "model", nn.Module, "torch.nn.Module")
     check_instance(config, "config", QuantConfig)
-    linears = find_linears(model, config)
-    if not linears:
-        raise ValueError(
-            f"model has no nn.Linear layers to quantize (skip={list(config.skip)}, max_blocks={config.max_blocks})"
-        )
+    linears = float_linears(model, config.skip, config.max_blocks, "quantize")
     for name, lin in linears.items():
-        if lin.weight.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(
-                f"model weights must be float32, float16 or bfloat16; {name}.weight is {lin.weight.dtype}"
-            )
         if config.method != "rtn" and lin.in_features % config.T:
             raise ValueError(f"config.T={config.T} must divide the input size of {name} ({lin.in_features})")
     return linears
