@@ -83,6 +83,30 @@ def test_planted_families_are_colored_apart():
     assert overlap[same & off].max() < overlap[~same].min()
 
 
+def test_planted_families_found_by_the_whole_cgc_plan():
+    """compress_model's own sweep, on a stack of 8 Linear layers holding the planted weights and moments:
+    CGC groups the two interleaved families (non-adjacent layers), Basis Sharing pairs neighbours."""
+    weights, hessians = planted()
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList()
+    for w in weights:
+        block = torch.nn.Module()
+        block.proj = torch.nn.Linear(32, 16, bias=False)
+        block.proj.weight.data.copy_(w)
+        model.layers.append(block)
+    stats = {f"layers.{i}.proj": h for i, h in enumerate(hessians)}
+    for seed in range(3):
+        cfg = ShareConfig(ratio=0.5, shared=("proj",), seed=seed)
+        assert plan_groups(model, stats, cfg)["families"]["layers.*.proj"]["groups"] == [
+            [0, 2, 4, 6],
+            [1, 3, 5, 7],
+        ]
+    bs = plan_groups(
+        model, stats, ShareConfig(ratio=0.5, shared=("proj",), method="basis-sharing", max_group=2)
+    )
+    assert bs["families"]["layers.*.proj"]["groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 12), st.integers(1, 5), st.integers(0, 2**16), st.floats(0, 1))
 def test_coloring_is_proper_capped_and_seeded(n, cap, seed, density):
