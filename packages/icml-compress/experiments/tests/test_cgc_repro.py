@@ -1,9 +1,8 @@
 """The cgc-smollm2 reproduction's helpers (fast) and its quick run (heavy: SmolLM2, about 2 minutes)."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
+import torch
 
 from icml_compress_experiments.cgc.repro import (
     RATIOS,
@@ -32,15 +31,14 @@ def test_headroom_counts_far_partners_and_matches_exactly():
 
 
 def test_group_summary_flags_groups_that_are_not_runs():
-    model = SimpleNamespace(
-        icml_sharing={
-            "groups": [
-                {"layers": ["m.0.q", "m.1.q"]},
-                {"layers": ["m.2.q", "m.5.q", "m.9.q"]},
-                {"layers": ["m.3.q"]},
-            ]
-        }
-    )
+    model = torch.nn.Module()
+    model.icml_sharing = {
+        "groups": [
+            {"layers": ["m.0.q", "m.1.q"]},
+            {"layers": ["m.2.q", "m.5.q", "m.9.q"]},
+            {"layers": ["m.3.q"]},
+        ]
+    }
     assert group_summary(model) == {"shared_groups": 2, "nonadjacent_groups": 1, "sizes": [2, 3]}
 
 

@@ -92,9 +92,9 @@ def headroom(families: dict) -> dict:
         matched += sum(pair[i, j] for i, j in m) + sum(alone[v] for v in range(n) if v not in used)
     return {
         "nonadjacent_fraction": far / nodes,
-        "adjacent_pairing_cost": adjacent,
-        "min_matching_cost": matched,
-        "matching_gain": 1 - matched / adjacent,
+        "adjacent_pairing_cost": float(adjacent),
+        "min_matching_cost": float(matched),
+        "matching_gain": float(1 - matched / adjacent),
         "layers": nodes,
     }
 
