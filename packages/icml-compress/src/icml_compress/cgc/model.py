@@ -52,6 +52,7 @@ from icml_compress.quantize.model import (
     float_linears,
     load_tensors,
     model_config,
+    read_weights,
     set_module,
     vocab_size,
     write_directory,
@@ -376,9 +377,6 @@ def save_shared(model: nn.Module, path, *, tokenizer=None, extra: dict | None = 
 def load_shared(path) -> nn.Module:
     """Rebuild a model saved by :func:`save_shared` (needs transformers); its logits are bit-identical.
     A missing, truncated or inconsistent save raises :class:`CorruptSharedModelError` naming the file."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = check_path(path)
     f = path / CONFIG_FILE
     if not f.is_file():
@@ -396,15 +394,7 @@ def load_shared(path) -> nn.Module:
         check_dtype_name(doc["dtype"], str(f))
     except ValueError as exc:
         raise CorruptSharedModelError(str(exc)) from None
-    weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise CorruptSharedModelError(f"{path} is not a complete save_shared directory (no {WEIGHTS_FILE})")
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise CorruptSharedModelError(
-            f"{weights} is not a readable safetensors file (truncated or corrupted?): {exc}"
-        ) from exc
+    weights, state = read_weights(path, "save_shared", CorruptSharedModelError)
     model = build_empty_model(doc, f, CorruptSharedModelError)
     _replace_groups(model, doc["sharing"].get("groups"), f)
     load_tensors(model, state, weights, CONFIG_FILE, CorruptSharedModelError)

@@ -526,22 +526,9 @@ def load_quantized(path) -> nn.Module:
     same names (tied weights stored once), shapes and dtypes. Any failure raises
     :class:`CorruptQuantizedModelError` naming the file (a ``ValueError``).
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = check_path(path)
     doc = read_quantization(path)
-    weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise CorruptQuantizedModelError(
-            f"{path} is not a complete save_quantized directory (no {WEIGHTS_FILE})"
-        )
-    try:
-        state = load_file(str(weights))
-    except (SafetensorError, OSError) as exc:
-        raise CorruptQuantizedModelError(
-            f"{weights} is not a readable safetensors file (truncated or corrupted?): {exc}"
-        ) from exc
+    weights, state = read_weights(path, "save_quantized", CorruptQuantizedModelError)
     model = _build_model(doc, path / CONFIG_FILE)
     _load_tensors(model, state, weights)
     model.icml_quantization = doc["quantization"]  # a transformers model: attributes are untyped
@@ -674,6 +661,21 @@ def check_stored_tensors(
 def _load_tensors(model: nn.Module, state: dict[str, torch.Tensor], weights: Path) -> None:
     """Copy ``state`` (read from ``weights``) into ``model`` after :func:`check_stored_tensors`."""
     load_tensors(model, state, weights, CONFIG_FILE, CorruptQuantizedModelError)
+
+
+def read_weights(path: Path, saved_by: str, error: type[Exception]) -> tuple[Path, dict[str, torch.Tensor]]:
+    """The ``model.safetensors`` of a directory written by ``saved_by``, and its tensors; a missing or
+    unreadable file raises ``error`` naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        raise error(f"{path} is not a complete {saved_by} directory (no {WEIGHTS_FILE})")
+    try:
+        return weights, load_file(str(weights))
+    except (SafetensorError, OSError) as exc:
+        raise error(f"{weights} is not a readable safetensors file (truncated or corrupted?): {exc}") from exc
 
 
 def load_tensors(
