@@ -46,16 +46,19 @@ from icml_stats.seqci import (
     ONS,
     RBF,
     SKCI,
+    Affine,
     CIData,
     ConditionalMeanEmbedding,
     ConstantFraction,
     GaussianConditional,
     Linear,
     MixtureWealth,
+    RBFLinear,
     SequentialTestResult,
     SigmoidFraction,
     WealthProcess,
     anytime_p_value,
+    confounded_ci,
     gaussian_ci,
     krr_loo_loss,
     loo_losses,
@@ -673,7 +676,7 @@ def test_sequential_test_result(data):
 SAMPLE_SIZES = {"n": size_arg(MAX_SIZE), "d": size_arg(MAX_SIZE)}
 
 
-@FUZZ.covers(gaussian_ci, sinusoidal_ci)
+@FUZZ.covers(gaussian_ci, sinusoidal_ci, confounded_ci)
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_datasets(data):
@@ -685,7 +688,13 @@ def test_datasets(data):
             and np.allclose(d.conditional().mean(d.c), d.a_mean)
         )
 
-    if data.draw(st.booleans(), label="sinusoidal"):
+    which = data.draw(st.sampled_from(["sinusoidal", "gaussian", "confounded"]), label="dataset")
+    if which == "confounded":
+        valid = {"n": 12, "d": 3, "strength": 1.5, "effect": 0.0, "seed": 1, "data_seed": 2}
+        fuzz_call(
+            data, confounded_ci, valid, check=check, strategies=SAMPLE_SIZES, related={"n": ["d"], "d": ["n"]}
+        )
+    elif which == "sinusoidal":
         valid = {
             "n": 12,
             "d": 3,
@@ -761,12 +770,21 @@ def test_kernel_ridge_loo(data):
         )
 
 
-@FUZZ.covers(RBF, Linear)
-@settings(max_examples=60, deadline=None)
+@FUZZ.covers(RBF, Linear, RBFLinear, Affine)
+@settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_kernels(data):
     x, y = RNG.normal(size=(6, 2)), RNG.normal(size=(4, 2))
-    if data.draw(st.booleans(), label="RBF"):
+    which = data.draw(st.sampled_from(["RBF", "Linear", "RBFLinear", "Affine"]), label="kernel")
+    if which in ("RBFLinear", "Affine"):
+        cls = RBFLinear if which == "RBFLinear" else Affine
+        fuzz_call(data, cls, {"bandwidth": 1.5}, check=lambda k: k.bandwidth is None or k.bandwidth > 0)
+        fuzz_call(data, cls().fitted, {"x": x, "rng": None}, check=lambda k: k.bandwidth > 0)
+        kernel = cls(1.5)
+        linear = 1.0 + x @ y.T / 1.5**2 if cls is Affine else RBF(1.5)(x, y) + x @ y.T / 1.5**2
+        np.testing.assert_allclose(kernel(x, y), linear)
+        check = lambda k: k.ndim == 2 and k.size >= 1  # noqa: E731
+    elif which == "RBF":
         # bandwidth None is valid: the median heuristic sets it in fitted()
         fuzz_call(data, RBF, {"bandwidth": 1.5}, check=lambda k: k.bandwidth is None or k.bandwidth > 0)
         kernel = RBF(1.5)
@@ -844,6 +862,14 @@ def test_gaussian_conditional(data):
         return
     fuzz_call(
         data,
+        GaussianConditional.estimate,
+        {"c": c, "y": a, "input_kernel": None, "ridge": None, "grid": (1e-3, 1e-1), "max_select": 300},
+        check=lambda g: g.std >= 0.0 and g.explained_ <= 1.0 and g.mean(c).shape == a.shape,
+        strategies={"input_kernel": BAD_KERNELS},
+        related={"c": ["y"], "y": ["c"]},
+    )
+    fuzz_call(
+        data,
         cond.centered_gram,
         {"kernel": RBF(1.0), "c1": c, "a1": a, "c2": c[:4], "a2": a[:4]},
         check=lambda k: k.shape == (6, 4),
@@ -866,6 +892,7 @@ def test_skci(data):
         c,
         batch_size,
         alpha,
+        estimator,
         betting,
         max_past,
         n_anchors,
@@ -876,6 +903,7 @@ def test_skci(data):
     ):
         return SKCI(
             alpha,
+            estimator=estimator,
             betting=betting,
             max_past=max_past,
             n_anchors=n_anchors,
@@ -902,6 +930,7 @@ def test_skci(data):
             "c": D.c,
             "batch_size": 20,
             "alpha": 0.05,
+            "estimator": data.draw(st.sampled_from(["gaussian", "cme"]), label="estimator"),
             "betting": data.draw(st.sampled_from(["sigmoid", "ons"]), label="betting"),
             **SMALL,
             "c_bandwidth_factors": (1.0, 2.0),

@@ -12,34 +12,40 @@ from icml_stats.seqci.betting import (
     anytime_p_value,
     ville_threshold,
 )
-from icml_stats.seqci.datasets import CIData, gaussian_ci, sinusoidal_ci
+from icml_stats.seqci.datasets import CIData, confounded_ci, gaussian_ci, sinusoidal_ci
 from icml_stats.seqci.kernels import (
     RBF,
+    Affine,
     ConditionalMeanEmbedding,
     GaussianConditional,
     Linear,
+    RBFLinear,
     krr_loo_loss,
     loo_losses,
     median_bandwidth,
     select_ridge,
 )
-from icml_stats.seqci.skci import SKCI, run_ablation, shift_for
+from icml_stats.seqci.skci import SKCI, ConfoundingWarning, run_ablation, shift_for
 
 __all__ = [
     "AGRAPA",
     "ONS",
     "RBF",
     "SKCI",
+    "Affine",
     "CIData",
     "ConditionalMeanEmbedding",
+    "ConfoundingWarning",
     "ConstantFraction",
     "GaussianConditional",
     "Linear",
     "MixtureWealth",
+    "RBFLinear",
     "SequentialTestResult",
     "SigmoidFraction",
     "WealthProcess",
     "anytime_p_value",
+    "confounded_ci",
     "gaussian_ci",
     "krr_loo_loss",
     "loo_losses",

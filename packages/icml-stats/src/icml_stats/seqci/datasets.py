@@ -9,6 +9,9 @@ and :meth:`CIData.conditional`, a :class:`~icml_stats.seqci.kernels.GaussianCond
   once per ``data_seed``. H0 ``A _||_ B | C`` holds iff ``effect == 0``. Our own choice: ``u, v ~ N(0, I_d / d)``
   (the official code draws ``N(0, I_d)``), so that ``C.u`` and ``C.v`` have variance about 1 for every ``d``
   and the effect size means the same thing in every dimension.
+* :func:`confounded_ci` (our own, for the confounding grid): ``C ~ N(0, I_d)``, ``A = C.w + N(0, 1)``,
+  ``B = C.w + effect * A + N(0, 1)`` with ``|w| = strength`` in a random direction: under H0 A and B
+  are independent given C but correlated through it, ``corr(A, B) = strength^2 / (strength^2 + 1)``.
 * :func:`sinusoidal_ci` (the "CI hardness" family of the SKCI code): ``C ~ N(0, I_d)``,
   ``A = cos(C_i) + noise * e_A``, ``B = exp(C_j) + noise * e_B``, with ``(e_A, e_B)`` standard normal with
   correlation ``r = effect * sin(freq * C_k)`` (``effect = 0``: H0). Higher ``freq`` makes the dependence
@@ -72,6 +75,29 @@ def gaussian_ci(n: int, d: int = 5, effect: float = 0.0, seed: int = 0, data_see
 
     def mean_fn(cc):
         return (np.asarray(cc, dtype=float) @ v)[:, None]
+
+    return CIData(a=a, b=b, c=c, a_mean=a_mean, a_std=1.0, mean_fn=mean_fn)
+
+
+def confounded_ci(
+    n: int, d: int = 5, strength: float = 1.5, effect: float = 0.0, seed: int = 0, data_seed: int = 0
+) -> CIData:
+    """A and B driven by the same linear function of C: ``seed`` draws the samples, ``data_seed`` the
+    direction of ``w`` (``|w| = strength``)."""
+    n, d = check_int(n, "n", 1, MAX_SIZE), check_int(d, "d", 1, MAX_SIZE)
+    strength, effect = check_real(strength, "strength", "[0, inf)"), check_real(effect, "effect")
+    seed, data_seed = check_int(seed, "seed", 0), check_int(data_seed, "data_seed", 0)
+    check_size(n, d)
+    direction = np.random.default_rng([data_seed, 6151]).standard_normal(d)
+    w = strength * direction / np.linalg.norm(direction)
+    rng = np.random.default_rng([seed, data_seed, 3571])
+    c = rng.standard_normal((n, d))
+    a_mean = (c @ w)[:, None]
+    a = a_mean + rng.standard_normal((n, 1))
+    b = a_mean + effect * a + rng.standard_normal((n, 1))
+
+    def mean_fn(cc):
+        return (np.asarray(cc, dtype=float) @ w)[:, None]
 
     return CIData(a=a, b=b, c=c, a_mean=a_mean, a_std=1.0, mean_fn=mean_fn)
 

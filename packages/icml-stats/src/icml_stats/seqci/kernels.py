@@ -1,7 +1,10 @@
 """Kernels, kernel ridge regression with the closed-form leave-one-out loss, and conditional mean embeddings.
 
 * :class:`RBF` ``k(x, y) = exp(-|x - y|^2 / (2 bandwidth^2))`` with the median heuristic
-  (:func:`median_bandwidth`), :class:`Linear` ``k(x, y) = <x, y>``.
+  (:func:`median_bandwidth`), :class:`Linear` ``k(x, y) = <x, y>``, and :class:`RBFLinear`, their sum
+  ``exp(-|x - y|^2 / (2 h^2)) + <x, y> / h^2`` (a regression with it fits linear trends without the
+  shrinkage an RBF alone gives them), and :class:`Affine` ``1 + <x, y> / h^2`` (ridge regression on
+  ``(1, x / h)``); :func:`choose_kernel_and_ridge` picks an input kernel and a ridge by the LOO loss.
 * Kernel ridge regression of a target with Gram matrix ``K_Y`` (``y y^T`` for a scalar target; a kernel
   Gram matrix for a conditional mean embedding, a regression in feature space) on inputs with Gram
   ``K_X``: the fit on all ``n`` points has hat matrix ``H = K_X (K_X + r I)^-1``, and the leave-one-out
@@ -12,8 +15,10 @@
 * :class:`ConditionalMeanEmbedding`: ``mu(c) = sum_j beta_j(c) phi(y_j)``, ``beta(c) = (K_CC + r I)^-1 k_C(C, c)``,
   and the centered Gram ``K~[u, v] = <phi(y_u) - mu(c_u), phi(y_v) - mu(c_v)>``
   ``= k(y_u, y_v) - beta_u . k(Y, y_v) - beta_v . k(Y, y_u) + beta_u K_YY beta_v`` (:meth:`centered_gram`).
-* :class:`GaussianConditional`: a known Gaussian ``A | C ~ N(m(C), s^2 I)``; its embedding under an RBF
-  kernel is closed-form, so the centered Gram is exact (SKCI's *oracle* mode).
+* :class:`GaussianConditional`: a Gaussian ``A | C ~ N(m(C), s^2 I)``; its embedding under an RBF
+  kernel is closed-form, so the centered Gram is exact (SKCI's *oracle* mode when it is known;
+  :meth:`GaussianConditional.estimate` fits ``m`` by kernel ridge regression and ``s`` from the
+  leave-one-out residuals, SKCI's default online estimate).
 
 The ridge is the absolute diagonal term ``r``; we search ``r = n * lam`` over a log-grid of ``lam``
 (the parameterisation of the official SKCI code). Bandwidths and ridges are chosen on at most
@@ -115,6 +120,53 @@ class Linear:
         return "Linear()"
 
 
+class RBFLinear:
+    """``exp(-|x - y|^2 / (2 h^2)) + <x, y> / h^2``: an RBF plus a linear kernel on the same scale.
+
+    ``bandwidth=None`` until :meth:`fitted` on data (median heuristic). Dividing the linear part by ``h^2``
+    keeps both parts of order one whatever the units of ``x``.
+    """
+
+    def __init__(self, bandwidth: float | None = None):
+        self.bandwidth = None if bandwidth is None else check_real(bandwidth, "bandwidth", "(0, inf)")
+
+    def fitted(self, x, rng=None) -> RBFLinear:
+        return self if self.bandwidth is not None else RBFLinear(median_bandwidth(x, rng=rng))
+
+    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if self.bandwidth is None:
+            raise ValueError("RBFLinear bandwidth is not set: pass bandwidth= or call fitted(x) first")
+        x, y = _pair(x, y)
+        h = self.bandwidth
+        x, y = x / h, y / h  # in units of h: no overflow of h^2
+        return np.exp(-sq_distances(x, y) / 2.0) + x @ y.T
+
+    def __repr__(self) -> str:
+        return f"RBFLinear(bandwidth={self.bandwidth!r})"
+
+
+class Affine:
+    """``1 + <x, y> / h^2``: kernel ridge regression with it is ridge regression on ``(1, x / h)``.
+
+    ``bandwidth=None`` until :meth:`fitted` on data (median heuristic), as for :class:`RBFLinear`.
+    """
+
+    def __init__(self, bandwidth: float | None = None):
+        self.bandwidth = None if bandwidth is None else check_real(bandwidth, "bandwidth", "(0, inf)")
+
+    def fitted(self, x, rng=None) -> Affine:
+        return self if self.bandwidth is not None else Affine(median_bandwidth(x, rng=rng))
+
+    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if self.bandwidth is None:
+            raise ValueError("Affine bandwidth is not set: pass bandwidth= or call fitted(x) first")
+        x, y = _pair(x, y)
+        return 1.0 + (x / self.bandwidth) @ (y / self.bandwidth).T
+
+    def __repr__(self) -> str:
+        return f"Affine(bandwidth={self.bandwidth!r})"
+
+
 def _gram(K, name: str, n: int | None = None) -> np.ndarray:
     """A finite square Gram matrix (``(n, n)`` when ``n`` is given): symmetric, with a nonnegative diagonal
     (what every positive semi-definite matrix has; a LOO loss of anything else can turn negative)."""
@@ -211,6 +263,35 @@ def select_ridge(K_x, K_y, grid=RIDGE_GRID) -> float:
 def _ridge_grid(grid) -> np.ndarray:
     """A non-empty 1-D grid of ridges ``lam > 0``."""
     return as_array(grid, "grid", ("n_ridges",), interval="(0, inf)", hint=" (at least one ridge)")
+
+
+def choose_kernel_and_ridge(
+    input_kernels,
+    output_kernel,
+    c: np.ndarray,
+    y: np.ndarray,
+    grid=RIDGE_GRID,
+    max_select: int = 300,
+    rng=None,
+) -> tuple:
+    """The ``(input kernel, lam)`` pair, over ``input_kernels`` x ``grid``, with the smallest closed-form LOO
+    loss of the regression of ``phi(y)`` on ``c`` (on at most ``max_select`` random rows)."""
+    n = c.shape[0]
+    if n > max_select:
+        rng = np.random.default_rng(0) if rng is None else rng
+        idx = np.sort(rng.choice(n, max_select, replace=False))
+        c, y = c[idx], y[idx]
+    lams = _ridge_grid(grid)
+    K_y = output_kernel(y, y)
+    best: tuple | None = None
+    for kernel in input_kernels:
+        losses = loo_losses(kernel(c, c), K_y, c.shape[0] * lams)
+        i = int(np.argmin(np.where(np.isfinite(losses), losses, np.inf)))
+        if np.isfinite(losses[i]) and (best is None or losses[i] < best[0]):
+            best = (losses[i], kernel, float(lams[i]))
+    if best is None:
+        raise ValueError("no input kernel and ridge has a finite leave-one-out loss: use larger ridges")
+    return best[1], best[2]
 
 
 def choose_ridge(
@@ -337,7 +418,7 @@ def _check_kernel(kernel, name: str) -> None:
 
 
 class GaussianConditional:
-    """A known conditional ``A | C ~ N(mean(C), std^2 I)`` for SKCI's oracle mode.
+    """A conditional ``A | C ~ N(mean(C), std^2 I)``: known (SKCI's oracle mode) or fitted (:meth:`estimate`).
 
     Args:
         mean: callable ``c (n, d_c) -> (n, d_a)`` (or ``(n,)``), the conditional mean E[A | C].
@@ -348,11 +429,65 @@ class GaussianConditional:
     ``A ~ N(m1, s^2 I)``, ``A' ~ N(m2, s^2 I)``, ``E k(A, A') = (h^2 / (h^2 + 2 s^2))^(p/2) exp(-|m1 - m2|^2 / (2 (h^2 + 2 s^2)))``.
     """
 
+    ridge_: float  # set by estimate()
+    input_kernel_: Any
+    explained_: float
+
     def __init__(self, mean: Callable[[np.ndarray], Any], std: float):
         if not callable(mean):
             raise TypeError(f"mean must be a callable c -> E[A | C = c], got {type(mean).__name__}")
         self.mean = mean
         self.std = check_real(std, "std", "[0, inf)")
+
+    @classmethod
+    def estimate(
+        cls,
+        c,
+        y,
+        input_kernel=None,
+        ridge: float | None = None,
+        grid=RIDGE_GRID,
+        max_select: int = 300,
+        random_state=None,
+    ) -> GaussianConditional:
+        """Fit ``y | c ~ N(m(c), s^2 I)``: ``m`` by kernel ridge regression (default input kernel
+        :class:`RBFLinear` with the median heuristic; ``ridge`` is ``lam``, the absolute ridge ``n * lam``,
+        None: chosen by the closed-form LOO loss over ``grid`` on at most ``max_select`` points) and ``s``
+        the root mean square of the exact leave-one-out residuals (not the in-sample ones, which the fit
+        shrinks).
+
+        The result has ``ridge_``, ``input_kernel_`` and ``explained_`` (one minus the LOO mean squared
+        error over the variance of ``y``: the fraction of ``y`` that ``c`` explains out of sample).
+        """
+        C, Y = as_matched_samples(c=c, y=y)
+        _check_kernel(input_kernel, "input_kernel")
+        _ridge_grid(grid)
+        check_int(max_select, "max_select", 2)
+        rng = as_rng(random_state)
+        kernel = (RBFLinear() if input_kernel is None else input_kernel).fitted(C, rng)
+        lam = (
+            choose_ridge(kernel, Linear(), C, Y, grid, max_select, rng)
+            if ridge is None
+            else check_real(ridge, "ridge", "(0, inf)")
+        )
+        n = C.shape[0]
+        K = kernel(C, C)
+        if not np.isfinite(K).all():
+            raise ValueError("c is too large for its kernel: the Gram matrix overflows; rescale c")
+        W = cho_solve(cho_factor(K + n * lam * np.eye(n)), np.eye(n))  # (K + r I)^-1
+        dual = W @ Y  # (n, p)
+        loo = dual / np.diag(W)[:, None]  # exact leave-one-out residuals y_i - m_(-i)(c_i)
+        mse = float(np.mean(loo**2))
+        total = float(np.mean((Y - Y.mean(0)) ** 2))
+        fitted_C = C
+
+        def mean(cc):
+            return kernel(as_samples(cc, "c"), fitted_C) @ dual
+
+        out = cls(mean, math.sqrt(mse))
+        out.ridge_, out.input_kernel_ = lam, kernel
+        out.explained_ = 1.0 - mse / total if total > 0 else 0.0
+        return out
 
     def _means(self, c: np.ndarray, p: int) -> np.ndarray:
         m = np.asarray(self.mean(c), dtype=float).reshape(c.shape[0], -1)

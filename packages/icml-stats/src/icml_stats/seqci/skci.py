@@ -57,6 +57,7 @@ decision is final: ``rejected`` stays True and ``stopping_time`` is the first cr
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from scipy.optimize import brentq
@@ -72,8 +73,12 @@ from icml_stats.seqci.betting import (
 )
 from icml_stats.seqci.kernels import (
     RBF,
+    Affine,
     ConditionalMeanEmbedding,
     GaussianConditional,
+    Linear,
+    RBFLinear,
+    choose_kernel_and_ridge,
     choose_ridge,
     median_bandwidth,
 )
@@ -89,6 +94,9 @@ from icml_stats.validation import (
 )
 
 MODEL_X_MODES = ("online", "pretrained", "oracle")
+ESTIMATORS = ("gaussian", "cme")  # how model_x="online" estimates A | C and B | C
+SPLIT = "online-gaussian"  # the one scheme that fits the conditionals on the past minus the anchors
+CONFOUNDING_EXPLAINED = 0.4  # estimator="cme" warns when c explains this much of a (out of sample)
 C_BANDWIDTH_FACTORS = (0.5, 1.0, 2.0)
 REFRESH_GROWTH = 1.25  # bandwidths and ridges are re-chosen when the past has grown by this factor
 
@@ -103,6 +111,17 @@ def shift_for(sigma: float) -> float:
         return sigma * float(brentq(lambda u: u - ndtr(u - 1.0 / sigma), 0.0, 2.0, xtol=1e-15))
     f = lambda g: g - sigma * ndtr((g - 1.0) / sigma)  # noqa: E731  (increasing past 0: one root)
     return float(brentq(f, 0.0, max(2.0, 8.0 * sigma + 1.0), xtol=1e-10))
+
+
+def mean_kernels(bandwidth: float) -> tuple:
+    """The candidate input kernels of the Gaussian location models' mean regressions (on the scale of
+    ``k_C``'s median bandwidth): affine, RBF plus linear, RBF; the LOO loss picks one."""
+    return (Affine(bandwidth), RBFLinear(bandwidth), RBF(bandwidth))
+
+
+class ConfoundingWarning(UserWarning):
+    """C explains much of A and the conditional is estimated by a method that did not keep the level under
+    such confounding in our measurements (see the ``skci-confounding`` reproduction)."""
 
 
 def check_model_x(model_x, conditional, pretrain):
@@ -125,6 +144,11 @@ class SKCI:
         alpha: level; reject when the wealth reaches ``1/alpha``.
         model_x: ``"online"`` (estimate ``A | C`` from the past), ``"pretrained"`` (fit it once on
             ``pretrain=(a, c)``) or ``"oracle"`` (use the known ``conditional``).
+        estimator: how ``model_x="online"`` estimates ``A | C`` and ``B | C``: ``"gaussian"`` (default:
+            a Gaussian location model, mean by kernel ridge regression with an RBF-plus-linear kernel,
+            fitted on the past *minus* the anchors) or ``"cme"`` (the nonparametric conditional mean
+            embedding on the whole past, the estimator of earlier versions; it exceeds the level when C
+            strongly confounds A and B and warns with :class:`ConfoundingWarning`).
         conditional: a :class:`~icml_stats.seqci.kernels.GaussianConditional` for ``model_x="oracle"``.
         pretrain: ``(a, c)`` extra samples of A and C for ``model_x="pretrained"``.
         normalize: divide the witness by its squared norm (the paper's normalization).
@@ -147,6 +171,7 @@ class SKCI:
         alpha: float = 0.05,
         *,
         model_x: str = "online",
+        estimator: str = "gaussian",
         conditional=None,
         pretrain=None,
         normalize: bool = True,
@@ -162,6 +187,11 @@ class SKCI:
         self.alpha = check_real(alpha, "alpha", "(0, 1)")
         self.model_x = model_x
         self._pretrain = check_model_x(model_x, conditional, pretrain)
+        self.estimator = check_choice(estimator, "estimator", ESTIMATORS)
+        self._key = (
+            f"online-{estimator}" if model_x == "online" else model_x
+        )  # which kernel blocks it bets on
+        self._warned = False
         self.conditional = conditional
         self.normalize, self.shift = bool(normalize), bool(shift)
         self.betting = betting
@@ -245,65 +275,123 @@ class SKCI:
                 np.concatenate([p, x])[-self.max_past :] for p, x in zip(self._past, (a, b, c), strict=True)
             ]
 
-    def _hyperparameters(self, A, B, C, seed: int, modes) -> dict:
-        """Bandwidths (median heuristic) and ridges (closed-form LOO) from the past; re-chosen only when
-        the past has grown by ``REFRESH_GROWTH`` since the last choice (they change little in between)."""
+    def _hyperparameters(self, A, B, C, seed: int, keys) -> dict:
+        """Bandwidths (median heuristic) and ridges (closed-form LOO) from the past, those that the schemes
+        ``keys`` need; re-chosen only when the past has grown by ``REFRESH_GROWTH`` since the last choice
+        (they change little in between). Each draws its subsample from its own stream of ``seed``, so
+        what one scheme chooses does not depend on which others run beside it (:func:`run_ablation`)."""
         n = A.shape[0]
         if self._hyper is not None and n < REFRESH_GROWTH * self._hyper["n"]:
             return self._hyper
-        rng = np.random.default_rng(seed)
-        k_c = RBF(median_bandwidth(C, rng=rng))
-        hyper = {"n": n, "k_c": k_c, "k_b": RBF(median_bandwidth(B, rng=rng))}
-        hyper["ridge_b"] = choose_ridge(k_c, hyper["k_b"], C, B, rng=rng)
-        if set(modes) - {"pretrained"}:
-            hyper["k_a"] = RBF(median_bandwidth(A, rng=rng))
-        if "online" in modes:
-            hyper["ridge_a"] = choose_ridge(k_c, hyper["k_a"], C, A, rng=rng)
+        keys = set(keys)
+        rng = [np.random.default_rng([seed, i]) for i in range(7)]
+        h_c = median_bandwidth(C, rng=rng[0])
+        k_c = RBF(h_c)
+        hyper = {
+            "n": n,
+            "k_c": k_c,
+            "k_a": RBF(median_bandwidth(A, rng=rng[1])),
+            "k_b": RBF(median_bandwidth(B, rng=rng[2])),
+        }
+        if keys - {SPLIT}:  # the conditional mean embedding of B | C on the whole past
+            hyper["ridge_b"] = choose_ridge(k_c, hyper["k_b"], C, B, rng=rng[3])
+        if "online-cme" in keys:
+            hyper["ridge_a"] = choose_ridge(k_c, hyper["k_a"], C, A, rng=rng[4])
+        if SPLIT in keys:  # Gaussian location models: input kernels and ridges of the mean regressions
+            kernels = mean_kernels(h_c)
+            for side, Y, r in (("a", A, rng[5]), ("b", B, rng[6])):
+                hyper[f"mean_{side}"] = choose_kernel_and_ridge(kernels, Linear(), C, Y, rng=r)
         self._hyper = hyper
         return hyper
 
-    def _prepare(self, a, b, c, modes=None):
-        """The kernel blocks on anchors + new batch (one A-side block per Model-X mode in ``modes``,
-        default this test's), or None while warming up."""
+    def _c_grams(self, hp: dict, c_u: np.ndarray) -> list:
+        h_c = hp["k_c"].bandwidth
+        return [(f * h_c, RBF(f * h_c)(c_u, c_u)) for f in self.c_bandwidth_factors]
+
+    def _prepare(self, a, b, c, keys=None):
+        """The kernel blocks on anchors + new batch for each scheme in ``keys`` (default this test's),
+        or None while warming up.
+
+        Schemes ``"oracle"``, ``"pretrained"`` and ``"online-cme"`` use anchors drawn from the whole past and
+        conditional mean embeddings fitted on the whole past (the anchors included). ``"online-gaussian"``
+        splits the past at random: at most half of it carries the witness, the rest fits the Gaussian
+        location models of ``A | C`` and ``B | C``, so that the fits do not depend on the anchors' noise.
+        """
         if self._past is None or self._past[0].shape[0] < self.warmup:
             return None
-        modes = (self.model_x,) if modes is None else tuple(dict.fromkeys(modes))
+        keys = (self._key,) if keys is None else tuple(dict.fromkeys(keys))
         A, B, C = self._past
         n = A.shape[0]
         s = n if self.n_anchors is None else min(n, self.n_anchors)
         anchors = np.sort(self._rng.choice(n, s, replace=False)) if s < n else np.arange(n)
-        a_u, b_u, c_u = (np.concatenate([P[anchors], x]) for P, x in ((A, a), (B, b), (C, c)))  # (s + m, .)
         seed = int(self._rng.integers(2**31))
-        hp = self._hyperparameters(A, B, C, seed, modes)
-        cme_b = ConditionalMeanEmbedding(hp["k_c"], hp["k_b"], ridge=hp["ridge_b"]).fit(C, B)
-        Kb = cme_b.centered_gram(c_u, b_u)  # (s + m, s + m)
-        KaKb = {}
-        for mode in modes:
-            if mode == "oracle":
-                Ka = self.conditional.centered_gram(hp["k_a"], c_u, a_u, c_u, a_u)
-            elif mode == "pretrained":
-                if self._pretrained_cme is None:
-                    pa, pc = self._pretrain
-                    self._pretrained_cme = ConditionalMeanEmbedding(random_state=seed).fit(pc, pa)
-                Ka = self._pretrained_cme.centered_gram(c_u, a_u)
-            else:
-                Ka = (
-                    ConditionalMeanEmbedding(hp["k_c"], hp["k_a"], ridge=hp["ridge_a"])
-                    .fit(C, A)
-                    .centered_gram(c_u, a_u)
-                )
-            KaKb[mode] = Ka * Kb
-        h_c = hp["k_c"].bandwidth
-        Kcs = [(f * h_c, RBF(f * h_c)(c_u, c_u)) for f in self.c_bandwidth_factors]
-        return {"KaKb": KaKb, "Kcs": Kcs, "s": s, "order": self._rng.permutation(s)}
+        order = self._rng.permutation(s)  # the anchors' folds
+        hp = self._hyperparameters(A, B, C, seed, keys)
+        blocks = {}
+        in_sample = [k for k in keys if k != SPLIT]
+        if in_sample:
+            a_u, b_u, c_u = (np.concatenate([P[anchors], x]) for P, x in ((A, a), (B, b), (C, c)))
+            cme_b = ConditionalMeanEmbedding(hp["k_c"], hp["k_b"], ridge=hp["ridge_b"]).fit(C, B)
+            Kb = cme_b.centered_gram(c_u, b_u)  # (s + m, s + m)
+            Kcs = self._c_grams(hp, c_u)
+            for key in in_sample:
+                if key == "oracle":
+                    Ka = self.conditional.centered_gram(hp["k_a"], c_u, a_u, c_u, a_u)
+                elif key == "pretrained":
+                    if self._pretrained_cme is None:
+                        pa, pc = self._pretrain
+                        self._pretrained_cme = ConditionalMeanEmbedding(random_state=seed).fit(pc, pa)
+                    Ka = self._pretrained_cme.centered_gram(c_u, a_u)
+                else:
+                    cme_a = ConditionalMeanEmbedding(hp["k_c"], hp["k_a"], ridge=hp["ridge_a"]).fit(C, A)
+                    self._warn_if_confounded(C, A, hp, seed, n)
+                    Ka = cme_a.centered_gram(c_u, a_u)
+                blocks[key] = {"KaKb": Ka * Kb, "Kcs": Kcs, "s": s, "order": order}
+        if SPLIT in keys:
+            s2 = min(s, n // 2)
+            perm = np.random.default_rng([seed, 7]).permutation(n)
+            witness, fit = np.sort(perm[:s2]), perm[s2:]
+            a_u, b_u, c_u = (np.concatenate([P[witness], x]) for P, x in ((A, a), (B, b), (C, c)))
+            grams = []
+            for Y, y_u, side in ((A, a_u, "a"), (B, b_u, "b")):
+                model = GaussianConditional.estimate(C[fit], Y[fit], *hp[f"mean_{side}"])
+                grams.append(model.centered_gram(hp[f"k_{side}"], c_u, y_u, c_u, y_u))
+            blocks[SPLIT] = {
+                "KaKb": grams[0] * grams[1],
+                "Kcs": self._c_grams(hp, c_u),
+                "s": s2,
+                "order": order[order < s2],
+            }
+        return blocks
+
+    def _warn_if_confounded(self, C, A, hp: dict, seed: int, n: int) -> None:
+        """``estimator="cme"``: warn once when c explains much of a out of sample (checked at each
+        refresh of the hyperparameters until it warns)."""
+        if self._warned or hp["n"] != n:
+            return
+        explained = GaussianConditional.estimate(
+            C, A, RBFLinear(hp["k_c"].bandwidth), random_state=seed
+        ).explained_
+        if explained >= CONFOUNDING_EXPLAINED:
+            self._warned = True
+            warnings.warn(
+                ConfoundingWarning(
+                    f"SKCI(estimator='cme'): c explains {explained:.0%} of a out of sample (from {n} past "
+                    "samples); under confounding this strong the conditional mean embedding's bias makes the "
+                    "test exceed its level (the skci-confounding reproduction); the default "
+                    "estimator='gaussian' kept it"
+                ),
+                stacklevel=4,
+            )
 
     def _bet(self, blocks: dict, m: int) -> None:
         """Pick k_C and lambda on the anchors, then bet on the new batch (columns s: of the blocks)."""
+        blocks = blocks[self._key]
         s = blocks["s"]
         folds = [blocks["order"][i : i + m] for i in range(0, s, m)]
         best: tuple | None = None
         for bandwidth, Kc in blocks["Kcs"]:
-            H = blocks["KaKb"][self.model_x] * Kc  # (s + m, s + m)
+            H = blocks["KaKb"] * Kc  # (s + m, s + m)
             HSS = H[:s, :s]
             normalizer = float(HSS.mean()) + self.eps if self.normalize else 1.0
             off = HSS.sum(0) - np.diag(HSS)  # (s,) sum over i != j
@@ -332,14 +420,14 @@ class SKCI:
             self._info[key].append(float(value))
 
 
-ABLATION_KEYS = ("normalize", "shift", "betting", "model_x")
+ABLATION_KEYS = ("normalize", "shift", "betting", "model_x", "estimator")
 
 
 def run_ablation(a, b, c, variants: dict, batch_size: int = 20, **common) -> dict[str, SequentialTestResult]:
     """Run several SKCI variants on one stream, sharing the (expensive) kernel computations.
 
-    ``variants`` maps a name to overrides of ``normalize``, ``shift``, ``betting`` and/or ``model_x``
-    (e.g. ``{"SKCI": {}, "no shift": {"shift": False}, "oracle": {"model_x": "oracle"}}``); ``common``
+    ``variants`` maps a name to overrides of ``normalize``, ``shift``, ``betting``, ``model_x`` and/or
+    ``estimator`` (e.g. ``{"SKCI": {}, "no shift": {"shift": False}, "oracle": {"model_x": "oracle"}}``); ``common``
     holds the other :class:`SKCI` arguments (with ``conditional``/``pretrain`` when a variant needs them).
     The anchors, bandwidths and ridges are the first variant's; each variant gives the same result as
     its own :class:`SKCI` with the same ``random_state`` (the tests check this).
@@ -356,11 +444,11 @@ def run_ablation(a, b, c, variants: dict, batch_size: int = 20, **common) -> dic
     a, b, c = as_matched_samples(a=a, b=b, c=c)
     batch_size = check_int(batch_size, "batch_size", 1)
     leader = next(iter(tests.values()))
-    modes = [t.model_x for t in tests.values()]
+    keys = [t._key for t in tests.values()]
     with threadpool_limits(limits=1, user_api="blas"):  # small matrices: see SKCI.run
         for start in range(0, a.shape[0], batch_size):
             batch = tuple(x[start : start + batch_size] for x in (a, b, c))
-            blocks = leader._prepare(batch[0], batch[1], batch[2], modes=modes)
+            blocks = leader._prepare(batch[0], batch[1], batch[2], keys=keys)
             for test in tests.values():
                 if blocks is not None:
                     test._bet(blocks, batch[0].shape[0])
