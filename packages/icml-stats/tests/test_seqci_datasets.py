@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from icml_stats.seqci import gaussian_ci, sinusoidal_ci
+from icml_stats.seqci import confounded_ci, gaussian_ci, sinusoidal_ci
 
 
 def test_gaussian_ci_is_seeded_and_has_the_stated_structure():
@@ -33,6 +33,18 @@ def test_sinusoidal_ci_null_and_alternative():
     assert null.a_std == 0.1
 
 
+def test_confounded_ci_is_a_null_with_the_stated_correlation():
+    d = confounded_ci(50_000, 5, 1.5, seed=1)
+    assert np.corrcoef(d.a[:, 0], d.b[:, 0])[0, 1] == pytest.approx(1.5**2 / (1.5**2 + 1), abs=0.01)
+    ra, rb = (d.a - d.a_mean)[:, 0], (d.b - d.a_mean)[:, 0]  # B | C has the same mean as A | C
+    assert abs(np.corrcoef(ra, rb)[0, 1]) < 0.02 and ra.std() == pytest.approx(1.0, abs=0.02)
+    w = np.linalg.lstsq(d.c, d.a_mean[:, 0], rcond=None)[0]
+    assert np.linalg.norm(w) == pytest.approx(1.5, rel=1e-9)  # |w| = strength exactly
+    np.testing.assert_array_equal(d.a, confounded_ci(50_000, 5, 1.5, seed=1).a)
+    alt = confounded_ci(50_000, 5, 1.5, effect=0.5, seed=1)
+    np.testing.assert_allclose(alt.b - 0.5 * alt.a, d.b, atol=1e-12)  # only the effect differs
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="n == 0, must be >= 1"):
         gaussian_ci(0)
@@ -42,3 +54,5 @@ def test_bad_arguments():
         sinusoidal_ci(10, effect=2.0)
     with pytest.raises(ValueError, match="index_r"):
         sinusoidal_ci(10, d=2, index_r=2)
+    with pytest.raises(ValueError, match="strength"):
+        confounded_ci(10, strength=-1.0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from icml_stats.seqci import SKCI, gaussian_ci, run_ablation, shift_for
+from icml_stats.seqci import SKCI, ConfoundingWarning, confounded_ci, gaussian_ci, run_ablation, shift_for
 from icml_stats.seqci.betting import SequentialTestResult
 
 SMALL = {"max_past": 120, "n_anchors": 40, "warmup": 40}
@@ -45,6 +45,7 @@ def test_update_returns_the_state_and_run_streams_batches():
     assert all(len(v) == whole.wealth.size for v in whole.info.values())
 
 
+@pytest.mark.filterwarnings("ignore::icml_stats.seqci.ConfoundingWarning")  # the "cme" variant's
 def test_ablation_shares_kernels_without_changing_results():
     d = gaussian_ci(160, 3, 0.5, seed=1)
     variants = {
@@ -52,6 +53,7 @@ def test_ablation_shares_kernels_without_changing_results():
         "no shift": {"shift": False},
         "no norm": {"normalize": False},
         "oracle": {"model_x": "oracle"},
+        "cme": {"estimator": "cme"},
     }
     shared = run_ablation(d.a, d.b, d.c, variants, conditional=d.conditional(), random_state=3, **SMALL)
     for name, over in variants.items():
@@ -74,6 +76,30 @@ def test_strong_dependence_is_detected_in_every_mode():
     ):
         res = SKCI(random_state=0, **SMALL, **kwargs).run(d.a, d.b, d.c)
         assert res.rejected and res.stopping_time <= 400 and res.p_value <= 0.05, kwargs
+
+
+def test_default_keeps_the_level_where_the_embedding_of_earlier_versions_breaks_it():
+    """Strong confounding (|w| = 3, dim C = 20): the earlier estimator rejects almost every null stream,
+    the default almost none (the skci-confounding reproduction measures the whole grid)."""
+    default = cme = 0
+    for seed in range(8):
+        d = confounded_ci(300, 20, 3.0, seed=seed, data_seed=seed)
+        default += SKCI(random_state=seed).run(d.a, d.b, d.c).rejected
+        with pytest.warns(ConfoundingWarning, match="explains"):
+            cme += SKCI(estimator="cme", random_state=seed).run(d.a, d.b, d.c).rejected
+    assert cme >= 6 and default <= 1
+
+
+def test_confounding_warning_only_for_the_embedding_under_strong_confounding(recwarn):
+    strong, weak = confounded_ci(200, 5, 2.0, seed=0), confounded_ci(200, 5, 0.3, seed=0)
+    SKCI(random_state=0).run(strong.a, strong.b, strong.c)
+    SKCI(estimator="cme", random_state=0).run(weak.a, weak.b, weak.c)
+    assert not [w for w in recwarn if issubclass(w.category, ConfoundingWarning)]
+    test = SKCI(estimator="cme", random_state=0)
+    with pytest.warns(ConfoundingWarning) as caught:
+        test.run(strong.a, strong.b, strong.c)
+        test.run(strong.a, strong.b, strong.c)  # once per test, not once per refresh
+    assert len([w for w in caught if issubclass(w.category, ConfoundingWarning)]) == 1
 
 
 def test_rejection_is_final_but_the_stream_may_continue():
@@ -129,6 +155,8 @@ def test_bad_input():
         SKCI(model_x="pretrained")
     with pytest.raises(ValueError, match="model_x"):
         SKCI(model_x="exact")
+    with pytest.raises(ValueError, match="estimator"):
+        SKCI(estimator="linear")
     with pytest.raises(ValueError, match="warmup"):
         SKCI(max_past=50, warmup=60)
     with pytest.raises(ValueError, match="betting"):

@@ -24,20 +24,25 @@ def test_the_verdict_fails_when_a_check_fails():
     assert repro.evaluate(*_rates(power05=0.7), 200, 100)["power_at_0.5"] is False
     assert repro.evaluate(*_rates(curve=(0.1, 0.6, 0.9, 0.3)), 200, 100)["rises_with_effect"] is False
     assert repro.evaluate(*_rates(early=0.8), 200, 100)["rises_with_samples"] is False
+    confounded = {p: 0.05 for p in repro.CONFOUNDED}
+    assert repro.evaluate(*_rates(), 200, 100, confounded, 100)["type1_confounded"] is True
+    confounded[(3.0, 20)] = 0.1  # above 0.05 + 2 sqrt(0.05 * 0.95 / 100) = 0.094
+    assert repro.evaluate(*_rates(), 200, 100, confounded, 100)["type1_confounded"] is False
 
 
 def test_run_follows_the_protocol(monkeypatch):
-    monkeypatch.setitem(repro.BUDGETS, "quick", {"null": 1, "power": 1})
+    monkeypatch.setitem(repro.BUDGETS, "quick", {"null": 1, "power": 1, "confounded": 1})
     monkeypatch.setattr(repro, "N", 120)
     monkeypatch.setattr(repro, "CHECKPOINTS", (60, 120))
     monkeypatch.setattr(repro, "EFFECTS", (0.5, 1.0))
     monkeypatch.setattr(repro, "_map", lambda jobs, workers: [repro._call(j) for j in jobs])  # in-process
     result = run_reproduction("skci-type1-power", "quick", 1)
-    assert len(result["rows"]) == len(repro.NULL_METHODS) + 2 * len(repro.POWER_METHODS)
+    expected = len(repro.NULL_METHODS) + 2 * len(repro.POWER_METHODS) + 2 * len(repro.CONFOUNDED_METHODS)
+    assert len(result["rows"]) == expected
     assert isinstance(result["passed"], bool) and 0 <= result["ours"] <= 1
 
 
 @pytest.mark.slow
 def test_quick_reproduction_runs():
     result = run_reproduction("skci-type1-power", "quick", 0)
-    assert isinstance(result["passed"], bool) and len(result["rows"]) == 13
+    assert isinstance(result["passed"], bool) and len(result["rows"]) == 6 + 8 + 8

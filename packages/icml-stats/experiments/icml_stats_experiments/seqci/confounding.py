@@ -57,7 +57,7 @@ def _summary(result, warned: bool = False) -> dict:
     return {
         "rejected": bool(result.rejected),
         "stopping_time": result.stopping_time,
-        "late_payoff": float(np.mean(result.payoffs[-LATE:])),
+        "late_payoff": float(np.mean(result.payoffs[-LATE:])) if result.payoffs.size else None,  # no bet
         "warned": warned,
     }
 
@@ -134,7 +134,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                 "rejection_rate": rate,
                 "bound": bound(len(runs)),
                 "median_stopping_time": float(np.median(stops)) if stops else float("nan"),
-                "mean_late_payoff": float(np.mean([r["late_payoff"] for r in runs])),
+                "mean_late_payoff": _mean([r["late_payoff"] for r in runs if r["late_payoff"] is not None]),
             }
             if m == "SKCI (cme)":
                 row["warned"] = float(np.mean([r["warned"] for r in runs]))
@@ -179,6 +179,10 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             + (", ".join(k for k, ok in checks.items() if not ok) or "none")
         ),
     }
+
+
+def _mean(values: list) -> float:
+    return float(np.mean(values)) if values else float("nan")
 
 
 def _at(row: dict, strength: float, d: int, method: str) -> bool:

@@ -5,9 +5,15 @@ H0: ``A _||_ B | C``, tested on a stream of batches. At each batch every quantit
 *past* data only, then the new batch is bet on:
 
 1. **Model-X conditional**: the conditional mean embedding ``mu_A(c) = E[phi(A) | C = c]``, estimated
-   online from the past by kernel ridge regression with the ridge chosen by the closed-form LOO loss
-   (``model_x="online"``), fitted once on extra data (``"pretrained"``), or exact from a known Gaussian
-   conditional (``"oracle"``). ``mu_B`` is always estimated online.
+   online from the past (``model_x="online"``), fitted once on extra data (``"pretrained"``), or exact
+   from a known Gaussian conditional (``"oracle"``). ``mu_B`` is always estimated online. Online, by
+   default (``estimator="gaussian"``), the past is split at random into the witness anchors (at most half
+   of it) and a fit set, and ``A | C`` and ``B | C`` are Gaussian location models fitted on the fit set
+   only: ``N(m(c), s^2)`` with ``m`` by kernel ridge regression (input kernel affine, RBF + linear or RBF,
+   and ridge, all by the closed-form LOO loss) and ``s`` from the exact LOO residuals, whose RBF
+   embeddings are closed-form. ``estimator="cme"`` (earlier versions) regresses ``phi(A)`` on ``c`` by
+   kernel ridge regression on the whole past, anchors included; the oracle and pretrained modes keep
+   that estimate for ``mu_B``.
 2. **Centered kernels** ``K~_A[i, j] = <phi(a_i) - mu_A(c_i), phi(a_j) - mu_A(c_j)>`` (same for B), and
    the KCI product kernel ``h_ij = K~_A[i, j] K~_B[i, j] k_C(c_i, c_j)``.
 3. **Witness and normalization**: the KCI witness from past "anchor" points ``S``, evaluated on the new
@@ -28,6 +34,22 @@ Everything that fixes the bet of a batch is a function of earlier batches, so wh
 conditional mean ``<= 0`` under H0 (exactly so for the oracle conditional before truncation) the wealth is
 a nonnegative supermartingale and the test is anytime-valid by Ville's inequality. With an estimated
 conditional the validity is approximate; normalization and truncate-and-shift are the paper's remedies.
+
+**Why the default splits the past and fits location models** (issue 25; our own design). Write
+``delta_A(c) = mu_A(c) - mu^_A(c)``. When the estimates do not depend on the anchors' or the new batch's
+noise (the split), the payoff's conditional mean under H0 is, before normalization,
+``E[k_C(c_i, c_j) <delta_A(c_i), delta_A(c_j)> <delta_B(c_i), delta_B(c_j)>] >= 0``: a drift that is the
+product of the two estimation errors and has no other term (an in-sample fit adds one: it pulls
+``mu^(c_j)`` towards ``phi(a_i)`` for both A and B, and the two pulls multiply to a positive term).
+Normalization divides by about ``1 / n_anchors`` of the residuals' size, so even a small drift becomes a
+payoff near 1, the size an alternative pays. When C drives A and B through the same function, the
+embedding's ridge shrinkage biases ``mu^_A`` and ``mu^_B`` in the same direction and the drift is the
+square of that bias: the ``"cme"`` estimate then rejected up to 100% of null streams
+(``skci-confounding``). A Gaussian location model reduces the estimate to a regression of the mean (at
+the parametric rate when it is affine, which the LOO choice of kernel finds), so both errors, and their
+product, are small. The price: the validity argument assumes ``A | C`` and ``B | C`` are Gaussian with a
+constant variance and a mean the kernels can fit; under other conditionals the embedding is biased and
+the drift returns. Half the past carries the witness early on, which costs power in the first batches.
 
 Our own design, because only the abstract and the official code (he-zh/SKCI) were available to us:
 
