@@ -122,9 +122,9 @@ def power_repetition(seed: int, effect: float, rep: int) -> dict:
 
 def _call(job):
     kind, args = job
-    return {"null": null_repetition, "power": power_repetition, "confounded": confounded_repetition}[kind](
-        *args
-    )
+    if kind == "null":
+        return null_repetition(*args)
+    return power_repetition(*args) if kind == "power" else confounded_repetition(*args)
 
 
 def _map(jobs: list, workers: int) -> list:

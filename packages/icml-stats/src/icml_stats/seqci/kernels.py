@@ -276,11 +276,7 @@ def choose_kernel_and_ridge(
 ) -> tuple:
     """The ``(input kernel, lam)`` pair, over ``input_kernels`` x ``grid``, with the smallest closed-form LOO
     loss of the regression of ``phi(y)`` on ``c`` (on at most ``max_select`` random rows)."""
-    n = c.shape[0]
-    if n > max_select:
-        rng = np.random.default_rng(0) if rng is None else rng
-        idx = np.sort(rng.choice(n, max_select, replace=False))
-        c, y = c[idx], y[idx]
+    c, y = _subsample(c, y, max_select, rng)
     lams = _ridge_grid(grid)
     K_y = output_kernel(y, y)
     best: tuple | None = None
@@ -305,12 +301,18 @@ def choose_ridge(
 ) -> float:
     """:func:`select_ridge` for the regression of ``phi(y)`` on ``c`` with fitted kernels, on at most
     ``max_select`` random rows."""
-    n = c.shape[0]
-    if n > max_select:
-        rng = np.random.default_rng(0) if rng is None else rng
-        idx = np.sort(rng.choice(n, max_select, replace=False))
-        c, y = c[idx], y[idx]
+    c, y = _subsample(c, y, max_select, rng)
     return select_ridge(input_kernel(c, c), output_kernel(y, y), grid)
+
+
+def _subsample(c: np.ndarray, y: np.ndarray, max_select: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_select`` random matched rows of ``c`` and ``y`` (all of them, in order, if fewer)."""
+    n = c.shape[0]
+    if n <= max_select:
+        return c, y
+    rng = np.random.default_rng(0) if rng is None else rng
+    idx = np.sort(rng.choice(n, max_select, replace=False))
+    return c[idx], y[idx]
 
 
 class ConditionalMeanEmbedding:
@@ -479,10 +481,9 @@ class GaussianConditional:
         loo = dual / np.diag(W)[:, None]  # exact leave-one-out residuals y_i - m_(-i)(c_i)
         mse = float(np.mean(loo**2))
         total = float(np.mean((Y - Y.mean(0)) ** 2))
-        fitted_C = C
 
         def mean(cc):
-            return kernel(as_samples(cc, "c"), fitted_C) @ dual
+            return kernel(as_samples(cc, "c"), C) @ dual
 
         out = cls(mean, math.sqrt(mse))
         out.ridge_, out.input_kernel_ = lam, kernel

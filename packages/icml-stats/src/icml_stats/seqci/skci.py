@@ -167,8 +167,8 @@ class SKCI:
         model_x: ``"online"`` (estimate ``A | C`` from the past), ``"pretrained"`` (fit it once on
             ``pretrain=(a, c)``) or ``"oracle"`` (use the known ``conditional``).
         estimator: how ``model_x="online"`` estimates ``A | C`` and ``B | C``: ``"gaussian"`` (default:
-            a Gaussian location model, mean by kernel ridge regression with an RBF-plus-linear kernel,
-            fitted on the past *minus* the anchors) or ``"cme"`` (the nonparametric conditional mean
+            Gaussian location models, the mean by kernel ridge regression with an affine, RBF-plus-linear
+            or RBF kernel chosen by the LOO loss, fitted on the past *minus* the anchors) or ``"cme"`` (the nonparametric conditional mean
             embedding on the whole past, the estimator of earlier versions; it exceeds the level when C
             strongly confounds A and B and warns with :class:`ConfoundingWarning`).
         conditional: a :class:`~icml_stats.seqci.kernels.GaussianConditional` for ``model_x="oracle"``.
@@ -210,9 +210,8 @@ class SKCI:
         self.model_x = model_x
         self._pretrain = check_model_x(model_x, conditional, pretrain)
         self.estimator = check_choice(estimator, "estimator", ESTIMATORS)
-        self._key = (
-            f"online-{estimator}" if model_x == "online" else model_x
-        )  # which kernel blocks it bets on
+        # the kernel blocks it bets on: one scheme per Model-X mode, two for the online estimators
+        self._key = f"online-{estimator}" if model_x == "online" else model_x
         self._warned = False
         self.conditional = conditional
         self.normalize, self.shift = bool(normalize), bool(shift)
