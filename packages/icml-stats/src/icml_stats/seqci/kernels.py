@@ -79,28 +79,37 @@ def median_bandwidth(x, max_points: int = MEDIAN_MAX, rng=None) -> float:
     return min(scale * float(math.sqrt(np.median(d))), np.finfo(float).max) if d.size else 1.0
 
 
-class RBF:
-    """Gaussian kernel ``exp(-|x - y|^2 / (2 bandwidth^2))``; ``bandwidth=None`` until :meth:`fitted` on data."""
+class _Scaled:
+    """A kernel with a length scale ``bandwidth``, None until :meth:`fitted` sets it by the median heuristic."""
 
     def __init__(self, bandwidth: float | None = None):
         self.bandwidth = None if bandwidth is None else check_real(bandwidth, "bandwidth", "(0, inf)")
 
-    def fitted(self, x, rng=None) -> RBF:
+    def fitted(self, x, rng=None):
         """This kernel if its bandwidth is set, else a copy with the median-heuristic bandwidth of ``x``."""
-        return self if self.bandwidth is not None else RBF(median_bandwidth(x, rng=rng))
+        return self if self.bandwidth is not None else type(self)(median_bandwidth(x, rng=rng))
+
+    def _scale(self) -> float:
+        if self.bandwidth is None:
+            raise ValueError(
+                f"{type(self).__name__} bandwidth is not set: pass bandwidth= or call fitted(x) first"
+            )
+        return self.bandwidth
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(bandwidth={self.bandwidth!r})"
+
+
+class RBF(_Scaled):
+    """Gaussian kernel ``exp(-|x - y|^2 / (2 bandwidth^2))``; ``bandwidth=None`` until :meth:`fitted` on data."""
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if self.bandwidth is None:
-            raise ValueError("RBF bandwidth is not set: pass bandwidth= or call fitted(x) first")
+        h = self._scale()
         x, y = _pair(x, y)
-        h = self.bandwidth
         if 1e-100 < h < 1e100:
             return np.exp(-sq_distances(x, y) / (2.0 * h**2))
         with np.errstate(over="ignore", under="ignore"):  # h^2 would overflow or underflow to 0
             return np.exp(-sq_distances(x / h, y / h) / 2.0)
-
-    def __repr__(self) -> str:
-        return f"RBF(bandwidth={self.bandwidth!r})"
 
 
 class Linear:
@@ -120,51 +129,30 @@ class Linear:
         return "Linear()"
 
 
-class RBFLinear:
+class RBFLinear(_Scaled):
     """``exp(-|x - y|^2 / (2 h^2)) + <x, y> / h^2``: an RBF plus a linear kernel on the same scale.
 
     ``bandwidth=None`` until :meth:`fitted` on data (median heuristic). Dividing the linear part by ``h^2``
     keeps both parts of order one whatever the units of ``x``.
     """
 
-    def __init__(self, bandwidth: float | None = None):
-        self.bandwidth = None if bandwidth is None else check_real(bandwidth, "bandwidth", "(0, inf)")
-
-    def fitted(self, x, rng=None) -> RBFLinear:
-        return self if self.bandwidth is not None else RBFLinear(median_bandwidth(x, rng=rng))
-
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if self.bandwidth is None:
-            raise ValueError("RBFLinear bandwidth is not set: pass bandwidth= or call fitted(x) first")
+        h = self._scale()
         x, y = _pair(x, y)
-        h = self.bandwidth
         x, y = x / h, y / h  # in units of h: no overflow of h^2
         return np.exp(-sq_distances(x, y) / 2.0) + x @ y.T
 
-    def __repr__(self) -> str:
-        return f"RBFLinear(bandwidth={self.bandwidth!r})"
 
-
-class Affine:
+class Affine(_Scaled):
     """``1 + <x, y> / h^2``: kernel ridge regression with it is ridge regression on ``(1, x / h)``.
 
     ``bandwidth=None`` until :meth:`fitted` on data (median heuristic), as for :class:`RBFLinear`.
     """
 
-    def __init__(self, bandwidth: float | None = None):
-        self.bandwidth = None if bandwidth is None else check_real(bandwidth, "bandwidth", "(0, inf)")
-
-    def fitted(self, x, rng=None) -> Affine:
-        return self if self.bandwidth is not None else Affine(median_bandwidth(x, rng=rng))
-
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        if self.bandwidth is None:
-            raise ValueError("Affine bandwidth is not set: pass bandwidth= or call fitted(x) first")
+        h = self._scale()
         x, y = _pair(x, y)
-        return 1.0 + (x / self.bandwidth) @ (y / self.bandwidth).T
-
-    def __repr__(self) -> str:
-        return f"Affine(bandwidth={self.bandwidth!r})"
+        return 1.0 + (x / h) @ (y / h).T
 
 
 def _gram(K, name: str, n: int | None = None) -> np.ndarray:
