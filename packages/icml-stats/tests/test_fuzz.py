@@ -864,7 +864,7 @@ def test_gaussian_conditional(data):
         data,
         GaussianConditional.estimate,
         {"c": c, "y": a, "input_kernel": None, "ridge": None, "grid": (1e-3, 1e-1), "max_select": 300},
-        check=lambda g: g.std >= 0.0 and g.explained_ <= 1.0 and g.mean(c).shape == a.shape,
+        check=lambda g: math.isfinite(g.std) and g.std >= 0.0 and g.explained_ <= 1.0,  # c may be mutated
         strategies={"input_kernel": BAD_KERNELS},
         related={"c": ["y"], "y": ["c"]},
     )
