@@ -21,7 +21,6 @@ not part of the verdict.
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 
@@ -32,11 +31,12 @@ from icml_stats.seqci.betting import ConstantFraction
 from icml_stats.seqci.datasets import confounded_ci
 from icml_stats.seqci.skci import SKCI, ConfoundingWarning, run_ablation
 from icml_stats_experiments.parallel import map_spawned
+from icml_stats_experiments.seqci.repro import ALPHA, bound  # the same level and binomial bound
 from icml_tools.progress import status
 
 STRENGTHS = (0.5, 1.0, 1.5, 2.0, 3.0)
 DIMS = (1, 5, 20)
-N, BATCH, ALPHA = 500, 20, 0.05
+N, BATCH = 500, 20
 LATE = 5  # bets whose mean payoff measures the drift left once the estimators have data
 DIAGNOSIS = {
     "SKCI (cme)": {"estimator": "cme"},
@@ -96,10 +96,6 @@ def _call(args):
 
 def _map(jobs: list, workers: int) -> list:
     return map_spawned(_call, jobs, workers)
-
-
-def bound(streams: int) -> float:
-    return ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / streams)
 
 
 def evaluate(rates: dict, streams: int) -> dict:
