@@ -219,6 +219,7 @@ def test_viterbi(data):
             "start_overlap": overlap,
             "end_overlap": overlap,
             "chunk": 1,
+            "workers": 1,
         },
         check=_is_constrained_path,
         strategies={"trellis": BAD_TRELLIS},

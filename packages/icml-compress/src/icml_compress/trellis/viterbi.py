@@ -1,12 +1,26 @@
-"""Viterbi quantization on the bitshift trellis: exact dynamic programming, batched over tiles.
+"""Viterbi quantization on the bitshift trellis: exact dynamic programming, batched over tiles (and codes).
 
 For a code with values ``c(s)`` (``(2^L, V)``) and a sequence ``x`` of ``T/V`` vectors, Viterbi finds the
 trellis path minimizing ``sum_t ||x_t - c(s_t)||^2``. With ``cost_t[s] = ||x_t - c(s)||^2 + min over
 predecessors p of s of cost_{t-1}[p]``: the ``2^KV`` predecessors of ``s`` are ``(j << (L-KV)) | (s >> KV)``,
-so all states with the same ``q = s >> KV`` share one minimum. Viewing the previous costs as
-``(tiles, 2^KV, 2^(L-KV))`` (index ``j, q``) the minimum over ``j`` is one reduction, and its argmin ``j``
-(one byte per tile, step and ``q``) is all the back-tracking needs. ``||x||^2`` is dropped from the
-costs (it is the same for every state), leaving ``|c(s)|^2 - 2 <x_t, c(s)>``, one matrix product.
+so all states with the same ``q = s >> KV`` share one minimum ``m_t[q]``. Viewing the previous costs as
+``(tiles, 2^KV, 2^(L-KV))`` (index ``j, q``) that minimum is a pairwise tree of ``torch.minimum`` over
+``j``. ``||x||^2`` is dropped from the costs (it is the same for every state), leaving
+``|c(s)|^2 - 2 <x_t, c(s)>`` (``torch.addcmul``, one fused multiply-add per state and weight).
+
+The forward pass keeps only the minima ``m_t`` (``2^(L-KV)`` per tile and step, a quarter of the costs at
+``K*V = 2``), no arg-minimum: back-tracking recomputes, for the state ``s_t`` it has reached, the ``2^KV``
+candidate costs ``cost_{t-1}[(j << (L-KV)) | q]`` from ``m_{t-1}`` and the code with the same operations
+(so the same floating-point numbers) and picks ``j`` by the same pairwise tree, ties to the lower half.
+That is ``2^KV`` numbers per tile and step instead of an arg-minimum over all ``2^L`` states at every step
+(the forward pass until 2026-12-04, which stored one back-pointer byte per ``q``); the paths are
+bit-identical to it (tested against a frozen copy).
+
+The batch is processed in chunks of tiles (:func:`default_chunk`: the stored minima fit in 32 MiB on the
+CPU, where the chunk stays in the caches, and 1 GiB on CUDA); every operation is a torch operation on the
+device of ``x``, on the CPU split over torch's intra-op threads. Several codes can quantize their own
+tiles in one call (``values`` ``(G, 2^L, V)``, ``x`` ``(G, tiles, n)``): Proteus' candidate selection runs
+its pool as one batch.
 
 Tail-biting (exactly ``K*T`` bits per tile) uses QTIP's two-pass approximation: Viterbi on the tile
 rotated by half its length puts the tile's wrap-around point in the middle, where the free path is
@@ -17,15 +31,23 @@ passes are exact under their constraints; only the choice of ``o`` is heuristic.
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
+import math
+import multiprocessing
+import sys
+import threading
+
+import numpy as np
 import torch
 
 from icml_compress.trellis.bitshift import BitshiftTrellis
 from icml_compress.validation import check_bool, check_float_tensor, check_instance, check_int
 from icml_kernels.trellis.format import TrellisFormat
 
-BACKPOINTER_BYTES = 1 << 26  # back-pointer memory per chunk of tiles (64 MiB)
-COST_ELEMENTS = 1 << 22  # cost-matrix elements per chunk of tiles (16 MiB in float32)
-
+CHUNK_BYTES = {"cpu": 1 << 25, "cuda": 1 << 30}  # stored minima per chunk: 32 MiB on the CPU, 1 GiB on CUDA
+DTYPES = (torch.float32, torch.float64)
+START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"  # the worker pool's (see _pool)
 
 MAX_MAGNITUDE = 1e15  # squared errors of the search, summed over a tile, stay far inside float32
 
@@ -41,25 +63,55 @@ def _check_magnitude(x):
     return x
 
 
-def default_chunk(trellis: BitshiftTrellis, steps: int) -> int:
-    """Tiles per Viterbi chunk: bounds the back pointers to 64 MiB and the cost matrix to 2^22 entries."""
+def default_chunk(trellis: BitshiftTrellis, steps: int, device: torch.device | str | None = None) -> int:
+    """Tiles per Viterbi chunk: the stored minima (``steps * 2^(L-KV)`` float32 per tile) within 32 MiB on
+    the CPU (the chunk stays in the caches) and 1 GiB on CUDA (``device``; default the CPU)."""
     check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     check_int(steps, "steps", 1)
-    groups = 1 << trellis.overlap_bits
-    return max(1, min(BACKPOINTER_BYTES // (steps * groups), COST_ELEMENTS // trellis.n_states))
+    kind = "cpu" if device is None else torch.device(device).type
+    per_tile = 4 * (steps * (1 << trellis.overlap_bits) + 2 * trellis.n_states)
+    return max(1, CHUNK_BYTES.get(kind, CHUNK_BYTES["cuda"]) // per_tile)
 
 
 def check_code_values(values: torch.Tensor, trellis: BitshiftTrellis) -> torch.Tensor:
-    """``values`` as ``(2^L, V)``; accepts ``(2^L,)`` when ``V == 1``."""
+    """``values`` as ``(2^L, V)`` or a stack of codes ``(G, 2^L, V)``; accepts ``(2^L,)`` and
+    ``(G, 2^L)`` when ``V == 1``."""
     check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     check_float_tensor(values, "values")
-    if values.dim() == 1 and trellis.V == 1:
+    if trellis.V == 1 and values.dim() in (1, 2) and values.shape[-1] == trellis.n_states:
         values = values.unsqueeze(-1)
-    if tuple(values.shape) != (trellis.n_states, trellis.V):
+    if values.dim() not in (2, 3) or tuple(values.shape[-2:]) != (trellis.n_states, trellis.V):
         raise ValueError(
-            f"values must have shape (2^L, V) = ({trellis.n_states}, {trellis.V}), got {tuple(values.shape)}"
+            f"values must have shape (2^L, V) = ({trellis.n_states}, {trellis.V}) or (codes, 2^L, V), "
+            f"got {tuple(values.shape)}"
         )
     return values
+
+
+def _check_overlap(o, name: str, shape: tuple[int, ...], trellis: BitshiftTrellis):
+    if o is None:
+        return None
+    if (
+        not isinstance(o, torch.Tensor)
+        or o.is_floating_point()
+        or o.is_complex()
+        or o.dtype == torch.bool
+        or tuple(o.shape) != shape
+    ):
+        raise ValueError(f"{name} must be an integer tensor of shape {shape}")
+    if o.numel() and (o.min() < 0 or o.max() >= 1 << trellis.overlap_bits):
+        raise ValueError(f"{name} must lie in 0..{(1 << trellis.overlap_bits) - 1}")
+    return o.to(torch.int64)
+
+
+def check_dtype(dtype, x: torch.Tensor) -> torch.dtype:
+    """The search's dtype: ``dtype`` (float32 or float64), or by default float64 for float64 ``x``, else
+    float32."""
+    if dtype is None:
+        return torch.float64 if x.dtype == torch.float64 else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be torch.float32, torch.float64 or None, got {dtype!r}")
+    return dtype
 
 
 def viterbi(
@@ -70,115 +122,217 @@ def viterbi(
     start_overlap: torch.Tensor | None = None,
     end_overlap: torch.Tensor | None = None,
     chunk: int | None = None,
+    dtype: torch.dtype | None = None,
+    workers: int | None = None,
 ) -> torch.Tensor:
-    """Optimal trellis paths for a batch of sequences.
+    """Optimal trellis paths for a batch of sequences, on the device of ``x``.
 
     Args:
         x (torch.Tensor): ``(tiles, n)`` finite floats, ``n`` a multiple of ``V`` (any length; a tile of
-            the trellis is ``n = T``). Computed in float64 when ``x`` is float64, else float32.
-        values (torch.Tensor): the code's value of every state, ``(2^L, V)`` (or ``(2^L,)`` for ``V = 1``).
+            the trellis is ``n = T``); ``(G, tiles, n)`` with ``G`` codes in ``values``, code ``g``
+            quantizing ``x[g]``.
+        values (torch.Tensor): the code's value of every state, ``(2^L, V)`` (or ``(2^L,)`` for ``V = 1``),
+            or ``(G, 2^L, V)``; moved to the device of ``x``.
         trellis (BitshiftTrellis): ``L``, ``K``, ``V``.
-        start_overlap, end_overlap (torch.Tensor, Optional): ``(tiles,)`` integers in ``0..2^(L-KV)-1``:
-            constrain ``s_0 >> KV`` and ``s_last & (2^(L-KV) - 1)`` to them.
+        start_overlap, end_overlap (torch.Tensor, Optional): integers in ``0..2^(L-KV)-1`` of the shape
+            of ``x`` without its last dimension: constrain ``s_0 >> KV`` and ``s_last & (2^(L-KV) - 1)``.
         chunk (int, Optional): tiles per batch (memory bound), default :func:`default_chunk`.
+        dtype (torch.dtype, Optional): the search's float type, float32 or float64; default float64 when
+            ``x`` is float64, else float32.
+        workers (int, Optional): CPU worker processes the chunks are spread over (one torch thread each);
+            default ``torch.get_num_threads()``, so the Viterbi uses the cores torch is told to use. With
+            more than one chunk and worker the tiles are cut into one part per worker and sent to a
+            process pool started on first use and kept for later calls (forked on Linux; spawned
+            elsewhere, where a script needs a ``__main__`` guard). Ignored on CUDA. The paths do not
+            depend on it.
 
     Returns:
-        int64 states ``(tiles, n / V)`` minimizing ``sum_t ||x_t - values[s_t]||^2`` under the constraints.
+        int64 states ``(..., n / V)`` minimizing ``sum_t ||x_t - values[s_t]||^2`` under the constraints.
     """
     _check_magnitude(check_float_tensor(x, "x"))
     check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
-    if x.dim() != 2:
-        raise ValueError(f"x must have shape (tiles, n), got {tuple(x.shape)}")
-    if x.shape[1] % trellis.V:
-        raise ValueError(f"x.shape[1] must be a multiple of V={trellis.V}, got {x.shape[1]}")
     values = check_code_values(values, trellis)
-    steps = x.shape[1] // trellis.V
+    grouped = values.dim() == 3
+    if x.dim() != (3 if grouped else 2) or (grouped and x.shape[0] != values.shape[0]):
+        want = f"({values.shape[0]}, tiles, n), one row per code of values" if grouped else "(tiles, n)"
+        raise ValueError(f"x must have shape {want}, got x {tuple(x.shape)}, values {tuple(values.shape)}")
+    if x.shape[-1] % trellis.V:
+        raise ValueError(f"x.shape[-1] must be a multiple of V={trellis.V}, got {x.shape[-1]}")
+    steps = x.shape[-1] // trellis.V
     if chunk is None:
-        chunk = default_chunk(trellis, steps)
+        chunk = default_chunk(trellis, steps, x.device)
     check_int(chunk, "chunk", 1)
-    overlaps = []
-    for name, o in (("start_overlap", start_overlap), ("end_overlap", end_overlap)):
-        if o is not None:
-            if (
-                not isinstance(o, torch.Tensor)
-                or o.is_floating_point()
-                or o.is_complex()
-                or o.dtype == torch.bool
-                or tuple(o.shape) != (x.shape[0],)
-            ):
-                raise ValueError(f"{name} must be an integer tensor of shape ({x.shape[0]},)")
-            if o.numel() and (o.min() < 0 or o.max() >= 1 << trellis.overlap_bits):
-                raise ValueError(f"{name} must lie in 0..{(1 << trellis.overlap_bits) - 1}")
-            o = o.to(torch.int64)
-        overlaps.append(o)
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    xs = x.to(dtype).reshape(x.shape[0], steps, trellis.V)
-    vals = values.to(dtype=dtype, device=x.device)
-    out = torch.empty(x.shape[0], steps, dtype=torch.int64, device=x.device)
-    for lo in range(0, x.shape[0], chunk):
-        hi = min(lo + chunk, x.shape[0])
-        start, end = (None if o is None else o[lo:hi] for o in overlaps)
-        out[lo:hi] = _viterbi_chunk(xs[lo:hi], vals, trellis, start, end)
+    dtype = check_dtype(dtype, x)
+    start, end = (
+        _check_overlap(o, n, tuple(x.shape[:-1]), trellis)
+        for o, n in ((start_overlap, "start_overlap"), (end_overlap, "end_overlap"))
+    )
+    xs = x.to(dtype).reshape(-1 if grouped else 1, x.shape[-2], steps, trellis.V)  # (G, tiles, steps, V)
+    vals = values.to(dtype=dtype, device=x.device).reshape(-1, trellis.n_states, trellis.V)
+    G, tiles = xs.shape[0], xs.shape[1]
+    if workers is None:
+        workers = torch.get_num_threads()
+    check_int(workers, "workers", 1)
+    per = max(1, chunk // G)  # tiles of every code per chunk
+    if x.device.type != "cpu" or workers == 1 or tiles <= per:
+        out = _viterbi_chunks(xs, vals, trellis, start, end, per)
+    else:  # one part per worker, each cut into chunks there
+        parts = min(workers, math.ceil(tiles / per))
+        bounds = [(i * tiles // parts, (i + 1) * tiles // parts) for i in range(parts)]
+        cut = [(None if o is None else o.reshape(G, tiles)) for o in (start, end)]
+        tasks = [(xs[:, lo:hi], *(None if o is None else o[:, lo:hi] for o in cut)) for lo, hi in bounds]
+        out = torch.cat(_run_in_pool(tasks, vals, trellis, per, workers), dim=1)
+    return out if grouped else out[0]
+
+
+def _viterbi_chunks(xs, vals, trellis: BitshiftTrellis, start, end, per: int) -> torch.Tensor:
+    """:func:`_viterbi_chunk` over chunks of ``per`` tiles of every code: states ``(G, tiles, steps)``."""
+    G, tiles, steps, _ = xs.shape
+    out = torch.empty(G, tiles, steps, dtype=torch.int64, device=xs.device)
+    for lo in range(0, tiles, per):
+        hi = min(lo + per, tiles)
+        s, e = (None if o is None else o.reshape(G, tiles)[:, lo:hi] for o in (start, end))
+        out[:, lo:hi] = _viterbi_chunk(xs[:, lo:hi], vals, trellis, s, e)
     return out
 
 
 def _viterbi_chunk(xs, vals, trellis: BitshiftTrellis, start, end) -> torch.Tensor:
-    """xs ``(B, steps, V)``; vals ``(2^L, V)``; returns states ``(B, steps)``."""
-    B, steps, _ = xs.shape
+    """xs ``(G, B, steps, V)``; vals ``(G, 2^L, V)``; start/end ``(G, B)`` or None; states ``(G, B, steps)``."""
+    G, B, steps, _ = xs.shape
     kv, ob = trellis.kv, trellis.overlap_bits
-    R, Q = 1 << kv, 1 << ob  # successors per state; predecessor groups (q = s >> KV)
-    sq = vals.pow(2).sum(-1)  # (2^L,)
-    c2 = -2 * vals.T.contiguous()  # (V, 2^L)
-    cost = _state_costs(sq, xs[:, 0], c2)  # (B, 2^L) = |c|^2 - 2 <x_0, c>
+    R, Q, N = 1 << kv, 1 << ob, trellis.n_states  # successors per state; predecessor groups (q = s >> KV)
+    rows = G * B
+    sq = vals.pow(2).sum(-1).unsqueeze(1)  # (G, 1, 2^L)
+    c2 = -2 * vals.transpose(1, 2).unsqueeze(2)  # (G, V, 1, 2^L)
+    cost = _state_costs(sq, xs[:, :, 0], c2).view(rows, N)  # |c|^2 - 2 <x_0, c>
+    blocked = None
     if start is not None:  # s_0 = (o << KV) | r: only group q = o may start
-        allowed = torch.nn.functional.one_hot(start, Q).bool()  # (B, Q)
-        cost.view(B, Q, R).masked_fill_(~allowed.unsqueeze(-1), float("inf"))
-    back = torch.empty(steps, B, Q, dtype=torch.uint8, device=xs.device)
+        blocked = ~torch.nn.functional.one_hot(start.reshape(rows), Q).bool()  # (rows, Q)
+        cost.view(rows, Q, R).masked_fill_(blocked.unsqueeze(-1), float("inf"))
+    minima = torch.empty(max(steps - 1, 0), rows, Q, dtype=xs.dtype, device=xs.device)
     for t in range(1, steps):
-        best, arg = _min_over_top_bits(cost.view(B, R, Q))  # (B, Q): min over the dropped top bits j
-        back[t].copy_(arg)
-        cost = _state_costs(sq, xs[:, t], c2)  # (B, 2^L)
-        cost.view(B, Q, R).add_(best.unsqueeze(-1))
-    states = torch.empty(B, steps, dtype=torch.int64, device=xs.device)
+        _min_over_top_bits(cost.view(rows, R, Q), minima[t - 1])
+        cost = _state_costs(sq, xs[:, :, t], c2).view(rows, N)
+        cost.view(rows, Q, R).add_(minima[t - 1].unsqueeze(-1))
     if end is None:
         final, s = cost.min(-1)
     else:  # s_last = (j << (L-KV)) | o
-        final, j = cost.view(B, R, Q).gather(2, end.view(B, 1, 1).expand(B, R, 1)).squeeze(-1).min(-1)  # (B,)
-        s = (j << ob) | end
+        e = end.reshape(rows)
+        final, j = cost.view(rows, R, Q).gather(2, e.view(rows, 1, 1).expand(rows, R, 1)).squeeze(-1).min(-1)
+        s = (j << ob) | e
     if not bool(torch.isfinite(final).all()):
         raise ValueError(
             "no trellis path satisfies start_overlap and end_overlap for some tile (a path of "
             f"{steps} steps can join them only when steps * K * V >= L)"
         )
+    states = torch.empty(rows, steps, dtype=torch.int64, device=xs.device)
     states[:, -1] = s
-    rows = torch.arange(B, device=xs.device)
-    for t in range(steps - 1, 0, -1):
+    code = torch.arange(G, device=xs.device).repeat_interleave(B).unsqueeze(-1)  # (rows, 1): each row's code
+    top = torch.arange(R, device=xs.device) << ob  # the dropped top bits j of a predecessor
+    sq_rows, c2_rows = sq[:, 0], c2[:, :, 0]  # (G, 2^L), (G, V, 2^L)
+    x_rows = xs.reshape(rows, steps, -1)
+    for t in range(steps - 1, 0, -1):  # recompute cost_{t-1} at the predecessors of s_t, pick the best
         q = s >> kv
-        s = (back[t, rows, q].to(torch.int64) << ob) | q
+        prev = top | q.unsqueeze(-1)  # (rows, R)
+        c = torch.addcmul(sq_rows[code, prev], x_rows[:, t - 1, :1], c2_rows[code, 0, prev])
+        for v in range(1, x_rows.shape[-1]):
+            c.addcmul_(x_rows[:, t - 1, v : v + 1], c2_rows[code, v, prev])
+        if t > 1:
+            c.add_(minima[t - 2].gather(1, prev >> kv))
+        elif blocked is not None:
+            c.masked_fill_(blocked.gather(1, prev >> kv), float("inf"))
+        s = (_argmin_tree(c) << ob) | q
         states[:, t - 1] = s
-    return states
+    return states.view(G, B, steps)
+
+
+_POOL: dict[int, concurrent.futures.ProcessPoolExecutor] = {}  # the worker processes, by count
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """The process pool of ``workers`` workers (one torch thread each), started on first use; a pool of
+    another size is shut down first. Forked on Linux (as torch's DataLoader workers: quick, and a script
+    needs no ``__main__`` guard), spawned elsewhere (a script then needs ``if __name__ == "__main__":``, as
+    for a DataLoader with workers)."""
+    with _POOL_LOCK:
+        if workers not in _POOL:
+            for old in _POOL.values():
+                old.shutdown(wait=False, cancel_futures=True)
+            _POOL.clear()
+            _POOL[workers] = concurrent.futures.ProcessPoolExecutor(
+                workers,
+                mp_context=multiprocessing.get_context(START_METHOD),
+                initializer=torch.set_num_threads,
+                initargs=(1,),
+            )
+        return _POOL[workers]
+
+
+@atexit.register
+def _shutdown_pool() -> None:
+    """Stop the worker processes (at exit, before the interpreter tears its modules down)."""
+    with _POOL_LOCK:
+        for pool in _POOL.values():
+            pool.shutdown(wait=True)
+        _POOL.clear()
+
+
+def _run_in_pool(tasks, vals, trellis: BitshiftTrellis, per: int, workers: int) -> list[torch.Tensor]:
+    """:func:`_viterbi_chunks` of every task ``(xs, start, end)`` in the worker processes (numpy arrays
+    travel: no shared-memory handles to leak); a broken pool is dropped, so the next call starts afresh."""
+    params = (trellis.L, trellis.K, trellis.V, trellis.T)
+    v = vals.numpy()
+    pool = _pool(workers)
+    try:
+        futures = [
+            pool.submit(
+                _task, xp.numpy(), v, params, per, *(None if o is None else o.numpy() for o in (sp, ep))
+            )
+            for xp, sp, ep in tasks
+        ]
+        return [torch.from_numpy(f.result()) for f in futures]
+    except concurrent.futures.process.BrokenProcessPool:
+        with _POOL_LOCK:
+            _POOL.pop(workers, None)
+        raise
+
+
+def _task(xs: np.ndarray, vals: np.ndarray, params, per: int, start, end) -> np.ndarray:
+    """One worker's part (what :func:`_run_in_pool` sends)."""
+    trellis = BitshiftTrellis(*params)
+    start, end = (None if o is None else torch.from_numpy(o) for o in (start, end))
+    return _viterbi_chunks(torch.from_numpy(xs), torch.from_numpy(vals), trellis, start, end, per).numpy()
 
 
 def _state_costs(sq: torch.Tensor, x: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
-    """``|c(s)|^2 - 2 <x_b, c(s)>`` for every tile and state, ``(B, 2^L)`` (x ``(B, V)``, c2 ``(V, 2^L)``)."""
-    cost = torch.addcmul(sq, x[:, :1], c2[:1])  # an outer product: cheaper than a rank-1 matmul
-    for v in range(1, x.shape[1]):
-        cost.addcmul_(x[:, v : v + 1], c2[v : v + 1])
+    """``|c(s)|^2 - 2 <x_b, c(s)>`` for every tile and state, ``(G, B, 2^L)`` (sq ``(G, 1, 2^L)``, x
+    ``(G, B, V)``, c2 ``(G, V, 1, 2^L)``): one multiply-add per weight of the vector."""
+    cost = torch.addcmul(sq, x[..., :1], c2[:, 0])  # an outer product: cheaper than a rank-1 matmul
+    for v in range(1, x.shape[-1]):
+        cost.addcmul_(x[..., v : v + 1], c2[:, v])
     return cost
 
 
-def _min_over_top_bits(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Minimum and argmin over dimension 1 of ``v (B, R, Q)`` (R a power of two) by a pairwise tree on
-    contiguous halves: several times faster on CPU than a strided ``min(dim=1)``. Ties go to the lower
-    index, like ``min``."""
-    idx = torch.arange(v.shape[1], dtype=torch.uint8, device=v.device).view(1, -1, 1)
-    while v.shape[1] > 1:
+def _min_over_top_bits(v: torch.Tensor, out: torch.Tensor) -> None:
+    """``out (B, Q)`` = minimum over dimension 1 of ``v (B, R, Q)`` (R a power of two) by a pairwise tree
+    on contiguous halves: several times faster on CPU than a strided ``min(dim=1)``."""
+    while v.shape[1] > 2:
         h = v.shape[1] // 2
-        lo, hi = v[:, :h], v[:, h:]
-        take_hi = hi < lo
-        v = torch.minimum(lo, hi)
+        v = torch.minimum(v[:, :h], v[:, h:])
+    torch.minimum(v[:, 0], v[:, 1], out=out)
+
+
+def _argmin_tree(c: torch.Tensor) -> torch.Tensor:
+    """Arg-minimum over the last dimension of ``c (B, R)`` by the pairwise tree of :func:`_min_over_top_bits`
+    (halves compared with a strict ``<``: a tie goes to the lower half), int64 ``(B,)``."""
+    idx = torch.arange(c.shape[1], device=c.device).expand_as(c)
+    while c.shape[1] > 1:
+        h = c.shape[1] // 2
+        take_hi = c[:, h:] < c[:, :h]
         idx = torch.where(take_hi, idx[:, h:], idx[:, :h])
-    return v[:, 0], idx.expand(v.shape[0], 1, v.shape[2])[:, 0]
+        c = torch.minimum(c[:, :h], c[:, h:])
+    return idx[:, 0]
 
 
 def quantize_tiles(
@@ -188,8 +342,11 @@ def quantize_tiles(
     *,
     tail_biting: bool = True,
     chunk: int | None = None,
+    dtype: torch.dtype | None = None,
+    workers: int | None = None,
 ) -> torch.Tensor:
-    """Trellis-quantize tiles ``(tiles, T)``: int64 states ``(tiles, T/V)``.
+    """Trellis-quantize tiles ``(tiles, T)`` (or ``(G, tiles, T)`` with ``G`` codes ``(G, 2^L, V)``): int64
+    states ``(..., T/V)``, on the device of ``x`` (``chunk``, ``dtype``, ``workers``: as :func:`viterbi`).
 
     ``tail_biting=True`` (default) returns tail-biting paths (``trellis.pack`` stores them in exactly
     ``K*T`` bits) by the two-pass method of the module docstring; ``False`` the unconstrained optimum,
@@ -198,13 +355,26 @@ def quantize_tiles(
     _check_magnitude(check_float_tensor(x, "x"))
     check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     check_bool(tail_biting, "tail_biting")
-    if x.dim() != 2 or x.shape[1] != trellis.T:
-        raise ValueError(f"x must have shape (tiles, T={trellis.T}), got {tuple(x.shape)}")
+    grouped = check_code_values(values, trellis).dim() == 3
+    if x.dim() != (3 if grouped else 2) or x.shape[-1] != trellis.T:
+        want = "(codes of values, tiles, T" if grouped else "(tiles, T"
+        raise ValueError(
+            f"x must have shape {want}={trellis.T}), got x {tuple(x.shape)}, values {tuple(values.shape)}"
+        )
     if not tail_biting:
-        return viterbi(x, values, trellis, chunk=chunk)
+        return viterbi(x, values, trellis, chunk=chunk, dtype=dtype, workers=workers)
     trellis.check_tail_biting_length()
     half = trellis.steps // 2
-    rolled = torch.roll(x, half * trellis.V, dims=1)  # rolled[:, half*V] == x[:, 0]
-    first = viterbi(x=rolled, values=values, trellis=trellis, chunk=chunk)
-    overlap = first[:, half] >> trellis.kv  # the top overlap bits of the state that emits x[:, 0]
-    return viterbi(x, values, trellis, start_overlap=overlap, end_overlap=overlap, chunk=chunk)
+    rolled = torch.roll(x, half * trellis.V, dims=-1)  # rolled[..., half*V] == x[..., 0]
+    first = viterbi(rolled, values, trellis, chunk=chunk, dtype=dtype, workers=workers)
+    overlap = first[..., half] >> trellis.kv  # the top overlap bits of the state that emits x[..., 0]
+    return viterbi(
+        x,
+        values,
+        trellis,
+        start_overlap=overlap,
+        end_overlap=overlap,
+        chunk=chunk,
+        dtype=dtype,
+        workers=workers,
+    )
