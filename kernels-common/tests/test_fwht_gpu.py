@@ -26,6 +26,13 @@ def test_cuda_kernel_float32(rows, n, monkeypatch):
     assert rel_rms_error(y.cpu(), expected) < 1e-6
 
 
+def test_cuda_float64_runs_the_reference_on_the_gpu():
+    x = torch.randn(9, 1 << 12, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    y = fwht(x.cuda())
+    assert y.device.type == "cuda" and y.dtype == torch.float64
+    torch.testing.assert_close(y.cpu(), fwht(x), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1e-2)])
 def test_cuda_kernel_half(dtype, tol):
     x = torch.randn(33, 512, device="cuda").to(dtype)

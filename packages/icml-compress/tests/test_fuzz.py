@@ -482,6 +482,7 @@ def test_quant_config(data):
         max_blocks=1,
     ).to_dict()
     valid["distill_chat"] = 0
+    valid["device"] = "cpu"
 
     def check(c) -> bool:
         return (

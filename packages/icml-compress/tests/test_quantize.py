@@ -435,6 +435,58 @@ def test_bad_input(ids):
         quantize_model(tiny(), QuantConfig(distill_steps=2, distill_chat=4, **FAST), ids)
 
 
+def test_layer_streaming_calibrates_one_group_at_a_time_and_changes_nothing(ids, monkeypatch):
+    import icml_compress.quantize.model as qm
+    from icml_compress.quantize import packed_hash
+
+    config = QuantConfig(**FAST)
+    whole = quantize_model(tiny(layers=3), config, ids, progress=False)
+    groups = []
+    real = qm.collect_hessians
+
+    def spy(model, linears, sequences, **kw):
+        groups.append({qm.block_index(n) for n in linears})
+        return real(model, linears, sequences, **kw)
+
+    monkeypatch.setattr(qm, "collect_hessians", spy)
+    monkeypatch.setattr(qm, "HESSIAN_BYTES", 1)  # every block is a group of its own
+    streamed = quantize_model(tiny(layers=3), config, ids, progress=False)
+    assert groups == [{0}, {1}, {2}]
+    assert packed_hash(streamed) == packed_hash(whole)  # the Hessians come from the float model either way
+    assert streamed.icml_quantization["layers"] == {
+        n: {**st, "seconds": streamed.icml_quantization["layers"][n]["seconds"]}
+        for n, st in whole.icml_quantization["layers"].items()
+    }
+
+
+def test_calibration_groups_hold_whole_blocks_within_the_budget():
+    from icml_compress.quantize.model import block_index, calibration_groups
+
+    linears = find_linears(tiny(layers=4), QuantConfig())
+    block = sum(8 * lin.in_features**2 for n, lin in linears.items() if block_index(n) == 0)
+    assert calibration_groups(linears, None) == [linears]
+    for budget, blocks in (
+        (1, [[0], [1], [2], [3]]),
+        (block, [[0], [1], [2], [3]]),
+        (2 * block, [[0, 1], [2, 3]]),
+    ):
+        groups = calibration_groups(linears, budget)
+        assert [sorted({block_index(n) for n in g}) for g in groups] == blocks
+        assert [n for g in groups for n in g] == list(linears)  # every layer once, in the model's order
+
+
+def test_quantization_device_is_checked(ids):
+    with pytest.raises(ValueError, match="device"):
+        QuantConfig(device="nonsense")
+    with pytest.raises(TypeError, match="device"):
+        QuantConfig(device=0)  # type: ignore[arg-type]
+    assert "device" not in QuantConfig().to_dict()  # configs from before the field keep their digest
+    assert QuantConfig.from_dict(QuantConfig(device="cpu").to_dict()).device == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"config\.device='cuda'"):
+            quantize_model(tiny(), QuantConfig(device="cuda", **FAST), ids, progress=False)
+
+
 # --- CLI ----------------------------------------------------------------------------------------------
 def test_cli_quantize_and_evaluate_a_local_model(tmp_path, capsys):
     from icml_compress.cli import main

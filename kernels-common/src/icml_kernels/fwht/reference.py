@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -83,13 +84,20 @@ def reference_transform(x: torch.Tensor, scale: float) -> torch.Tensor:
     rows, done = y.shape[0], 0
     while done < bits:
         s = min(BLOCK_BITS, bits - done)
-        h = hadamard_matrix(1 << s, compute)  # (2^s, 2^s), symmetric
+        h = _hadamard_on(1 << s, compute, y.device)  # (2^s, 2^s), symmetric, on the input's device
         if done == 0:  # the lowest bits: one (rows * n / 2^s, 2^s) @ H product
             y = y.view(-1, 1 << s) @ h
         else:  # index = high * 2^(done+s) + mid * 2^done + low: transform the mid bits (axis -2)
             y = torch.matmul(h, y.view(rows * (n >> (done + s)), 1 << s, 1 << done))
         done += s
     return (y.reshape(x.shape) * scale).to(x.dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _hadamard_on(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """:func:`hadamard_matrix` in ``dtype`` on ``device``, kept there (float64 on CUDA runs this reference:
+    until 2026-12-04 it multiplied by a CPU matrix and failed)."""
+    return hadamard_matrix(n, dtype).to(device)
 
 
 def hadamard_matrix(n: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""The proteus-gaussian reproduction and the proteus-viterbi benchmark, run as the runners run them."""
+"""The proteus-gaussian reproduction and the proteus-viterbi and proteus-quantize-speed benchmarks, run as
+the runners run them."""
 
 import pytest
 
@@ -22,3 +23,13 @@ def test_viterbi_benchmark_checks_correctness_first(monkeypatch):
     rows = run_benchmark("proteus-viterbi", "quick", 0)
     assert {r["mode"] for r in rows} == {"tail-biting", "free"} and all(r["L"] == 8 for r in rows)
     assert all(r["correct"] and r["weights_per_s"] > 0 for r in rows)
+
+
+def test_quantize_speed_benchmark_checks_paths_first(monkeypatch):
+    from icml_compress_experiments.quantize import speed
+
+    monkeypatch.setitem(speed.BUDGETS, "quick", {"tiles": 40, "repeats": 1, "models": False})
+    rows = run_benchmark("proteus-quantize-speed", "quick", 0)
+    assert [r["mode"] for r in rows][:2] == ["one core", "all cores"]
+    assert all(r["equal_to_one_core"] and r["weights_per_s"] > 0 for r in rows)
+    assert rows[0]["ratio_to_one_core"] == 1.0

@@ -126,7 +126,7 @@ def regularize(H: torch.Tensor, damping: float, name: str = "H") -> torch.Tensor
     H = H.double()
     H = (H + H.T) / 2
     scale = H.diagonal().mean().clamp_min(1e-12).item()
-    eye = torch.eye(H.shape[0], dtype=H.dtype)
+    eye = torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
     lam = damping
     for _ in range(12):
         Hd = H + lam * scale * eye

@@ -6,6 +6,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 
+import torch
+
 from icml_compress.proteus.codes import CODE_NAMES
 from icml_compress.validation import check_bool, check_instance, check_int, check_one_of, check_positive
 from icml_kernels.trellis import TrellisFormat
@@ -42,6 +44,12 @@ class QuantConfig:
         max_blocks: quantize only Linear layers inside the first ``max_blocks`` transformer blocks
             (the block index is the first integer in the module name); None = all.
         seed: seeds the random signs, the row subsample and the ``lut``/``hyb`` tables.
+        device: where the trellis methods quantize (rotations, Hessian factorization, candidate selection,
+            LDLQ, Viterbi): a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``); None (default) =
+            the model's device. Calibration runs where the model is; the quantized layers are put there.
+            The same config quantizes to the same packed words on the CPU with any number of threads;
+            another device can round the float64 LDLQ products differently and so pick another path in
+            a near-tie (measured in ``docs/proteus-models.md``).
     """
 
     method: str = "proteus"
@@ -63,6 +71,7 @@ class QuantConfig:
     skip: tuple[str, ...] = ("lm_head",)
     max_blocks: int | None = None
     seed: int = 0
+    device: str | None = None
 
     def __post_init__(self) -> None:
         check_one_of(self.method, "method", METHODS)
@@ -73,6 +82,7 @@ class QuantConfig:
         if self.method != "rtn":  # L, bits (K), V and T through the packed format (K*T whole words)
             TrellisFormat(self.L, self.bits, self.V, self.T).check_packable()
         for name, minimum in (
+            ("L", 1),  # also for rtn, which does not use it (range checked by the trellis methods)
             ("T", 16),
             ("group_size", 1),
             ("n_candidates", 1),
@@ -96,6 +106,14 @@ class QuantConfig:
             raise ValueError("compensation and distill_steps apply to method 'proteus' only")
         if self.distill_chat and not self.distill_steps:
             raise ValueError("distill_chat needs distill_steps > 0")
+        if self.device is not None:
+            check_instance(self.device, "device", str, "str (a torch device) or None")
+            try:
+                torch.device(self.device)
+            except RuntimeError as exc:
+                raise ValueError(
+                    f"device must name a torch device ('cpu', 'cuda', 'cuda:1'), got {self.device!r}"
+                ) from exc
 
     @property
     def V(self) -> int:
@@ -114,8 +132,9 @@ class QuantConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["skip"] = list(self.skip)
-        if not d["distill_chat"]:  # configs from before the field keep their digest (cache keys)
-            del d["distill_chat"]
+        for name in ("distill_chat", "device"):  # configs from before these fields keep their digest
+            if not d[name]:  # (cache keys)
+                del d[name]
         return d
 
     @classmethod

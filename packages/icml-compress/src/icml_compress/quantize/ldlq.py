@@ -37,22 +37,25 @@ def ldlq(
     block: int,
     quantize_block: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Quantize ``W (m, n)`` column block by column block with LDL error feedback.
+    """Quantize ``W (m, n)`` column block by column block with LDL error feedback; ``W (G, m, n)``: ``G``
+    independent quantizations of as many matrices (Proteus' candidates), each block in one call.
 
-    ``quantize_block(target (m, block) float32) -> (quantized (m, block), states)``. Returns the quantized
-    matrix (float64) and the list of each block's states.
+    ``quantize_block(target (..., m, block) float32) -> (quantized (..., m, block), states)``. Returns the
+    quantized matrix (float64, the shape of ``W``) and the list of each block's states.
     """
-    n = W.shape[1]
+    n = W.shape[-1]
     Wd = W.double()
     Q = torch.zeros_like(Wd)
     err = torch.zeros_like(Wd)  # dW of the blocks already quantized
     states = []
     for k in range(0, n, block):
         sl = slice(k, k + block)
-        target = Wd[:, sl] + err[:, :k] @ M[:k, sl]  # (m, block)
+        # the feedback one matrix at a time: the same products (and roundings) as a single matrix
+        feedback = torch.stack([e[:, :k] @ M[:k, sl] for e in err.reshape(-1, *err.shape[-2:])])
+        target = Wd[..., sl] + feedback.reshape(Wd[..., sl].shape)  # (..., m, block)
         q, s = quantize_block(target.float())
-        Q[:, sl] = q.double()
-        err[:, sl] = Wd[:, sl] - Q[:, sl]
+        Q[..., sl] = q.double()
+        err[..., sl] = Wd[..., sl] - Q[..., sl]
         states.append(s)
     return Q, states
 

@@ -154,18 +154,20 @@ def quantize_linear_rtn(lin: nn.Linear, config: QuantConfig) -> RTNLinear:
 
 
 def quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig, name: str = "layer"):
-    """Incoherence + block LDLQ + Viterbi (+ Proteus selection and compensation) of one layer.
+    """Incoherence + block LDLQ + Viterbi (+ Proteus selection and compensation) of one layer, on
+    ``config.device`` (default: the layer's device); the returned module is on the CPU.
 
     Returns ``(ProteusLinear, stats)``; ``H`` is the layer input's second moment ``(in, in)``.
     """
-    W = lin.weight.detach().double().cpu()  # (m, n); quantization runs on the CPU
+    device = quantization_device(config, lin.weight.device)
+    W = lin.weight.detach().to(device, torch.float64)  # (m, n)
     m, n = W.shape
     if n % config.T:
         raise ValueError(f"T={config.T} must divide the input size of {name} ({n})")
     t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + zlib.crc32(name.encode()))
-    su, sv = random_signs(n, gen).double(), random_signs(m, gen).double()
-    Hreg = regularize(H, config.damping, f"H of {name}")
+    su, sv = (random_signs(k, gen).to(device, torch.float64) for k in (n, m))  # drawn on the CPU
+    Hreg = regularize(H.to(device), config.damping, f"H of {name}")
     Wr = rotate_weight(W, su, sv)
     Hr = rotate_hessian(Hreg, su)
     scale = Wr.pow(2).mean().sqrt().item() / config.scale_override
@@ -184,6 +186,7 @@ def quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig
         code = make_code(config.code, config.L, config.V, seed=config.seed)
     What, packed = trellis_quantize(Wn, M, code, trellis)
     stats["proxy"] = proxy_error(Wn, What, Hr)
+    W, Hreg, su, sv, packed = (t.cpu() for t in (W, Hreg, su, sv, packed))
     mod = ProteusLinear(
         n,
         m,
@@ -217,6 +220,46 @@ def quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig
     return mod, stats
 
 
+HESSIAN_BYTES = 1 << 30  # the float64 Hessians held at once while quantizing (layer streaming)
+
+
+def calibration_groups(linears: dict[str, nn.Linear], budget: int | None) -> list[dict[str, nn.Linear]]:
+    """``linears`` cut into groups of whole transformer blocks (consecutive, in the model's order) whose
+    Hessians (``in_features^2`` float64 each, an upper bound: layers reading one input share one) fit in
+    ``budget`` bytes; a block larger than the budget is a group of its own. ``budget=None``: one group.
+
+    :func:`quantize_model` calibrates and quantizes one group at a time (layer streaming): peak memory is
+    the model, its quantized layers so far and one group's Hessians. Each group's calibration runs the
+    float model up to the group's last layer (:func:`collect_hessians` stops there), so the Hessians are
+    those of one calibration of the whole model; ``k`` groups cost about ``k/2`` calibrations.
+    """
+    if budget is None:
+        return [dict(linears)]
+    blocks: dict[object, dict[str, nn.Linear]] = {}
+    for name, lin in linears.items():
+        key = block_index(name)
+        blocks.setdefault(name if key is None else key, {})[name] = lin
+    groups: list[dict[str, nn.Linear]] = []
+    used = budget + 1  # the first block opens a group
+    for block in blocks.values():
+        size = sum(8 * lin.in_features**2 for lin in block.values())
+        if used + size > budget:
+            groups.append({})
+            used = 0
+        groups[-1].update(block)
+        used += size
+    return groups
+
+
+def quantization_device(config: QuantConfig, default: torch.device) -> torch.device:
+    """Where the trellis methods quantize: ``config.device``, else ``default`` (the model's device); a CUDA
+    device without CUDA is refused naming ``config.device``."""
+    device = default if config.device is None else torch.device(config.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"config.device={config.device!r} asks for CUDA, which this machine does not have")
+    return device
+
+
 def quantize_model(
     model: nn.Module, config: QuantConfig, calibration_texts, *, tokenizer=None, progress: bool = True
 ) -> nn.Module:
@@ -243,20 +286,31 @@ def quantize_model(
     ids = check_token_ids(encode_texts(calibration_texts, tokenizer), "calibration_texts", vocab_size(model))
     sequences = make_sequences(ids, config.n_calibration, config.seq_len)
     device = next(model.parameters()).device
+    if config.method != "rtn":
+        quantization_device(config, device)  # a missing CUDA is refused before any work
     sequences = sequences.to(device)
     t0 = time.perf_counter()
     teacher = copy.deepcopy(model) if config.distill_steps else None
-    hessians = (
-        collect_hessians(model, linears, sequences, progress=progress) if config.method != "rtn" else {}
-    )
     stats: dict = {}
-    for name, lin in tqdm(linears.items(), desc=f"quantize {config.label}", disable=not progress):
-        if config.method == "rtn":
-            mod, st = quantize_linear_rtn(lin, config), {}
-        else:
-            mod, st = quantize_linear_trellis(lin, hessians.pop(name).cpu(), config, name)
-        set_module(model, name, mod.to(device))
-        stats[name] = st
+    new: dict[str, nn.Module] = {}  # swapped in at the end: every group calibrates on the float model
+    bar = tqdm(total=len(linears), desc=f"quantize {config.label}", disable=not progress)
+    for group in calibration_groups(linears, HESSIAN_BYTES if config.method != "rtn" else None):
+        hessians = (
+            collect_hessians(model, group, sequences, progress=progress) if config.method != "rtn" else {}
+        )
+        for name, lin in group.items():
+            mod: nn.Module
+            if config.method == "rtn":
+                mod, st = quantize_linear_rtn(lin, config), {}
+            else:
+                mod, st = quantize_linear_trellis(lin, hessians.pop(name), config, name)
+            new[name] = mod.to(device)
+            stats[name] = st
+            bar.update()
+        del hessians
+    bar.close()
+    for name, done in new.items():
+        set_module(model, name, done)
     info: dict = {"config": config.to_dict(), "layers": stats}
     if teacher is not None:
         sequences = distillation_set(sequences, teacher, tokenizer, config)

@@ -19,19 +19,28 @@ from icml_compress.trellis import BitshiftTrellis, quantize_tiles
 
 def trellis_quantize(Wn: torch.Tensor, M: torch.Tensor, code: TrellisCode, trellis: BitshiftTrellis):
     """Quantize ``Wn (m, n)`` (rotated, scaled to the code's RMS) with LDLQ; ``M`` from :func:`block_ldl`.
+    Runs on the device of ``Wn`` (``M`` there too).
 
     Returns ``(W_hat (m, n) float64, packed (m, n/T, K*T/32) int32)``.
     """
-    values = code.values()  # (2^L, V)
-    m = Wn.shape[0]
+    What, states = _ldlq_codes(Wn, M, code.values().unsqueeze(0), trellis)
+    packed = torch.stack([trellis.pack(s[0]) for s in states], dim=1)  # (m, n/T, words)
+    return What[0], packed
+
+
+def _ldlq_codes(Wn: torch.Tensor, M: torch.Tensor, values: torch.Tensor, trellis: BitshiftTrellis):
+    """LDLQ of ``Wn (m, n)`` with each of the codes ``values (G, 2^L, V)`` at once (one grouped Viterbi per
+    column block): ``(W_hat (G, m, n) float64, [states (G, m, T/V) per block])``. The decoded weights are
+    the code values of the states (what ``TrellisCode.decode`` computes, looked up)."""
+    G, m = values.shape[0], Wn.shape[0]
+    values = values.to(Wn.device)
+    rows = torch.arange(G, device=Wn.device).view(G, 1, 1)
 
     def quantize_block(target: torch.Tensor):
-        states = quantize_tiles(target, values, trellis)  # (m, T/V)
-        return code.decode(states).reshape(m, trellis.T), states
+        states = quantize_tiles(target, values, trellis)  # (G, m, T/V)
+        return values[rows, states].reshape(G, m, trellis.T), states
 
-    What, states = ldlq(Wn, M, trellis.T, quantize_block)
-    packed = torch.stack([trellis.pack(s) for s in states], dim=1)  # (m, n/T, words)
-    return What, packed
+    return ldlq(Wn.expand(G, *Wn.shape), M, trellis.T, quantize_block)
 
 
 def pool_code(index: int, L: int) -> TrellisCode:
@@ -48,12 +57,13 @@ def select_candidate(
     rows: int,
     generator: torch.Generator,
 ) -> tuple[int, list[float]]:
-    """Index of the pool member with the lowest proxy error on a row subsample, and every member's error."""
+    """Index of the pool member with the lowest proxy error on a row subsample, and every member's error.
+    The candidates are quantized together (one grouped Viterbi per column block, on the device of ``Wn``);
+    the row subsample is drawn on the CPU by ``generator``, so it is the same on every device."""
     n_candidates = min(n_candidates, len(MULBAL_POOL))
     idx = torch.randperm(Wn.shape[0], generator=generator)[: min(rows, Wn.shape[0])]
-    sub = Wn[idx]
-    errors = []
-    for i in range(n_candidates):
-        What, _ = trellis_quantize(sub, M, pool_code(i, trellis.L), trellis)
-        errors.append(proxy_error(sub, What, Hr))
+    sub = Wn[idx.to(Wn.device)]
+    values = torch.stack([pool_code(i, trellis.L).values() for i in range(n_candidates)])
+    What, _ = _ldlq_codes(sub, M, values, trellis)
+    errors = [proxy_error(sub, What[i], Hr) for i in range(n_candidates)]
     return min(range(n_candidates), key=errors.__getitem__), errors

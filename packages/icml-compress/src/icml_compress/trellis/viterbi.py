@@ -179,9 +179,19 @@ def viterbi(
     else:  # one part per worker, each cut into chunks there
         parts = min(workers, math.ceil(tiles / per))
         bounds = [(i * tiles // parts, (i + 1) * tiles // parts) for i in range(parts)]
-        cut = [(None if o is None else o.reshape(G, tiles)) for o in (start, end)]
-        tasks = [(xs[:, lo:hi], *(None if o is None else o[:, lo:hi] for o in cut)) for lo, hi in bounds]
-        out = torch.cat(_run_in_pool(tasks, vals, trellis, per, workers), dim=1)
+        s, e = (None if o is None else o.reshape(G, tiles) for o in (start, end))
+        v, params = vals.numpy(), _params(trellis)
+        args = [
+            (
+                xs[:, lo:hi].numpy(),
+                v,
+                params,
+                per,
+                *(None if o is None else o[:, lo:hi].numpy() for o in (s, e)),
+            )
+            for lo, hi in bounds
+        ]
+        out = torch.cat(_run_in_pool(_viterbi_task, args, workers), dim=1)
     return out if grouped else out[0]
 
 
@@ -278,19 +288,13 @@ def _shutdown_pool() -> None:
         _POOL.clear()
 
 
-def _run_in_pool(tasks, vals, trellis: BitshiftTrellis, per: int, workers: int) -> list[torch.Tensor]:
-    """:func:`_viterbi_chunks` of every task ``(xs, start, end)`` in the worker processes (numpy arrays
-    travel: no shared-memory handles to leak); a broken pool is dropped, so the next call starts afresh."""
-    params = (trellis.L, trellis.K, trellis.V, trellis.T)
-    v = vals.numpy()
+def _run_in_pool(fn, tasks: list[tuple], workers: int) -> list[torch.Tensor]:
+    """``fn(*task)`` of every task in the worker processes, results as tensors. Tasks hold numpy arrays
+    (no shared-memory handles to leak), trellis parameters and plain values; a broken pool is dropped, so
+    the next call starts afresh."""
     pool = _pool(workers)
     try:
-        futures = [
-            pool.submit(
-                _task, xp.numpy(), v, params, per, *(None if o is None else o.numpy() for o in (sp, ep))
-            )
-            for xp, sp, ep in tasks
-        ]
+        futures = [pool.submit(fn, *task) for task in tasks]
         return [torch.from_numpy(f.result()) for f in futures]
     except concurrent.futures.process.BrokenProcessPool:
         with _POOL_LOCK:
@@ -298,11 +302,20 @@ def _run_in_pool(tasks, vals, trellis: BitshiftTrellis, per: int, workers: int) 
         raise
 
 
-def _task(xs: np.ndarray, vals: np.ndarray, params, per: int, start, end) -> np.ndarray:
-    """One worker's part (what :func:`_run_in_pool` sends)."""
+def _params(trellis: BitshiftTrellis) -> tuple[int, int, int, int]:
+    return (trellis.L, trellis.K, trellis.V, trellis.T)
+
+
+def _viterbi_task(xs: np.ndarray, vals: np.ndarray, params, per: int, start, end) -> np.ndarray:
+    """One worker's part of a :func:`viterbi` call."""
     trellis = BitshiftTrellis(*params)
     start, end = (None if o is None else torch.from_numpy(o) for o in (start, end))
     return _viterbi_chunks(torch.from_numpy(xs), torch.from_numpy(vals), trellis, start, end, per).numpy()
+
+
+def _tail_biting_task(x: np.ndarray, values: np.ndarray, params, chunk: int) -> np.ndarray:
+    """One worker's part of a :func:`quantize_tiles` call: both passes of its tiles."""
+    return _two_passes(torch.from_numpy(x), torch.from_numpy(values), BitshiftTrellis(*params), chunk).numpy()
 
 
 def _state_costs(sq: torch.Tensor, x: torch.Tensor, c2: torch.Tensor) -> torch.Tensor:
@@ -364,17 +377,27 @@ def quantize_tiles(
     if not tail_biting:
         return viterbi(x, values, trellis, chunk=chunk, dtype=dtype, workers=workers)
     trellis.check_tail_biting_length()
+    if chunk is None:
+        chunk = default_chunk(trellis, trellis.steps, x.device)
+    check_int(chunk, "chunk", 1)
+    workers = torch.get_num_threads() if workers is None else workers
+    check_int(workers, "workers", 1)
+    xs = x.to(check_dtype(dtype, x))
+    tiles, per = x.shape[-2], max(1, chunk // (values.shape[0] if grouped else 1))
+    if x.device.type != "cpu" or workers == 1 or tiles <= per:
+        return _two_passes(xs, values, trellis, chunk)
+    # one part per worker, both passes there (one round trip per call, not one per pass)
+    parts = min(workers, math.ceil(tiles / per))
+    bounds = [(i * tiles // parts, (i + 1) * tiles // parts) for i in range(parts)]
+    v, params = values.to(xs.dtype).numpy(), _params(trellis)
+    args = [(xs[..., lo:hi, :].numpy(), v, params, chunk) for lo, hi in bounds]
+    return torch.cat(_run_in_pool(_tail_biting_task, args, workers), dim=-2)
+
+
+def _two_passes(x: torch.Tensor, values: torch.Tensor, trellis: BitshiftTrellis, chunk: int) -> torch.Tensor:
+    """Tail-biting paths of ``x`` by the two passes of the module docstring, in this process."""
     half = trellis.steps // 2
     rolled = torch.roll(x, half * trellis.V, dims=-1)  # rolled[..., half*V] == x[..., 0]
-    first = viterbi(rolled, values, trellis, chunk=chunk, dtype=dtype, workers=workers)
+    first = viterbi(rolled, values, trellis, chunk=chunk, workers=1)
     overlap = first[..., half] >> trellis.kv  # the top overlap bits of the state that emits x[..., 0]
-    return viterbi(
-        x,
-        values,
-        trellis,
-        start_overlap=overlap,
-        end_overlap=overlap,
-        chunk=chunk,
-        dtype=dtype,
-        workers=workers,
-    )
+    return viterbi(x, values, trellis, start_overlap=overlap, end_overlap=overlap, chunk=chunk, workers=1)
