@@ -52,7 +52,7 @@ from icml_compress.quantize import (
     save_quantized,
     split_corpus,
 )
-from icml_compress.trellis import BitshiftTrellis, default_chunk, quantize_tiles, viterbi
+from icml_compress.trellis import BitshiftTrellis, default_chunk, parallel_viterbi, quantize_tiles, viterbi
 from icml_kernels.trellis import TrellisFormat
 from icml_tools.fuzz import Coverage, fuzz_call, rejects
 
@@ -184,6 +184,23 @@ def test_default_chunk(data):
         {"trellis": TRELLIS, "steps": 8},
         check=lambda c: isinstance(c, int) and c >= 1,
         strategies={"trellis": BAD_TRELLIS},
+    )
+
+
+def _inside_parallel_viterbi(workers):
+    with parallel_viterbi(workers) as n:
+        return n, torch.get_num_threads()
+
+
+@FUZZ.covers(parallel_viterbi)
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_parallel_viterbi(data):
+    fuzz_call(
+        data,
+        _inside_parallel_viterbi,
+        {"workers": 2},
+        check=lambda r: isinstance(r[0], int) and r[0] >= 1 and r[1] == 1,
     )
 
 

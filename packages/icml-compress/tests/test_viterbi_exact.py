@@ -115,15 +115,47 @@ def test_several_codes_in_one_call_equal_one_call_per_code():
         assert torch.equal(got[g], quantize_tiles(x[g], values[g], trellis))
 
 
-def test_worker_processes_return_the_same_paths():
+def test_worker_processes_return_the_same_paths(monkeypatch):
+    import importlib
+
+    vmod = importlib.import_module("icml_compress.trellis.viterbi")
+    sent = []
+    real = vmod._run_in_pool
+
+    def spy(fn, tasks, workers):
+        sent.append((fn.__name__, len(tasks)))
+        return real(fn, tasks, workers)
+
+    monkeypatch.setattr(vmod, "_run_in_pool", spy)
     trellis = BitshiftTrellis(10, 2, 1, 64)
     values = make_code("mulbal", 10).values()
-    x = torch.randn(9, 64, generator=torch.Generator().manual_seed(2))
-    one = quantize_tiles(x, values, trellis, chunk=2, workers=1)
-    assert torch.equal(quantize_tiles(x, values, trellis, chunk=2, workers=2), one)
+    x = torch.randn(80, 64, generator=torch.Generator().manual_seed(2))  # enough work for the pool
+    one = quantize_tiles(x, values, trellis, chunk=16, workers=1)
+    assert sent == []
+    assert torch.equal(quantize_tiles(x, values, trellis, chunk=16, workers=2), one)
+    assert torch.equal(
+        viterbi(x, values, trellis, chunk=16, workers=3), viterbi(x, values, trellis, workers=1)
+    )
     grouped = torch.stack([values, -values])
-    both = quantize_tiles(torch.stack([x, x]), grouped, trellis, chunk=2, workers=2)
+    both = quantize_tiles(torch.stack([x, x]), grouped, trellis, chunk=16, workers=2)
     assert torch.equal(both[0], one)
+    assert sent == [("_tail_biting_task", 2), ("_viterbi_task", 3), ("_tail_biting_task", 2)]
+    assert torch.get_num_threads() == 1  # the caller's threads are back (the tests run on one)
+
+
+def test_parallel_viterbi_hands_the_threads_over_and_back():
+    from icml_compress.trellis import parallel_viterbi
+    from icml_compress.trellis.viterbi import default_workers
+
+    before = torch.get_num_threads()
+    with parallel_viterbi(3) as n:
+        assert n == 3 and default_workers() == 3 and torch.get_num_threads() == 1
+        with parallel_viterbi(2):
+            assert default_workers() == 2
+        assert default_workers() == 3
+    assert torch.get_num_threads() == before and default_workers() == before
+    with pytest.raises(ValueError, match="workers"), parallel_viterbi(0):
+        pass
 
 
 def test_float64_on_request_equals_a_float64_input():

@@ -45,7 +45,7 @@ from icml_compress.quantize.incoherence import random_signs, rotate_hessian, rot
 from icml_compress.quantize.ldlq import block_ldl, proxy_error
 from icml_compress.quantize.linear import ProteusLinear, RTNLinear, module_bytes
 from icml_compress.quantize.select import pool_code, select_candidate, trellis_quantize
-from icml_compress.trellis import BitshiftTrellis
+from icml_compress.trellis import BitshiftTrellis, parallel_viterbi
 from icml_compress.validation import check_bool, check_instance
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -157,9 +157,17 @@ def quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig
     """Incoherence + block LDLQ + Viterbi (+ Proteus selection and compensation) of one layer, on
     ``config.device`` (default: the layer's device); the returned module is on the CPU.
 
-    Returns ``(ProteusLinear, stats)``; ``H`` is the layer input's second moment ``(in, in)``.
+    Returns ``(ProteusLinear, stats)``; ``H`` is the layer input's second moment ``(in, in)``. On the CPU the
+    layer is quantized inside :func:`~icml_compress.trellis.parallel_viterbi`: the Viterbi's worker processes
+    get torch's threads and the products between its calls run on one thread here (measured on two
+    SmolLM2 blocks, 2 cores: 17.5-18.4 s against 20.4-20.7 s when only the Viterbi calls hand over).
     """
     device = quantization_device(config, lin.weight.device)
+    with parallel_viterbi() if device.type == "cpu" else contextlib.nullcontext():
+        return _quantize_linear_trellis(lin, H, config, name, device)
+
+
+def _quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfig, name: str, device):
     W = lin.weight.detach().to(device, torch.float64)  # (m, n)
     m, n = W.shape
     if n % config.T:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import math
+import contextlib
 import multiprocessing
 import sys
 import threading
@@ -139,16 +139,37 @@ def viterbi(
         chunk (int, Optional): tiles per batch (memory bound), default :func:`default_chunk`.
         dtype (torch.dtype, Optional): the search's float type, float32 or float64; default float64 when
             ``x`` is float64, else float32.
-        workers (int, Optional): CPU worker processes the chunks are spread over (one torch thread each);
-            default ``torch.get_num_threads()``, so the Viterbi uses the cores torch is told to use. With
-            more than one chunk and worker the tiles are cut into one part per worker and sent to a
-            process pool started on first use and kept for later calls (forked on Linux; spawned
-            elsewhere, where a script needs a ``__main__`` guard). Ignored on CUDA. The paths do not
-            depend on it.
+        workers (int, Optional): CPU worker processes (one torch thread each); default
+            :func:`default_workers` (``torch.get_num_threads()``), so the Viterbi uses the cores torch is
+            told to use. A CPU call with more than one worker and enough work (:data:`POOL_WORK`) cuts the
+            tiles into one part per worker and runs them in a process pool started on first use and kept
+            for later calls (forked on Linux; spawned elsewhere, where a script needs a ``__main__``
+            guard), inside :func:`parallel_viterbi`. Ignored on CUDA. The paths do not depend on it.
 
     Returns:
         int64 states ``(..., n / V)`` minimizing ``sum_t ||x_t - values[s_t]||^2`` under the constraints.
     """
+    check_instance(x, "x", torch.Tensor, "torch.Tensor")
+    workers = default_workers() if workers is None else workers
+    check_int(workers, "workers", 1)
+    with parallel_viterbi(workers) if _pooled(x, workers) else contextlib.nullcontext():
+        return _viterbi(x, values, trellis, start_overlap, end_overlap, chunk, dtype, workers)
+
+
+POOL_WORK = 1 << 22  # state updates (tiles x steps x 2^L) from which a CPU call goes to the worker processes
+
+
+def _pooled(x: torch.Tensor, workers: int) -> bool:
+    """Whether a call on ``x`` goes to the worker processes: on the CPU, with more than one worker, and with
+    at least :data:`POOL_WORK` state updates at ``L = 10`` (about 10 ms of work; smaller calls run here).
+    Decided before the checks that read ``x``, so that they too run inside :func:`parallel_viterbi`."""
+    if x.device.type != "cpu" or workers == 1 or x.dim() < 2 or x.shape[-2] < 2:
+        return False
+    return x.numel() * (1 << 10) >= POOL_WORK
+
+
+def _viterbi(x, values, trellis, start_overlap, end_overlap, chunk, dtype, workers: int) -> torch.Tensor:
+    """:func:`viterbi` after ``workers`` is resolved (inside :func:`parallel_viterbi` when pooled)."""
     _check_magnitude(check_float_tensor(x, "x"))
     check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     values = check_code_values(values, trellis)
@@ -170,15 +191,11 @@ def viterbi(
     xs = x.to(dtype).reshape(-1 if grouped else 1, x.shape[-2], steps, trellis.V)  # (G, tiles, steps, V)
     vals = values.to(dtype=dtype, device=x.device).reshape(-1, trellis.n_states, trellis.V)
     G, tiles = xs.shape[0], xs.shape[1]
-    if workers is None:
-        workers = torch.get_num_threads()
-    check_int(workers, "workers", 1)
     per = max(1, chunk // G)  # tiles of every code per chunk
-    if x.device.type != "cpu" or workers == 1 or tiles <= per:
+    if not _pooled(x, workers):
         out = _viterbi_chunks(xs, vals, trellis, start, end, per)
     else:  # one part per worker, each cut into chunks there
-        parts = min(workers, math.ceil(tiles / per))
-        bounds = [(i * tiles // parts, (i + 1) * tiles // parts) for i in range(parts)]
+        bounds = _parts(tiles, workers)
         s, e = (None if o is None else o.reshape(G, tiles) for o in (start, end))
         v, params = vals.numpy(), _params(trellis)
         args = [
@@ -193,6 +210,12 @@ def viterbi(
         ]
         out = torch.cat(_run_in_pool(_viterbi_task, args, workers), dim=1)
     return out if grouped else out[0]
+
+
+def _parts(tiles: int, workers: int) -> list[tuple[int, int]]:
+    """``tiles`` cut into one contiguous part per worker (at most one per tile), sizes differing by one."""
+    parts = min(workers, tiles)
+    return [(i * tiles // parts, (i + 1) * tiles // parts) for i in range(parts)]
 
 
 def _viterbi_chunks(xs, vals, trellis: BitshiftTrellis, start, end, per: int) -> torch.Tensor:
@@ -254,6 +277,39 @@ def _viterbi_chunk(xs, vals, trellis: BitshiftTrellis, start, end) -> torch.Tens
         s = (_argmin_tree(c) << ob) | q
         states[:, t - 1] = s
     return states.view(G, B, steps)
+
+
+_HANDED: list[int] = []  # the worker counts of the open parallel_viterbi blocks
+
+
+def default_workers() -> int:
+    """The worker processes :func:`viterbi` uses when not told: inside :func:`parallel_viterbi`, its count;
+    else ``torch.get_num_threads()``."""
+    return _HANDED[-1] if _HANDED else torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def parallel_viterbi(workers: int | None = None):
+    """Hand this process's cores to the Viterbi worker processes for the block: inside, torch runs on one
+    thread here (restored on exit) and :func:`viterbi`/:func:`quantize_tiles` use ``workers`` processes
+    (default: ``torch.get_num_threads()`` on entry).
+
+    Why: after each parallel operation the caller's idle OpenMP threads spin for a while (libgomp's
+    default), on the cores the workers need; measured on 2 cores, the workers' throughput fell by 7-10 %
+    when the caller kept 2 threads. Both functions enter this block around their own worker calls;
+    :func:`~icml_compress.quantize.model.quantize_model` enters it around each layer's quantization on the
+    CPU, so the rotations and LDLQ products between Viterbi calls run on one thread too. Yields the count.
+    """
+    n = torch.get_num_threads() if workers is None else workers
+    check_int(n, "workers", 1)
+    threads = torch.get_num_threads()
+    _HANDED.append(n)
+    torch.set_num_threads(1)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(threads)
+        _HANDED.pop()
 
 
 _POOL: dict[int, concurrent.futures.ProcessPoolExecutor] = {}  # the worker processes, by count
@@ -365,6 +421,15 @@ def quantize_tiles(
     ``K*T`` bits) by the two-pass method of the module docstring; ``False`` the unconstrained optimum,
     whose free-start stream needs ``L - K*V`` more bits.
     """
+    check_instance(x, "x", torch.Tensor, "torch.Tensor")
+    workers = default_workers() if workers is None else workers
+    check_int(workers, "workers", 1)
+    with parallel_viterbi(workers) if _pooled(x, workers) else contextlib.nullcontext():
+        return _quantize_tiles(x, values, trellis, tail_biting, chunk, dtype, workers)
+
+
+def _quantize_tiles(x, values, trellis, tail_biting, chunk, dtype, workers: int) -> torch.Tensor:
+    """:func:`quantize_tiles` after ``workers`` is resolved (inside :func:`parallel_viterbi` when pooled)."""
     _check_magnitude(check_float_tensor(x, "x"))
     check_instance(trellis, "trellis", TrellisFormat, "BitshiftTrellis")
     check_bool(tail_biting, "tail_biting")
@@ -380,17 +445,12 @@ def quantize_tiles(
     if chunk is None:
         chunk = default_chunk(trellis, trellis.steps, x.device)
     check_int(chunk, "chunk", 1)
-    workers = torch.get_num_threads() if workers is None else workers
-    check_int(workers, "workers", 1)
     xs = x.to(check_dtype(dtype, x))
-    tiles, per = x.shape[-2], max(1, chunk // (values.shape[0] if grouped else 1))
-    if x.device.type != "cpu" or workers == 1 or tiles <= per:
+    if not _pooled(x, workers):
         return _two_passes(xs, values, trellis, chunk)
     # one part per worker, both passes there (one round trip per call, not one per pass)
-    parts = min(workers, math.ceil(tiles / per))
-    bounds = [(i * tiles // parts, (i + 1) * tiles // parts) for i in range(parts)]
     v, params = values.to(xs.dtype).numpy(), _params(trellis)
-    args = [(xs[..., lo:hi, :].numpy(), v, params, chunk) for lo, hi in bounds]
+    args = [(xs[..., lo:hi, :].numpy(), v, params, chunk) for lo, hi in _parts(x.shape[-2], workers)]
     return torch.cat(_run_in_pool(_tail_biting_task, args, workers), dim=-2)
 
 
