@@ -129,7 +129,7 @@ def test_worker_processes_return_the_same_paths(monkeypatch):
     monkeypatch.setattr(vmod, "_run_in_pool", spy)
     trellis = BitshiftTrellis(10, 2, 1, 64)
     values = make_code("mulbal", 10).values()
-    x = torch.randn(80, 64, generator=torch.Generator().manual_seed(2))  # enough work for the pool
+    x = torch.randn(200, 64, generator=torch.Generator().manual_seed(2))  # enough work for 3 workers
     one = quantize_tiles(x, values, trellis, chunk=16, workers=1)
     assert sent == []
     assert torch.equal(quantize_tiles(x, values, trellis, chunk=16, workers=2), one)

@@ -141,7 +141,7 @@ def viterbi(
             ``x`` is float64, else float32.
         workers (int, Optional): CPU worker processes (one torch thread each); default
             :func:`default_workers` (``torch.get_num_threads()``), so the Viterbi uses the cores torch is
-            told to use. A CPU call with more than one worker and enough work (:data:`POOL_WORK`) cuts the
+            told to use. A CPU call with more than one worker and enough work (:data:`POOL_STATES`) cuts the
             tiles into one part per worker and runs them in a process pool started on first use and kept
             for later calls (forked on Linux; spawned elsewhere, where a script needs a ``__main__``
             guard), inside :func:`parallel_viterbi`. Ignored on CUDA. The paths do not depend on it.
@@ -152,20 +152,23 @@ def viterbi(
     check_instance(x, "x", torch.Tensor, "torch.Tensor")
     workers = default_workers() if workers is None else workers
     check_int(workers, "workers", 1)
-    with parallel_viterbi(workers) if _pooled(x, workers) else contextlib.nullcontext():
+    with parallel_viterbi(workers) if _pooled(x, workers, trellis) else contextlib.nullcontext():
         return _viterbi(x, values, trellis, start_overlap, end_overlap, chunk, dtype, workers)
 
 
-POOL_WORK = 1 << 22  # state updates (tiles x steps x 2^L) from which a CPU call goes to the worker processes
+POOL_STATES = 1 << 16  # tiles per worker x 2^L from which a CPU call goes to the worker processes
 
 
-def _pooled(x: torch.Tensor, workers: int) -> bool:
-    """Whether a call on ``x`` goes to the worker processes: on the CPU, with more than one worker, and with
-    at least :data:`POOL_WORK` state updates at ``L = 10`` (about 10 ms of work; smaller calls run here).
+def _pooled(x: torch.Tensor, workers: int, trellis) -> bool:
+    """Whether a call on ``x`` goes to the worker processes: on the CPU, with more than one worker, when each
+    worker's share makes every step's operations at least :data:`POOL_STATES` numbers (64 tiles at
+    L = 10). Below that the steps' small operations cost their dispatch whatever their size, and splitting
+    the tiles saves nothing (measured at L = 8: 256 tiles of 256 on 2 workers 82 ms, in the caller 71 ms).
     Decided before the checks that read ``x``, so that they too run inside :func:`parallel_viterbi`."""
-    if x.device.type != "cpu" or workers == 1 or x.dim() < 2 or x.shape[-2] < 2:
+    if x.device.type != "cpu" or workers == 1 or x.dim() < 2 or x.shape[-2] < 2 or x.shape[-1] == 0:
         return False
-    return x.numel() * (1 << 10) >= POOL_WORK
+    states = trellis.n_states if isinstance(trellis, TrellisFormat) else 1 << 10
+    return x.numel() // x.shape[-1] // workers * states >= POOL_STATES
 
 
 def _viterbi(x, values, trellis, start_overlap, end_overlap, chunk, dtype, workers: int) -> torch.Tensor:
@@ -192,7 +195,7 @@ def _viterbi(x, values, trellis, start_overlap, end_overlap, chunk, dtype, worke
     vals = values.to(dtype=dtype, device=x.device).reshape(-1, trellis.n_states, trellis.V)
     G, tiles = xs.shape[0], xs.shape[1]
     per = max(1, chunk // G)  # tiles of every code per chunk
-    if not _pooled(x, workers):
+    if not _pooled(x, workers, trellis):
         out = _viterbi_chunks(xs, vals, trellis, start, end, per)
     else:  # one part per worker, each cut into chunks there
         bounds = _parts(tiles, workers)
@@ -424,7 +427,7 @@ def quantize_tiles(
     check_instance(x, "x", torch.Tensor, "torch.Tensor")
     workers = default_workers() if workers is None else workers
     check_int(workers, "workers", 1)
-    with parallel_viterbi(workers) if _pooled(x, workers) else contextlib.nullcontext():
+    with parallel_viterbi(workers) if _pooled(x, workers, trellis) else contextlib.nullcontext():
         return _quantize_tiles(x, values, trellis, tail_biting, chunk, dtype, workers)
 
 
@@ -446,7 +449,7 @@ def _quantize_tiles(x, values, trellis, tail_biting, chunk, dtype, workers: int)
         chunk = default_chunk(trellis, trellis.steps, x.device)
     check_int(chunk, "chunk", 1)
     xs = x.to(check_dtype(dtype, x))
-    if not _pooled(x, workers):
+    if not _pooled(x, workers, trellis):
         return _two_passes(xs, values, trellis, chunk)
     # one part per worker, both passes there (one round trip per call, not one per pass)
     v, params = values.to(xs.dtype).numpy(), _params(trellis)
