@@ -17,7 +17,8 @@ machine has neither) a random model with its shapes and random token ids: the sp
 the weight values, the paths do. On CUDA also one transformer block with Llama-2-7B's shapes (4096 wide,
 MLP 11008, random weights, random calibration tokens): its seconds times 32 blocks project the time of
 the whole 7B model (``projected_7b_s``; calibration of a deeper model costs more forward passes, not
-counted). Not run on the CPU (one such block would take most of an hour on 2 cores).
+counted). Not run on the CPU, where it would dominate the run (not measured: its 202M weights at the 2-core
+Viterbi rate alone are about 4 minutes).
 """
 
 from __future__ import annotations

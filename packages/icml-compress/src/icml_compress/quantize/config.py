@@ -47,9 +47,9 @@ class QuantConfig:
         device: where the trellis methods quantize (rotations, Hessian factorization, candidate selection,
             LDLQ, Viterbi): a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``); None (default) =
             the model's device. Calibration runs where the model is; the quantized layers are put there.
-            The same config quantizes to the same packed words on the CPU with any number of threads;
-            another device can round the float64 LDLQ products differently and so pick another path in
-            a near-tie (measured in ``docs/proteus-models.md``).
+            The Viterbi returns the same paths on every device; another device can round the float64
+            LDLQ products differently and so turn a near-tie (on the tiny test Llama on an H200 every
+            packed word came out equal; SmolLM2 quantized on one CPU thread and on two gave the same).
     """
 
     method: str = "proteus"

@@ -284,6 +284,10 @@ def quantize_model(
 
     After it, ``model.icml_quantization`` holds the config and per-layer statistics (proxy error, chosen
     candidate, seconds) and ``generate`` works as before.
+
+    The layers are calibrated and quantized one group of blocks at a time (:func:`calibration_groups`,
+    Hessians within :data:`HESSIAN_BYTES`), each group from the float model, on ``config.device`` (default
+    the model's device); on the CPU the Viterbi uses worker processes for torch's threads.
     """
     linears = _check_model(model, config)
     check_bool(progress, "progress")

@@ -16,11 +16,13 @@ That is ``2^KV`` numbers per tile and step instead of an arg-minimum over all ``
 (the forward pass until 2026-12-04, which stored one back-pointer byte per ``q``); the paths are
 bit-identical to it (tested against a frozen copy).
 
-The batch is processed in chunks of tiles (:func:`default_chunk`: the stored minima fit in 32 MiB on the
-CPU, where the chunk stays in the caches, and 1 GiB on CUDA); every operation is a torch operation on the
-device of ``x``, on the CPU split over torch's intra-op threads. Several codes can quantize their own
-tiles in one call (``values`` ``(G, 2^L, V)``, ``x`` ``(G, tiles, n)``): Proteus' candidate selection runs
-its pool as one batch.
+The batch is processed in chunks of tiles (:func:`default_chunk`: the stored minima within 32 MiB on the
+CPU, the largest chunk that measured fastest on this project's machine, and 1 GiB on CUDA); every operation
+is a torch operation on the device of ``x``. On the CPU a large enough call is cut into one part per worker
+process (:func:`viterbi`'s ``workers``, :func:`parallel_viterbi`): the steps are small operations that
+torch's intra-op threads speed up by only 1.2-1.3x on 2 cores, and Python threads hold each other up on the
+GIL. Several codes can quantize their own tiles in one call (``values`` ``(G, 2^L, V)``, ``x``
+``(G, tiles, n)``): Proteus' candidate selection runs its pool as one batch.
 
 Tail-biting (exactly ``K*T`` bits per tile) uses QTIP's two-pass approximation: Viterbi on the tile
 rotated by half its length puts the tile's wrap-around point in the middle, where the free path is
