@@ -45,6 +45,7 @@ from icml_compress.quantize import (
     bytes_per_token,
     evaluate,
     load_quantized,
+    model_hessians,
     packed_hash,
     plot_layer_errors,
     quantize_model,
@@ -675,6 +676,36 @@ def test_quantize_model(data):
                 [None, "model", nn.Sequential(nn.Embedding(10, 4)), tiny().double(), nn.Linear]
             ),
             "config": st.sampled_from([None, "rtn", RTN_CONFIG.to_dict(), QuantConfig(T=48)]),
+        },
+        related={"calibration_texts": ["tokenizer"], "tokenizer": ["calibration_texts"]},
+    )
+
+
+@FUZZ.covers(model_hessians)
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_model_hessians(data):
+    def check(H) -> bool:
+        sizes = {n: m.in_features for n, m in float_model().named_modules() if isinstance(m, nn.Linear)}
+        return len(H) == 7 and all(
+            h.dtype == torch.float64 and h.shape == (sizes[n], sizes[n]) and torch.allclose(h, h.T)
+            for n, h in H.items()
+        )
+
+    fuzz_call(
+        data,
+        model_hessians,
+        {
+            "model": float_model(),
+            "config": TRELLIS_CONFIG,
+            "calibration_texts": IDS,
+            "tokenizer": None,
+            "progress": False,
+        },
+        check=check,
+        strategies={
+            "model": st.sampled_from([None, "model", nn.Sequential(nn.Embedding(10, 4)), nn.Linear]),
+            "config": st.sampled_from([None, "trellis", TRELLIS_CONFIG.to_dict(), QuantConfig(T=48)]),
         },
         related={"calibration_texts": ["tokenizer"], "tokenizer": ["calibration_texts"]},
     )

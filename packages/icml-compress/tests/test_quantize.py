@@ -22,6 +22,7 @@ from icml_compress.quantize import (
     bytes_per_token,
     evaluate,
     load_quantized,
+    model_hessians,
     packed_hash,
     quantize_model,
     save_quantized,
@@ -391,6 +392,20 @@ def test_distillation_with_chat_transcripts(ids):
     prompt = chat_prompt_ids(tok, "What is assert in Python?")
     chat = chat_transcripts(teacher, tok, chat_questions(3), max_new_tokens=5)
     assert chat.numel() >= 3 * (prompt.shape[1] - 5)  # three prompts (topic names differ) plus answers
+    # batched (left-padded, masked) generation equals one question at a time, and stops at end-of-sequence
+    one_by_one = [chat_transcripts(teacher, tok, [q], max_new_tokens=5) for q in chat_questions(3)]
+    assert torch.equal(chat_transcripts(teacher, tok, chat_questions(3), 5, batch_size=2), chat)
+    assert torch.equal(torch.cat(one_by_one), chat)
+    eos = tok.eos_token_id
+    teacher.generation_config.eos_token_id = eos
+    with torch.no_grad():  # make end-of-sequence the greedy answer of every prompt: transcripts end there
+        teacher.lm_head.bias = nn.Parameter(torch.zeros(512).index_fill_(0, torch.tensor([eos]), 1e4))
+    ended = chat_transcripts(teacher, tok, chat_questions(2), max_new_tokens=5)
+    first, second = (chat_prompt_ids(tok, q)[0].tolist() for q in chat_questions(2))
+    assert ended.tolist() == [*first, eos, *second, eos]
+    for bad in (0, 1.5, True):
+        with pytest.raises((TypeError, ValueError), match="batch_size"):
+            chat_transcripts(teacher, tok, chat_questions(1), batch_size=bad)
     cfg = QuantConfig(
         method="proteus",
         compensation=True,
@@ -457,6 +472,50 @@ def test_layer_streaming_calibrates_one_group_at_a_time_and_changes_nothing(ids,
         n: {**st, "seconds": streamed.icml_quantization["layers"][n]["seconds"]}
         for n, st in whole.icml_quantization["layers"].items()
     }
+
+
+def test_hessians_computed_once_serve_every_config_and_change_nothing(ids, monkeypatch):
+    import icml_compress.quantize.model as qm
+
+    proteus, mad = QuantConfig(**FAST), QuantConfig(method="trellis", code="1mad", **FAST)
+    H = model_hessians(tiny(layers=2), proteus, ids, progress=False)
+    assert set(H) == set(find_linears(tiny(layers=2), proteus))
+    assert H["model.layers.0.self_attn.q_proj"] is H["model.layers.0.self_attn.k_proj"]  # one input, one H
+    calibrated = {c.label: quantize_model(tiny(layers=2), c, ids, progress=False) for c in (proteus, mad)}
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("calibrated although the Hessians were given")
+
+    monkeypatch.setattr(qm, "collect_hessians", no_calibration)
+    for c in (proteus, mad):
+        given = quantize_model(tiny(layers=2), c, ids, progress=False, hessians=H)
+        assert packed_hash(given) == packed_hash(calibrated[c.label])
+        seconds = {n: st.pop("seconds") for n, st in given.icml_quantization["layers"].items()}
+        assert len(seconds) == 14
+        assert given.icml_quantization["layers"] == {
+            n: {k: v for k, v in st.items() if k != "seconds"}
+            for n, st in calibrated[c.label].icml_quantization["layers"].items()
+        }
+    x = torch.randint(0, 256, (1, 16))
+    with torch.no_grad():
+        apply_compensation(
+            calibrated["proteus"], tiny(layers=2), ids, QuantConfig(compensation=True, **FAST), hessians=H
+        )
+        monkeypatch.undo()
+        again = quantize_model(tiny(layers=2), proteus, ids, progress=False)
+        apply_compensation(again, tiny(layers=2), ids, QuantConfig(compensation=True, **FAST), progress=False)
+        assert torch.equal(calibrated["proteus"](x).logits, again(x).logits)
+    assert len(H) == 14  # the caller's dict is left whole
+    short = {n: h for n, h in H.items() if "down_proj" not in n}
+    with pytest.raises(ValueError, match=r"hessians has no entry for layer model\.layers\.0\.mlp\.down_proj"):
+        quantize_model(tiny(layers=2), proteus, ids, hessians=short)
+    bad = {**H, "model.layers.1.mlp.down_proj": torch.eye(64)}
+    with pytest.raises(
+        ValueError, match=r"hessians\['model\.layers\.1\.mlp\.down_proj'\] must be a floating \(128, 128\)"
+    ):
+        apply_compensation(again, tiny(layers=2), ids, proteus, hessians=bad)
+    with pytest.raises(TypeError, match="hessians must be a dict"):
+        quantize_model(tiny(layers=2), proteus, ids, hessians=list(H.values()))
 
 
 def test_calibration_groups_hold_whole_blocks_within_the_budget():

@@ -18,7 +18,14 @@ def test_methods_share_bits_and_L():
         "trellis-hyb",
     ]
     assert {(c.bits, c.L) for c in cfgs.values()} == {(2, 10)}
-    assert method_configs("quick", 0)["proteus"].max_blocks == 4 and cfgs["proteus"].max_blocks is None
+    assert method_configs("quick", 0)["proteus"].max_blocks == 2 and cfgs["proteus"].max_blocks is None
+    # the quick diagnostic over seeds keeps the configs (and cache keys) of its protocol: 4 blocks
+    four = method_configs("quick-4-blocks", 3)
+    assert four["proteus"].max_blocks == 4
+    assert four["trellis-1mad"].to_dict() == {
+        **method_configs("quick", 3)["trellis-1mad"].to_dict(),
+        "max_blocks": 4,
+    }
 
 
 @pytest.mark.parametrize(("df", "q"), [(1, 12.7062), (4, 2.7764), (11, 2.2010), (60, 2.0003)])

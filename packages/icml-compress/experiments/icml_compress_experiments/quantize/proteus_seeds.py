@@ -12,8 +12,9 @@ and the quick budget passed on seed 0 and failed on seeds 1 and 2, although Prot
 proxy is 3–4 % lower in 25–26 of 28 layers on each of those seeds. This asks whether, averaged over
 seeds, the code's lower proxy shows up end to end.
 
-Protocol, fixed before the runs of seeds 3–9 (2026-11-30): the quick budget's configs
-(``repro.method_configs("quick", seed)``: first 4 blocks, 2 bits, L = 10, T = 64; the seed sets the random
+Protocol, fixed before the runs of seeds 3–9 (2026-11-30): the quick budget's configs of then
+(``repro.method_configs("quick-4-blocks", seed)``, the reproduction's quick budget until 2026-12-04:
+first 4 blocks, 2 bits, L = 10, T = 64; the seed sets the random
 signs and the proxy's row subsample), seeds 0–9, quantized models cached as the reproduction caches them.
 Evaluation: KL(float ‖ quantized) per token on the first 24 held-out sequences of 256 tokens (the
 reproduction's quick budget uses 4). Per seed: the paired mean difference d_s = KL(Proteus) − KL(1mad)
@@ -45,6 +46,7 @@ from icml_compress.quantize.model import load_quantized, read_quantization
 from icml_compress_experiments.quantize import repro
 
 N_EVAL = {"quick": 24, "full": None}  # None: every held-out sequence (87)
+CONFIGS = {"quick": "quick-4-blocks", "full": "full"}  # --budget: the reproduction's budget of its configs
 
 
 def seed_list(text: str) -> list[int]:
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
         if a.label is None:
             p.error("quantize needs --label")
         for s in a.seeds:
-            repro.prepare(a.budget, s, [a.label])
+            repro.prepare(CONFIGS[a.budget], s, [a.label])
         return 0
 
     from icml_tools.assets import smollm2
@@ -94,7 +96,7 @@ def main(argv=None) -> int:
                 f"seed {s}: reused from {a.reuse}: paired {d['mean']:+.4f} ± {d['ci95_half']:.4f}", flush=True
             )
             continue
-        cfgs = repro.method_configs(a.budget, s)
+        cfgs = repro.method_configs(CONFIGS[a.budget], s)
         res = {}
         for label in ("proteus", "trellis-1mad"):
             path = repro.cache_path(cfgs[label])

@@ -13,13 +13,17 @@ compensation; +distill = few-shot KL distillation of the affine statistics on th
 alternating with chat sequences (48 questions on ``pydoc_data`` topics, 16 at the quick budget, answered by
 the float model in its chat template; added 2026-11-30, after the fully quantized model answered the
 held-out chat prompt with an empty string, with the protocol fixed before the rerun).
-Quick budget: the first 4 of 30 transformer blocks quantized, the rest float, 16 chat transcripts, on the
-machine's threads (one thread and 48 transcripts until 2026-12-01); full: all blocks, 48 transcripts, on
-one thread as every published full run.
-Quantized models are cached under ``icml_tools.assets.cache_dir()/quantized`` keyed by the config hash
-(a later run reloads them and evaluates again); Proteus+comp and +distill are built from the cached
-Proteus model (same packed words; compensation applied afterwards is the same computation as during
-quantization).
+Quick budget: the first 2 of 30 transformer blocks quantized, the rest float, 16 chat transcripts, on the
+machine's threads (one thread and 48 transcripts until 2026-12-01; 4 blocks until 2026-12-04, when the
+quick run had to fit in 2 minutes on a fresh cache, issue 59: 146 s with 4 blocks after every speed-up
+that changes no number; the 4-block budget stays as ``quick-4-blocks``, the protocol of
+``proteus_seeds``' quick diagnostic); full: all blocks, 48 transcripts, on one thread as every published
+full run.
+The Hessians are computed once (``model_hessians``) for the four methods that use them: the same numbers
+as calibrating for each. Quantized models are cached under ``icml_tools.assets.cache_dir()/quantized``
+keyed by the config hash (a later run reloads them and evaluates again); Proteus+comp and +distill are
+built from the cached Proteus model (same packed words; compensation applied afterwards is the same
+computation as during quantization).
 
 Criteria (fixed from the issue before any run): KL(P+comp+distill) < KL(P) < KL(trellis-1mad) < KL(RTN);
 KL(P+comp) < KL(P) and KL(P+comp+distill) < KL(P+comp); the packed-word hash of P, P+comp and
@@ -49,6 +53,7 @@ from icml_compress.quantize.model import (
     apply_compensation,
     bytes_per_token,
     load_quantized,
+    model_hessians,
     quantize_model,
     save_quantized,
 )
@@ -58,14 +63,17 @@ from icml_tools.progress import status
 BUDGETS: dict[str, dict[str, Any]] = {
     # quick: 16 chat transcripts and the machine's threads (48 and one thread until 2026-12-01, when the quick
     # budget had to fit the whole --quick run into 20 minutes on a fresh cache; 8 distillation steps
-    # alternate with 4 chat sequences, which 16 transcripts fill)
-    "quick": {"max_blocks": 4, "n_eval": 4, "distill_steps": 8, "chat": 16},
+    # alternate with 4 chat sequences, which 16 transcripts fill); 2 blocks (4 until 2026-12-04)
+    "quick": {"max_blocks": 2, "n_eval": 4, "distill_steps": 8, "chat": 16},
+    # the quick budget of 2026-12-01 to 2026-12-04: the protocol of proteus_seeds' quick diagnostic
+    "quick-4-blocks": {"max_blocks": 4, "n_eval": 4, "distill_steps": 8, "chat": 16},
     # None: every held-out sequence (87)
     "full": {"max_blocks": None, "n_eval": None, "distill_steps": 24, "chat": 48},
 }
 SEQ_LEN, N_CAL = 256, 32
 ORDER = ("rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad", "trellis-hyb")
 BYTES_SLACK = 1.1
+CALIBRATED = ("proteus", "proteus+comp", "trellis-1mad", "trellis-hyb")  # the methods that use Hessians
 PROXY_FIGURE = ("trellis-1mad", "trellis-hyb", "proteus")  # the methods whose records hold per-layer proxies
 PROMPT = "What is the capital of France?"
 
@@ -114,10 +122,21 @@ def corpus_ids(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
     return calib_ids, held_ids
 
 
-def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = False, log=print) -> dict:
+def prepare(
+    budget: str = "quick",
+    seed: int = 0,
+    labels=None,
+    progress: bool = False,
+    log=print,
+    smollm2=None,
+    hessians=None,
+) -> dict:
     """Quantize (and cache) every method of ``labels`` (default all) that is not cached yet; returns
-    ``{label: {"seconds": ..., "loadavg": ...}}`` for the ones quantized now."""
-    from icml_tools.assets import smollm2
+    ``{label: {"seconds": ..., "loadavg": ...}}`` for the ones quantized now, and ``"calibration"`` (the
+    seconds of the Hessians, computed once for every trellis method and compensation, as
+    ``quantize_model`` computes them for each). ``smollm2``: the float model and its tokenizer, if the
+    caller has them (loaded here otherwise; only read); ``hessians``: the calibration, if computed."""
+    from icml_tools import assets
 
     torch.manual_seed(seed)
     cfgs = method_configs(budget, seed)
@@ -125,18 +144,24 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
     todo = [lb for lb in ORDER if lb in labels and not (cache_path(cfgs[lb]) / "quantization.json").is_file()]
     if not todo:
         return {}
-    reference, tokenizer = smollm2()
+    reference, tokenizer = smollm2 or assets.smollm2()
     calib_ids, _ = corpus_ids(tokenizer)
-    timings = {}
+    timings: dict = {}
+    if hessians is None and set(todo) & set(CALIBRATED):
+        status("calibration: Hessians of the quantized layers (shared by every trellis method)")
+        t0 = time.perf_counter()
+        hessians = model_hessians(reference, cfgs["proteus"], calib_ids, progress=progress)
+        timings["calibration"] = {"seconds": round(time.perf_counter() - t0, 1)}
     for label in todo:
         cfg = cfgs[label]
         if label in ("proteus+comp", "proteus+comp+distill"):  # the model they start from, timed on its own
-            prepare(budget, seed, ["proteus" if label == "proteus+comp" else "proteus+comp"], progress, log)
+            start = "proteus" if label == "proteus+comp" else "proteus+comp"
+            timings.update(prepare(budget, seed, [start], progress, log, (reference, tokenizer), hessians))
         status(f"building {label} (cached for later runs)")
         load0, t0 = os.getloadavg(), time.perf_counter()
         if label == "proteus+comp":
             model = load_quantized(cache_path(cfgs["proteus"]))
-            apply_compensation(model, reference, calib_ids, cfg)
+            apply_compensation(model, reference, calib_ids, cfg, hessians=hessians)
             cast(Any, model).icml_quantization = {
                 **cast(Any, model).icml_quantization,
                 "config": cfg.to_dict(),
@@ -160,7 +185,9 @@ def prepare(budget: str = "quick", seed: int = 0, labels=None, progress: bool = 
                 },
             }
         else:
-            model = quantize_model(copy.deepcopy(reference), cfg, calib_ids, progress=progress)
+            model = quantize_model(
+                copy.deepcopy(reference), cfg, calib_ids, progress=progress, hessians=hessians
+            )
         seconds = time.perf_counter() - t0
         timings[label] = {
             "seconds": round(seconds, 1),
@@ -230,8 +257,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
 def _run(budget: str, seed: int) -> dict:
     from icml_tools.assets import smollm2
 
-    timings = prepare(budget, seed, progress=True)
     reference, tokenizer = smollm2()
+    timings = prepare(budget, seed, progress=True, smollm2=(reference, tokenizer))
     _, held_ids = corpus_ids(tokenizer)
     eval_seqs = make_sequences(held_ids, BUDGETS[budget]["n_eval"] or held_ids.numel() // SEQ_LEN, SEQ_LEN)
     status(f"float reference log-probabilities on {len(eval_seqs)} held-out sequences")
@@ -298,8 +325,9 @@ def _run(budget: str, seed: int) -> dict:
     }
     n_blocks = BUDGETS[budget]["max_blocks"]
     blocks = f"first {n_blocks} of 30 transformer blocks" if n_blocks else "all 30 transformer blocks"
-    built = sum(t["seconds"] for t in timings.values())
-    cache = f"built: {len(timings)} quantized models ({built:.0f} s)" if timings else "hit: quantized models"
+    built = sum(t["seconds"] for t in timings.values())  # with the shared calibration
+    n_built = len(set(timings) & set(ORDER))
+    cache = f"built: {n_built} quantized models ({built:.0f} s)" if timings else "hit: quantized models"
     return {
         "system": "proteus-smollm2",
         "claim": (
@@ -349,5 +377,6 @@ def _run(budget: str, seed: int) -> dict:
             f"the first is lower): {paired}; answer to {PROMPT!r}: {pcd['answer']!r} (names Paris: "
             f"{'Paris' in pcd['answer']}); distillation: {pcd['distill']}; "
             f"timings (this run or cached): { {lb: res[lb]['timing'] for lb in ORDER} }"
+            f"{'; shared calibration: ' + str(timings['calibration']) if 'calibration' in timings else ''}"
         ),
     }

@@ -2,9 +2,9 @@
 
 :func:`quantize_model` swaps the Linear layers for :class:`ProteusLinear` (trellis codes: Proteus'
 ``mulbal`` with per-layer pool choice, QTIP's ``1mad``/``3inst``/``hyb``) or :class:`RTNLinear`, after
-calibration (:mod:`.calibration`), incoherence processing (:mod:`.incoherence`) and block LDLQ
-(:mod:`.ldlq`); optional channel compensation (:mod:`.compensate`) and few-shot distillation
-(:mod:`.distill`). :func:`save_quantized`/:func:`load_quantized` round-trip exactly (a missing, truncated
+calibration (:mod:`.calibration`; :func:`model_hessians` once for several configs), incoherence
+processing (:mod:`.incoherence`) and block LDLQ (:mod:`.ldlq`); optional channel compensation
+(:mod:`.compensate`) and few-shot distillation (:mod:`.distill`). :func:`save_quantized`/:func:`load_quantized` round-trip exactly (a missing, truncated
 or inconsistent save raises :class:`CorruptQuantizedModelError`); :func:`evaluate` measures KL to the float
 model and perplexity; :func:`bytes_per_token` the bytes a token reads; :func:`plot_layer_errors` the
 per-layer proxy error. A saved directory also loads with transformers' ``from_pretrained``: importing this
@@ -22,6 +22,7 @@ from icml_compress.quantize.model import (
     apply_compensation,
     bytes_per_token,
     load_quantized,
+    model_hessians,
     quantize_model,
     save_quantized,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "bytes_per_token",
     "evaluate",
     "load_quantized",
+    "model_hessians",
     "packed_hash",
     "plot_layer_errors",
     "quantize_model",

@@ -66,20 +66,46 @@ def chat_prompt_ids(tokenizer, question: str) -> torch.Tensor:
 
 @torch.no_grad()
 def chat_transcripts(
-    model: nn.Module, tokenizer, questions: list[str], max_new_tokens: int = 48
+    model: nn.Module, tokenizer, questions: list[str], max_new_tokens: int = 48, batch_size: int = 16
 ) -> torch.Tensor:
-    """Token ids (1-D) of the chat transcripts of ``questions`` answered greedily by ``model``, concatenated."""
+    """Token ids (1-D) of the chat transcripts of ``questions`` answered greedily by ``model``, concatenated;
+    each transcript is the prompt and the answer up to and including the end-of-sequence token.
+
+    Generated ``batch_size`` questions at a time, left-padded and masked (one decoding step reads the
+    weights once for the whole batch: 16 questions take as long as two alone). Padding can change the
+    floating-point rounding and so, rarely, a greedy token: on SmolLM2 the 48 transcripts of the
+    ``proteus-smollm2`` reproduction are token-identical to generating one question at a time (checked on
+    2026-12-04)."""
+    check_int(max_new_tokens, "max_new_tokens", 1)
+    check_int(batch_size, "batch_size", 1)
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    stops = getattr(getattr(model, "generation_config", None), "eos_token_id", None)  # where generate stops
+    stops = {eos, *(stops if isinstance(stops, list) else [] if stops is None else [stops])}
     out = []
-    for q in questions:
-        ids = chat_prompt_ids(tokenizer, q).to(next(model.parameters()).device)
-        gen = cast(Any, model).generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.eos_token_id,
+    for start in range(0, len(questions), batch_size):
+        prompts = [chat_prompt_ids(tokenizer, q)[0] for q in questions[start : start + batch_size]]
+        width = max(p.numel() for p in prompts)
+        ids = torch.full((len(prompts), width), eos, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, p in enumerate(prompts):
+            ids[row, width - p.numel() :] = p
+            mask[row, width - p.numel() :] = 1
+        gen = (
+            cast(Any, model)
+            .generate(
+                ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=eos,
+            )
+            .cpu()
         )
-        out.append(gen[0].cpu())
+        for row, p in enumerate(prompts):
+            answer = gen[row, width:]
+            end = torch.isin(answer, torch.tensor(sorted(stops))).nonzero()
+            out += [p, answer[: int(end[0, 0]) + 1] if len(end) else answer]
     return torch.cat(out)
 
 

@@ -268,8 +268,50 @@ def quantization_device(config: QuantConfig, default: torch.device) -> torch.dev
     return device
 
 
-def quantize_model(
+def model_hessians(
     model: nn.Module, config: QuantConfig, calibration_texts, *, tokenizer=None, progress: bool = True
+) -> dict[str, torch.Tensor]:
+    """``{name: H}``, ``H = E[x x^T]`` (float64 ``(in, in)``, on the model's device) of the input of every
+    layer that ``quantize_model(model, config, calibration_texts)`` would quantize, from the same
+    calibration sequences (``config.n_calibration`` of ``config.seq_len`` tokens; arguments as there).
+
+    Computed once, they can be given to :func:`quantize_model` and :func:`apply_compensation`
+    (``hessians=``) to quantize one model with several configs without calibrating again, as QuIP# and
+    QTIP users keep offline Hessians; the results are identical to calibrating each time. Layers that read
+    one input share one tensor. All of them are held at once, where ``quantize_model`` alone holds one
+    group of blocks' Hessians at a time."""
+    linears = _check_model(model, config)
+    check_bool(progress, "progress")
+    ids = check_token_ids(encode_texts(calibration_texts, tokenizer), "calibration_texts", vocab_size(model))
+    sequences = make_sequences(ids, config.n_calibration, config.seq_len)
+    return collect_hessians(model, linears, sequences.to(next(model.parameters()).device), progress=progress)
+
+
+def check_hessians(hessians: Any, linears: dict[str, nn.Linear]) -> dict[str, torch.Tensor]:
+    """The given ``hessians`` (a dict, as :func:`model_hessians` returns) checked against the layers
+    ``linears`` they are for: each layer present, a floating ``(in, in)`` tensor. Other names are ignored."""
+    check_instance(hessians, "hessians", dict, "dict {layer name: (in, in) tensor} (model_hessians)")
+    for name, lin in linears.items():
+        H = hessians.get(name)
+        if H is None:
+            raise ValueError(f"hessians has no entry for layer {name} (made with another config or model?)")
+        check_instance(H, f"hessians[{name!r}]", torch.Tensor, "torch.Tensor")
+        if not H.is_floating_point() or tuple(H.shape) != (lin.in_features, lin.in_features):
+            raise ValueError(
+                f"hessians[{name!r}] must be a floating ({lin.in_features}, {lin.in_features}) tensor (the "
+                f"layer's input size), got {H.dtype} {tuple(H.shape)}"
+            )
+    return hessians
+
+
+def quantize_model(
+    model: nn.Module,
+    config: QuantConfig,
+    calibration_texts,
+    *,
+    tokenizer=None,
+    progress: bool = True,
+    hessians: dict[str, torch.Tensor] | None = None,
 ) -> nn.Module:
     """Quantize the Linear layers of ``model`` in place and return it.
 
@@ -281,6 +323,9 @@ def quantize_model(
             must be in ``0 .. vocab_size - 1`` of the model's input embedding (checked before any work).
         tokenizer: anything with ``encode(text, add_special_tokens=False)`` (a Hugging Face tokenizer).
         progress: show tqdm bars over the calibration sequences and the layers.
+        hessians: the layers' input second moments from :func:`model_hessians` (same model, config and
+            calibration): no calibration pass here. Checked to cover every layer with the right shape;
+            that they come from the same calibration is the caller's word.
 
     After it, ``model.icml_quantization`` holds the config and per-layer statistics (proxy error, chosen
     candidate, seconds) and ``generate`` works as before.
@@ -291,6 +336,8 @@ def quantize_model(
     """
     linears = _check_model(model, config)
     check_bool(progress, "progress")
+    if hessians is not None and config.method != "rtn":
+        check_hessians(hessians, linears)
     if config.distill_chat and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             "config.distill_chat needs the model's tokenizer with a chat template (tokenizer=...)"
@@ -306,20 +353,20 @@ def quantize_model(
     stats: dict = {}
     new: dict[str, nn.Module] = {}  # swapped in at the end: every group calibrates on the float model
     bar = tqdm(total=len(linears), desc=f"quantize {config.label}", disable=not progress)
-    for group in calibration_groups(linears, HESSIAN_BYTES if config.method != "rtn" else None):
-        hessians = (
-            collect_hessians(model, group, sequences, progress=progress) if config.method != "rtn" else {}
-        )
+    calibrate = config.method != "rtn" and hessians is None
+    for group in calibration_groups(linears, HESSIAN_BYTES if calibrate else None):
+        group_h = collect_hessians(model, group, sequences, progress=progress) if calibrate else hessians
         for name, lin in group.items():
             mod: nn.Module
             if config.method == "rtn":
                 mod, st = quantize_linear_rtn(lin, config), {}
             else:
-                mod, st = quantize_linear_trellis(lin, hessians.pop(name), config, name)
+                assert group_h is not None  # for the type checker: collected or given
+                mod, st = quantize_linear_trellis(lin, group_h[name], config, name)
             new[name] = mod.to(device)
             stats[name] = st
             bar.update()
-        del hessians
+        del group_h
     bar.close()
     for name, done in new.items():
         set_module(model, name, done)
@@ -630,15 +677,13 @@ def build_empty_model(doc: dict, f: Path, error: type[Exception]) -> nn.Module:
         raise error(f"{f}: model_class {doc['model_class']!r} is not a transformers model class")
     cfg = dict(cfg)
     cfg.pop("quantization_config", None)  # a model_config written by an older from_pretrained-loaded save
-    # transformers 4 can skip the random initialization of the weights loaded next; 5 has no such switch here
-    no_init = getattr(importlib.import_module("transformers.modeling_utils"), "no_init_weights", None)
     try:
         config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
         # built under the saved dtype as from_pretrained builds it (not cast afterwards): buffers a model
         # computes in float32 whatever the dtype (Llama's rotary inv_freq) stay float32, as in the model
         # from_pretrained loads and that quantize_model was given
         with (
-            no_init() if no_init is not None else contextlib.nullcontext(),
+            no_init_weights(),
             default_dtype(getattr(torch, doc["dtype"])),
         ):
             model = cls(config)
@@ -646,8 +691,21 @@ def build_empty_model(doc: dict, f: Path, error: type[Exception]) -> nn.Module:
         raise error(
             f"{f}: model_config does not describe a {doc['model_class']}: {type(exc).__name__}: {exc}"
         ) from exc
-    model.tie_weights()  # under transformers 4's no_init_weights the tied embeddings are not tied yet
+    model.tie_weights()  # under no_init_weights the tied embeddings are not tied yet
     return model
+
+
+def no_init_weights() -> contextlib.AbstractContextManager:
+    """transformers' switch that skips the random initialization of weights loaded next (about 1 s for
+    SmolLM2; in ``initialization`` in transformers 5, ``modeling_utils`` in 4), else a null context."""
+    for module in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            switch = getattr(importlib.import_module(module), "no_init_weights", None)
+        except ImportError:
+            continue
+        if switch is not None:
+            return switch()
+    return contextlib.nullcontext()
 
 
 def replace_linears(model: nn.Module, layers: dict, where: str) -> None:
@@ -768,12 +826,14 @@ def apply_compensation(
     config: QuantConfig,
     *,
     progress: bool = True,
+    hessians: dict[str, torch.Tensor] | None = None,
 ) -> dict:
     """Compensate every ProteusLinear of an already quantized ``model`` against the float ``reference``
     (same names), with Hessians collected on ``reference`` from ``calibration_ids`` exactly as
     :func:`quantize_model` does; equivalent to quantizing with ``compensation=True`` (the packed words are
     the same either way). Returns ``{name: proxy after compensation}``. ``progress``: a tqdm bar over the
-    calibration sequences."""
+    calibration sequences. ``hessians``: those of :func:`model_hessians` for ``reference``, instead of
+    calibrating here (checked as in :func:`quantize_model`)."""
     check_instance(model, "model", nn.Module, "torch.nn.Module")
     check_instance(reference, "reference", nn.Module, "torch.nn.Module")
     check_instance(config, "config", QuantConfig)
@@ -800,10 +860,13 @@ def apply_compensation(
         encode_texts(calibration_ids, None, "calibration_ids"), "calibration_ids", vocab_size(reference)
     )
     sequences = make_sequences(ids, config.n_calibration, config.seq_len, "calibration_ids")
-    hessians = collect_hessians(reference, linears, sequences, progress=progress)
+    if hessians is None:
+        hessians = collect_hessians(reference, linears, sequences, progress=progress)
+    else:
+        check_hessians(hessians, linears)
     out = {}
     for n, mod in mods.items():
-        Hreg = regularize(hessians.pop(n), config.damping, f"H of {n}")
+        Hreg = regularize(hessians[n], config.damping, f"H of {n}")
         W = linears[n].weight.detach().double()
         compensate(mod, W, Hreg)
         mod.clear_cache()
