@@ -3,6 +3,10 @@ call) returns bit-identical paths to the one it replaced, frozen below as the re
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -141,6 +145,51 @@ def test_worker_processes_return_the_same_paths(monkeypatch):
     assert torch.equal(both[0], one)
     assert sent == [("_tail_biting_task", 2), ("_viterbi_task", 3), ("_tail_biting_task", 2)]
     assert torch.get_num_threads() == 1  # the caller's threads are back (the tests run on one)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks and reads /proc")
+def test_workers_exit_with_a_parent_that_skips_atexit():
+    """A forked child (as icml-repro runs a reproduction) ends with os._exit: no atexit handler stops its
+    pool, so the workers must notice that their parent is gone. The child also must not use the pool it
+    inherited from its parent (that pool's threads did not survive the fork: a task would wait for ever)."""
+    import importlib
+    import select
+
+    vmod = importlib.import_module("icml_compress.trellis.viterbi")
+    trellis = BitshiftTrellis(10, 2, 1, 64)
+    x = torch.randn(200, 64, generator=torch.Generator().manual_seed(2))  # enough work to pool
+    values = make_code("1mad", 10).values()
+    want = quantize_tiles(x, values, trellis, chunk=16, workers=2)  # the parent's own pool of 2
+    parents = set(vmod._POOL[2]._processes)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: quantize with a pool of 2, report its workers, end without atexit
+        try:
+            same = torch.equal(quantize_tiles(x, values, trellis, chunk=16, workers=2), want)
+            pids = " ".join(str(p) for p in vmod._POOL[2]._processes)
+            os.write(write, f"{int(same)} {pids}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 60)
+    assert ready, "the forked child did not answer within 60 s (it waits on the parent's pool?)"
+    with os.fdopen(read) as f:  # one line: the workers hold the pipe open while they live
+        same, *workers = (int(p) for p in f.readline().split())
+    os.waitpid(pid, 0)
+    assert same == 1 and len(workers) == 2 and not parents & set(workers)
+
+    def alive(p: int) -> bool:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in workers)
+    assert all(alive(p) for p in parents)  # the parent's pool is untouched
 
 
 def test_parallel_viterbi_hands_the_threads_over_and_back():

@@ -37,8 +37,10 @@ import atexit
 import concurrent.futures
 import contextlib
 import multiprocessing
+import os
 import sys
 import threading
+import time
 
 import numpy as np
 import torch
@@ -330,6 +332,18 @@ _POOL: dict[int, concurrent.futures.ProcessPoolExecutor] = {}  # the worker proc
 _POOL_LOCK = threading.Lock()
 
 
+def _forget_pools_after_fork() -> None:
+    """In a forked child: the parent's pools are the parent's (their threads did not survive the fork, so a
+    task sent to one would wait for ever); the child starts its own on first use."""
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_after_fork)
+
+
 def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
     """The process pool of ``workers`` workers (one torch thread each), started on first use; a pool of
     another size is shut down first. Forked on Linux (as torch's DataLoader workers: quick, and a script
@@ -343,10 +357,25 @@ def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
             _POOL[workers] = concurrent.futures.ProcessPoolExecutor(
                 workers,
                 mp_context=multiprocessing.get_context(START_METHOD),
-                initializer=torch.set_num_threads,
-                initargs=(1,),
+                initializer=_start_worker,
+                initargs=(os.getpid(),),
             )
         return _POOL[workers]
+
+
+def _start_worker(parent: int) -> None:
+    """A worker's setup: one torch thread, and an exit as soon as ``parent`` (the process that started the
+    pool) is gone. A parent that ends with ``os._exit`` (a forked child, such as a reproduction run by
+    ``icml-repro``) runs no atexit handler, so :func:`_shutdown_pool` cannot stop its workers; without the
+    watch they would wait on their queue for ever."""
+    torch.set_num_threads(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="viterbi-worker-parent-watch", daemon=True).start()
 
 
 @atexit.register
