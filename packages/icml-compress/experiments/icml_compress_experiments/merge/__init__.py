@@ -1,0 +1,1 @@
+"""SpeechCombine experiments: the synthetic second-modality testbed, the reproduction and the benchmark."""
