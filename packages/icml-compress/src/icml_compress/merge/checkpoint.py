@@ -216,7 +216,7 @@ def _write(c, i, b, report: MergeReport, settings: MergeSettings, tmp: Path, sha
         if a.action in ("delta", "delta-shared-rows"):
             ti = i.read(alias["instruct"].get(a.name, a.name))
             tb = b.read(alias["base"].get(a.name, a.name))
-            t = merge_tensor(a, t, ti, tb, settings)
+            t = merge_tensor(a, t, ti, tb, settings, inplace=True)
             del ti, tb
         nbytes = t.numel() * t.element_size()
         if current and size + nbytes > shard_bytes:

@@ -229,9 +229,12 @@ def merge_tensor(
     instruct: torch.Tensor,
     base: torch.Tensor,
     settings: MergeSettings,
+    *,
+    inplace: bool = False,
 ) -> torch.Tensor:
-    """The merged tensor (a new tensor, the CPT tensor's dtype and device) for ``action`` (from
-    :func:`plan_tensor`). Computed in float32 for float16/bfloat16 weights, else in their own dtype.
+    """The merged tensor (the CPT tensor's dtype and device) for ``action`` (from :func:`plan_tensor`): a new
+    tensor, or ``cpt`` itself changed with ``inplace=True`` (the streaming merge, which owns what it read).
+    Computed in float32 for float16/bfloat16 weights, else in their own dtype.
 
     ``task_arithmetic``: ``θ_cpt + λ (θ_instruct − θ_base)``. ``dare`` (Yu et al. 2024, as an ablation): the
     delta's entries kept with probability ``density`` and rescaled by ``1/density`` (masks drawn on the CPU
@@ -243,14 +246,16 @@ def merge_tensor(
     conflicts TIES (sum) is task arithmetic.
     """
     if action.action not in ("delta", "delta-shared-rows"):
-        return cpt.clone()
+        return cpt if inplace else cpt.clone()
     assert action.lam is not None  # for the type checker: a delta action carries its λ
     rows = action.shared_rows if action.shared_rows is not None else cpt.shape[0]
     work = torch.float32 if cpt.dtype in (torch.float16, torch.bfloat16) else cpt.dtype
     c, i, b = (t[:rows].to(cpt.device, work) for t in (cpt, instruct, base))
     lam, s = action.lam, settings
-    if s.method == "task_arithmetic":
-        merged = c + lam * (i - b)
+    if s.method == "task_arithmetic":  # c + lam * (i - b) with one temporary: the same operations, same bits
+        merged = torch.sub(i, b)
+        merged.mul_(lam)
+        torch.add(c, merged, out=merged)
     elif s.method == "dare":
         merged = c + lam * _dare(i - b, s.density, _generator(s.seed, action.name))
     else:
@@ -272,6 +277,6 @@ def merge_tensor(
             f"{action.name}: the merge is not finite (lam={lam:g} too large for {work}, or NaN or infinity in the "
             "CPT, instruct or base tensor?)"
         )
-    out = cpt.clone()
+    out = cpt if inplace else cpt.clone()
     out[:rows] = merged.to(cpt.dtype)
     return out
