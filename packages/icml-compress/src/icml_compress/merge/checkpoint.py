@@ -26,22 +26,12 @@ from icml_compress.merge.rules import (
     merge_tensor,
     module_kind,
     plan_tensor,
+    settings_from,
 )
+from icml_compress.quantize.model import SAFETENSORS_DTYPES
 from icml_compress.validation import check_bool, check_int
 
 INDEX = "model.safetensors.index.json"
-_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
 
 
 class Checkpoint:
@@ -72,7 +62,7 @@ class Checkpoint:
                     raise ValueError(f"{which}: {f} is not a safetensors file ({exc})") from None
             for key, info in header.items():
                 if key != "__metadata__":
-                    if info["dtype"] not in _DTYPES:
+                    if info["dtype"] not in SAFETENSORS_DTYPES:
                         raise ValueError(
                             f"{which}: {f}: tensor {key} has dtype {info['dtype']}, not supported"
                         )
@@ -82,7 +72,7 @@ class Checkpoint:
 
     def meta(self, name: str) -> tuple[tuple[int, ...], torch.dtype]:
         info = self.entries[name][2]
-        return tuple(info["shape"]), _DTYPES[info["dtype"]]
+        return tuple(info["shape"]), SAFETENSORS_DTYPES[info["dtype"]]
 
     def read(self, name: str) -> torch.Tensor:
         f, start, info = self.entries[name]
@@ -92,7 +82,7 @@ class Checkpoint:
             fh.seek(start + begin)
             if fh.readinto(buf) != len(buf):
                 raise ValueError(f"{self.which}: {f} is truncated (tensor {name})")
-        dtype = _DTYPES[info["dtype"]]
+        dtype = SAFETENSORS_DTYPES[info["dtype"]]
         if not buf:
             return torch.empty(info["shape"], dtype=dtype)
         return torch.frombuffer(buf, dtype=dtype).reshape(info["shape"])
@@ -115,10 +105,6 @@ class Checkpoint:
             return {}
         i, o = names[id(inp)] + ".weight", names[id(out)] + ".weight"
         return {o: i} if o not in self.entries and i in self.entries else {}
-
-
-def _settings(lam, per_module, method, density, normalize, seed) -> MergeSettings:
-    return MergeSettings(lam, per_module or {}, method, density, normalize, seed)
 
 
 def combine_checkpoints(
@@ -148,7 +134,7 @@ def combine_checkpoints(
     until the new one is complete). ``dry_run=True`` reads only the headers and writes nothing. Tied weights
     stored once (``tie_word_embeddings``) are matched to the tensor they are tied to. Returns the report.
     """
-    settings = _settings(lam, per_module, method, density, normalize, seed)
+    settings = settings_from(lam, per_module, method, density, normalize, seed)
     check_int(shard_bytes, "shard_bytes", 1)
     check_bool(dry_run, "dry_run")
     check_bool(overwrite, "overwrite")

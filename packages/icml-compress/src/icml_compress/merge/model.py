@@ -15,6 +15,7 @@ from icml_compress.merge.rules import (
     merge_tensor,
     module_kind,
     plan_tensor,
+    settings_from,
 )
 from icml_compress.validation import check_bool, check_instance
 
@@ -68,10 +69,6 @@ def _plan(cpt: nn.Module, instruct: nn.Module, base: nn.Module, settings: MergeS
     return MergeReport(settings, actions), (c, i, b)
 
 
-def _settings(lam, per_module, method, density, normalize, seed) -> MergeSettings:
-    return MergeSettings(lam, per_module or {}, method, density, normalize, seed)
-
-
 def plan_merge(
     cpt_model: nn.Module,
     instruct_model: nn.Module,
@@ -85,7 +82,7 @@ def plan_merge(
     """The dry run of :func:`combine`: every tensor's action and why, nothing changed. Raises what
     :func:`combine` raises for models that cannot be merged."""
     report, _ = _plan(
-        cpt_model, instruct_model, base_model, _settings(lam, per_module, method, density, False, 0)
+        cpt_model, instruct_model, base_model, settings_from(lam, per_module, method, density, False, 0)
     )
     return report
 
@@ -125,7 +122,7 @@ def combine(
     tensor; a non-finite result raises too.
     """
     check_bool(inplace, "inplace")
-    settings = _settings(lam, per_module, method, density, normalize, seed)
+    settings = settings_from(lam, per_module, method, density, normalize, seed)
     report, (c, i, b) = _plan(cpt_model, instruct_model, base_model, settings)
     model = cpt_model if inplace else copy.deepcopy(cpt_model)
     target = model.state_dict(keep_vars=True)

@@ -92,6 +92,14 @@ class MergeSettings:
         return self.per_module.get(kind, self.lam)
 
 
+def settings_from(
+    lam: Any, per_module: Any, method: Any, density: Any, normalize: Any, seed: Any
+) -> MergeSettings:
+    """:class:`MergeSettings` from the keyword arguments of ``combine``/``combine_checkpoints``
+    (``per_module=None``: no override)."""
+    return MergeSettings(lam, {} if per_module is None else per_module, method, density, normalize, seed)
+
+
 @dataclass(frozen=True)
 class TensorAction:
     """What the merge does to one tensor of the CPT model: ``action`` (a key of :data:`ACTIONS`), why,

@@ -35,6 +35,7 @@ from icml_compress.quantize.model import (
     HF_CONFIG_FILE,
     HF_QUANT_METHOD,
     QUANTIZED,
+    SAFETENSORS_DTYPES,
     CorruptQuantizedModelError,
     check_dtype_name,
     check_layers,
@@ -44,18 +45,6 @@ from icml_compress.quantize.model import (
 
 WHERE = f"{HF_CONFIG_FILE} quantization_config"
 KEYS = ("quant_method", "format", "version", "dtype", "layers", "quantization")
-SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
 
 
 class ProteusQuantizationConfig(QuantizationConfigMixin):

@@ -57,6 +57,21 @@ QUANTIZED = (ProteusLinear, RTNLinear)
 LAYER_KINDS: dict[str, type[ProteusLinear] | type[RTNLinear]] = {"trellis": ProteusLinear, "rtn": RTNLinear}
 
 
+# safetensors' dtype names (the header's "dtype") as torch dtypes
+SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
 class CorruptQuantizedModelError(ValueError):
     """A directory that :func:`load_quantized` (or :func:`read_quantization`) cannot load: a missing,
     truncated or corrupted ``quantization.json`` or ``model.safetensors``, or metadata that disagrees with
