@@ -190,6 +190,11 @@ def test_failed_write_leaves_the_previous_output(trio, tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         combine_checkpoints(tmp_path / "cpt", tmp_path / "instruct", tmp_path / "base", out, overwrite=True)
     assert (out / "model.safetensors").read_bytes() == before
+    with pytest.raises(ValueError, match="not an earlier combine_checkpoints directory"):
+        combine_checkpoints(
+            tmp_path / "cpt", tmp_path / "instruct", tmp_path / "base", tmp_path / "cpt", overwrite=True
+        )
+    assert (tmp_path / "cpt" / "config.json").is_file()  # another model's directory is never replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "cpt", "instruct", "out"]  # no leftovers
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,11 @@ from icml_compress.merge.rules import (
     plan_tensor,
     settings_from,
 )
-from icml_compress.quantize.model import SAFETENSORS_DTYPES
+from icml_compress.quantize.model import SAFETENSORS_DTYPES, check_path, write_directory
 from icml_compress.validation import check_bool, check_int
 
 INDEX = "model.safetensors.index.json"
+MARKER = "icml_merge.json"  # the report, beside the weights; marks a directory combine_checkpoints wrote
 
 
 class Checkpoint:
@@ -39,9 +39,7 @@ class Checkpoint:
     shards its index names), read one at a time; ``config`` is its ``config.json`` (or None)."""
 
     def __init__(self, path: Any, which: str):
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"{which} must be a path to a model directory, got {type(path).__name__}")
-        self.path, self.which = Path(path), which
+        self.path, self.which = check_path(path, which), which
         if not self.path.is_dir():
             raise ValueError(f"{which}: {self.path} is not a model directory")
         index = self.path / INDEX
@@ -130,31 +128,27 @@ def combine_checkpoints(
     ``out`` gets the merged weights (``model.safetensors``, or shards and ``model.safetensors.index.json``)
     and every other file of the CPT directory (config, tokenizer, generation config): it loads with
     ``from_pretrained``. It is written to a temporary directory and renamed into place: a failed merge
-    leaves no partial output, and an existing ``out`` is replaced only with ``overwrite=True`` (kept whole
-    until the new one is complete). ``dry_run=True`` reads only the headers and writes nothing. Tied weights
-    stored once (``tie_word_embeddings``) are matched to the tensor they are tied to. Returns the report.
+    leaves no partial output, and an existing ``out`` is replaced only with ``overwrite=True`` and only if
+    it is an earlier output of this function (kept whole until the new one is complete). ``dry_run=True``
+    reads only the headers and writes nothing. Tied weights stored once (``tie_word_embeddings``) are
+    matched to the tensor they are tied to. Returns the report.
     """
     settings = settings_from(lam, per_module, method, density, normalize, seed)
     check_int(shard_bytes, "shard_bytes", 1)
     check_bool(dry_run, "dry_run")
     check_bool(overwrite, "overwrite")
     c, i, b = Checkpoint(cpt, "cpt"), Checkpoint(instruct, "instruct"), Checkpoint(base, "base")
-    if not isinstance(out, (str, os.PathLike)):
-        raise TypeError(f"out must be a path for the merged model directory, got {type(out).__name__}")
-    out = Path(out)
+    out = check_path(out, "out")
     if out.exists() and not overwrite and not dry_run:
         raise ValueError(f"out: {out} exists (overwrite=True replaces it)")
-    check_same_architecture({w: ck.config for w, ck in (("CPT", c), ("instruct", i), ("base", b))})
+    check_same_architecture({ck.which: ck.config for ck in (c, i, b)})
     report = MergeReport(settings, _actions(c, i, b, settings))
     if dry_run:
         return report
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        _write(c, i, b, report, settings, tmp, shard_bytes)
-        _publish(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # atomic, as save_quantized: a failure leaves out as it was; only an earlier merge output is replaced
+    write_directory(
+        out, lambda tmp: _write(c, i, b, report, settings, tmp, shard_bytes), MARKER, "combine_checkpoints"
+    )
     return report
 
 
@@ -226,21 +220,4 @@ def _write(c, i, b, report: MergeReport, settings: MergeSettings, tmp: Path, sha
     for src in c.path.iterdir():  # config, tokenizer, generation config: the CPT model's
         if src.is_file() and not src.name.endswith(".safetensors") and src.name != INDEX:
             shutil.copy2(src, tmp / src.name)
-    (tmp / "icml_merge.json").write_text(json.dumps(report.to_dict(), indent=1))
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed last."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        if old is not None:
-            os.replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    (tmp / MARKER).write_text(json.dumps(report.to_dict(), indent=1))
