@@ -43,7 +43,13 @@ from icml_generative.cache import (
     uninstall_enable_cache_adapter,
 )
 from icml_generative.cache.hooks import HEAD_HOOK
-from icml_generative.sampling import gaussian_mixture_score, karras_sigmas, sample_pf_ode, sliced_wasserstein
+from icml_generative.sampling import (
+    frechet_distance,
+    gaussian_mixture_score,
+    karras_sigmas,
+    sample_pf_ode,
+    sliced_wasserstein,
+)
 from icml_tools.fuzz import Coverage, fuzz_call, rejects
 
 
@@ -164,6 +170,24 @@ def test_sliced_wasserstein(data):
     )
     assert sliced_wasserstein(X * 1e300, X * 1e300 + 1e300) > 0  # no overflow
     assert sliced_wasserstein(X, X) == 0.0
+
+
+@FUZZ.covers(frechet_distance)
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_frechet_distance(data):
+    y = X + torch.tensor([1.0, 0.0], dtype=torch.float64)
+    fuzz_call(
+        data,
+        frechet_distance,
+        {"x": X, "y": y},
+        check=lambda d: isinstance(d, float) and d >= 0,
+        related={"x": ["y"], "y": ["x"]},
+    )
+    assert frechet_distance(X, y) == pytest.approx(1.0)  # equal covariances: the squared mean shift
+    assert frechet_distance(X * 1e150, y * 1e150) == pytest.approx(1e300)  # no overflow on the way
+    with pytest.warns(RuntimeWarning, match="overflows"):
+        assert frechet_distance(X * 1e300, y * 1e300) == math.inf
 
 
 # ---- cache: metrics --------------------------------------------------------------------------------------------

@@ -1,15 +1,15 @@
-"""Clip quality against a reference (PSNR, SSIM) and rank correlation, in plain torch / numpy."""
+"""Clip quality against a reference (PSNR, SSIM) in plain torch / numpy; the rank correlation lives in
+:mod:`icml_generative.sampling.metrics` (re-exported here)."""
 
 from __future__ import annotations
 
 import math
 import warnings
 
-import numpy as np
 import torch
 
+from icml_generative.sampling.metrics import spearman as spearman
 from icml_generative.validation import (
-    as_real_tensor,
     check_int,
     check_positive,
     check_real_tensor,
@@ -80,36 +80,3 @@ def ssim(
             stacklevel=2,
         )
     return value
-
-
-def spearman(a, b) -> float:
-    """Spearman rank correlation (average ranks for ties); NaN, with a ``RuntimeWarning``, with fewer than
-    3 pairs or a constant input (as ``scipy.stats.spearmanr``)."""
-    a, b = as_real_tensor(a, "a").numpy(), as_real_tensor(b, "b").numpy()
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"a and b must be 1-D of equal length, got shapes {a.shape} and {b.shape}")
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("a and b must be finite, got NaN or inf")
-    if len(a) < 3:
-        warnings.warn(
-            f"spearman: {len(a)} pairs, fewer than 3: the correlation is NaN", RuntimeWarning, stacklevel=2
-        )
-        return math.nan
-    ra, rb = _ranks(a), _ranks(b)
-    if ra.std() == 0 or rb.std() == 0:
-        warnings.warn(
-            "spearman: a constant input has no rank correlation: it is NaN", RuntimeWarning, stacklevel=2
-        )
-        return math.nan
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def _ranks(v: np.ndarray) -> np.ndarray:
-    order = np.argsort(v, kind="mergesort")
-    ranks = np.empty(len(v))
-    ranks[order] = np.arange(len(v), dtype=float)
-    for value in np.unique(v):  # average the ranks of ties
-        tied = v == value
-        if tied.sum() > 1:
-            ranks[tied] = ranks[tied].mean()
-    return ranks
