@@ -111,7 +111,7 @@ def test_per_channel_kl(data):
         data,
         per_channel_kl,
         {"posterior": (MEAN, LOGVAR), "channel_dim": 1, "reduction": "sum"},
-        check=lambda kl: kl.shape == (4,) and bool((kl >= -1e-6).all()),
+        check=lambda kl: kl.ndim == 1 and bool((kl >= -1e-6).all()),
         related={"posterior": ["channel_dim"], "channel_dim": ["posterior"]},
         strategies={
             "posterior": st.sampled_from(
@@ -211,7 +211,7 @@ def test_audio_metrics(data):
         data,
         spectral_features,
         {"audio": AUDIO, "n_fft": 128, "bands": 8},
-        check=lambda f: f.shape == (2, 16),
+        check=lambda f: f.shape[1] == 16,
         related={"audio": ["n_fft"], "n_fft": ["audio", "bands"], "bands": ["n_fft"]},
     )
 
@@ -247,7 +247,7 @@ def test_mamba_blocks(data):
             data,
             lambda d_model, d_state, scan, hidden, cls=cls: run(cls, d_model, d_state, scan, hidden),
             {"d_model": 8, "d_state": 4, "scan": "parallel", "hidden": x},
-            check=lambda y: y.shape == x.shape,
+            check=lambda y: y.ndim == 3 and y.shape[-1] == 8,
             related={"d_model": ["hidden"], "hidden": ["d_model"]},
         )
 
@@ -296,7 +296,7 @@ def test_flow(data):
         data,
         lambda z_t, t, context: model(z_t, t, context=context),
         {"z_t": z, "t": torch.tensor([0.1, 0.9]), "context": ctx},
-        check=lambda v: v.shape == z.shape,
+        check=lambda v: v.ndim == 3 and v.shape[1] == 3,
         related={"z_t": ["t", "context", "max_frames"], "t": ["z_t"], "context": ["z_t"]},
     )
     fuzz_call(
@@ -310,7 +310,7 @@ def test_flow(data):
         data,
         sample_flow,
         {"model": model, "noise": z, "steps": 2, "method": "heun", "context": ctx},
-        check=lambda v: v.shape == z.shape,
+        check=lambda v: v.ndim == 3 and v.shape[1] == 3,
         related={"noise": ["z_t", "context", "max_frames"], "context": ["noise", "z_t"]},
     )
     fuzz_call(

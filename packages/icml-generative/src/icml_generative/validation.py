@@ -175,6 +175,20 @@ def check_tensor(
     return value
 
 
+def check_model_input(
+    value: Any, name: str, module: torch.nn.Module, shape: Sequence[int | str] | None = None
+) -> torch.Tensor:
+    """A finite, non-empty floating-point tensor (of ``shape`` if given, as :func:`check_tensor`) in the dtype
+    of ``module``'s parameters (``TypeError`` otherwise: torch would fail deep inside the first layer)."""
+    check_tensor(value, name, shape, floating=True, finite=True)
+    if value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+    param = next(module.parameters(), None)
+    if param is not None and value.dtype != param.dtype:
+        raise TypeError(f"{name} must have the model's dtype {param.dtype}, got {value.dtype}")
+    return value
+
+
 def check_same_shape(a: torch.Tensor, b: torch.Tensor, names: str) -> None:
     """Two tensors of equal shape (``names``: how the message calls them, e.g. ``"x and ref"``)."""
     if a.shape != b.shape:

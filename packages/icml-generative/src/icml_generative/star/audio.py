@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from icml_generative.validation import check_int, check_ints, check_positive, check_same_shape, check_tensor
+from icml_generative.validation import check_int, check_ints, check_number, check_same_shape, check_tensor
 
 DEFAULT_FFT_SIZES = (2048, 1024, 512, 256, 128)
 
@@ -33,6 +33,7 @@ def check_audio(audio: torch.Tensor, name: str = "audio", channels: int | None =
 
 
 def _magnitude(x: torch.Tensor, n_fft: int) -> torch.Tensor:
+    x = x.to(torch.promote_types(x.dtype, torch.float32))  # no half-precision FFT on CPU
     window = torch.hann_window(n_fft, dtype=x.dtype, device=x.device)
     spec = torch.stft(x, n_fft, hop_length=n_fft // 4, window=window, center=True, return_complex=True)
     return spec.abs()
@@ -53,11 +54,11 @@ def stft_distance(
     y = check_audio(reference, "reference")
     check_same_shape(estimate, reference, "estimate and reference")
     sizes = check_ints(fft_sizes, "fft_sizes", 2)
+    eps = check_number(eps, "eps", above=0, maximum=1.0)
     if max(sizes) // 2 >= x.shape[-1]:
         raise ValueError(
             f"fft_sizes must be below twice the signal length ({x.shape[-1]} samples), got {max(sizes)}"
         )
-    eps = check_positive(eps, "eps")
     batch = estimate.shape[0]
     total = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
     for n_fft in sizes:
@@ -75,9 +76,12 @@ def si_sdr(estimate: torch.Tensor, reference: torch.Tensor, eps: float = 1e-8) -
     x = check_audio(estimate, "estimate")
     y = check_audio(reference, "reference")
     check_same_shape(estimate, reference, "estimate and reference")
-    eps = check_positive(eps, "eps")
+    eps = check_number(eps, "eps", above=0, maximum=1.0)
     batch = estimate.shape[0]
-    x, y = x.reshape(batch, -1), y.reshape(batch, -1)
+    x, y = (
+        x.reshape(batch, -1).to(torch.promote_types(x.dtype, torch.float32)),
+        y.reshape(batch, -1).to(torch.promote_types(y.dtype, torch.float32)),
+    )
     x = x - x.mean(1, keepdim=True)
     y = y - y.mean(1, keepdim=True)
     alpha = (x * y).sum(1, keepdim=True) / (y.square().sum(1, keepdim=True) + eps)

@@ -25,7 +25,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from icml_generative.validation import check_choice, check_int, check_number, check_tensor
+from icml_generative.validation import check_choice, check_int, check_model_input, check_number, check_tensor
 
 METHODS = ("euler", "heun")
 
@@ -137,19 +137,23 @@ class LatentFlowTransformer(ModelMixin, ConfigMixin):
         context_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         cfg = self.config
-        check_tensor(z_t, "z_t", ("batch", cfg.latent_channels, "frames"), floating=True)
+        check_model_input(z_t, "z_t", self, ("batch", cfg.latent_channels, "frames"))
         batch, _, frames = z_t.shape
         if frames > cfg.max_frames:
             raise ValueError(f"z_t has {frames} frames, more than max_frames ({cfg.max_frames})")
-        t = torch.as_tensor(t, dtype=z_t.dtype, device=z_t.device)
-        t = t.expand(batch) if t.ndim == 0 else check_tensor(t, "t", (batch,), floating=True)
+        if not isinstance(t, torch.Tensor):
+            t = torch.tensor(check_number(t, "t", 0.0, 1.0), dtype=z_t.dtype, device=z_t.device)
+        check_tensor(t, "t", floating=True, finite=True)
+        if t.ndim == 0:
+            t = t.expand(batch)
+        check_tensor(t, "t", (batch,))
         x = self.latent_in(z_t.transpose(1, 2)) + self.position[:frames]
         x = x + self.time_mlp(_time_embedding(t, cfg.width).to(x.dtype))[:, None]
         tokens = 0
         if context is not None:
             if self.context_in is None:
                 raise ValueError("context was given but the model was built without context_dim")
-            check_tensor(context, "context", (batch, "tokens", cfg.context_dim), floating=True)
+            check_model_input(context, "context", self, (batch, "tokens", cfg.context_dim))
             tokens = context.shape[1]
             x = torch.cat([self.context_in(context.to(x.dtype)), x], dim=1)
             if context_mask is not None:

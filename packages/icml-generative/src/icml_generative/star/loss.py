@@ -84,8 +84,8 @@ def posterior_moments(posterior: Any) -> tuple[torch.Tensor, torch.Tensor]:
             "posterior must be a torch.distributions.Normal, an object with mean and logvar (or std) tensors, "
             f"or a (mean, logvar) pair, got {type(posterior).__name__}"
         )
-    check_tensor(mean, "posterior mean", floating=True)
-    check_tensor(logvar, "posterior logvar", floating=True)
+    check_tensor(mean, "posterior mean", floating=True, finite=True)
+    check_tensor(logvar, "posterior logvar", floating=True, finite=True)
     if mean.shape != logvar.shape:
         raise ValueError(
             f"posterior mean and logvar must have the same shape, got {tuple(mean.shape)} and {tuple(logvar.shape)}"
@@ -243,7 +243,7 @@ def channel_ordering(kl: torch.Tensor | Sequence[float]) -> float:
 
 def truncate_channels(latents: torch.Tensor, keep: int, channel_dim: int = 1) -> torch.Tensor:
     """A copy of ``latents`` with channels ``keep, keep + 1, ...`` (0-based) set to 0, the prior mean."""
-    check_tensor(latents, "latents", floating=True)
+    check_tensor(latents, "latents", floating=True, finite=True)
     if latents.ndim < 2:
         raise ValueError(f"latents must be shaped (batch, channels, ...), got {tuple(latents.shape)}")
     channel_dim = _channel_dim(channel_dim, latents.ndim)

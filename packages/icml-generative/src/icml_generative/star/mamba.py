@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from icml_generative.validation import check_choice, check_int, check_number, check_tensor
+from icml_generative.validation import check_choice, check_int, check_model_input, check_number, check_tensor
 
 SCANS = ("auto", "parallel", "sequential")
 
@@ -146,7 +146,7 @@ class Mamba(nn.Module):
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        check_tensor(hidden, "hidden", ("batch", "length", self.in_proj.in_features), floating=True)
+        check_model_input(hidden, "hidden", self, ("batch", "length", self.in_proj.in_features))
         length = hidden.shape[1]
         x, gate = self.in_proj(hidden).chunk(2, dim=-1)  # (b, l, d_inner) each
         x = F.silu(self.conv1d(x.transpose(1, 2))[..., :length])  # causal: (b, d_inner, l)
@@ -172,6 +172,6 @@ class BiMamba(nn.Module):
         self.backward_mixer = Mamba(d_model, **mamba_kwargs)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        check_tensor(hidden, "hidden", ("batch", "length", self.norm.normalized_shape[0]), floating=True)
+        check_model_input(hidden, "hidden", self, ("batch", "length", self.norm.normalized_shape[0]))
         x = self.norm(hidden)
         return hidden + self.forward_mixer(x) + self.backward_mixer(x.flip(1)).flip(1)

@@ -29,7 +29,7 @@ from torch import nn
 
 from icml_generative.star.audio import check_audio
 from icml_generative.star.mamba import BiMamba
-from icml_generative.validation import check_choice, check_int, check_ints, check_tensor
+from icml_generative.validation import check_choice, check_int, check_ints, check_model_input
 
 ACTIVATIONS = ("snake", "silu")
 
@@ -156,8 +156,8 @@ class STARVAE(ModelMixin, ConfigMixin):
         check_int(audio_channels, "audio_channels", 1, 64)
         check_int(latent_channels, "latent_channels", 1, 4096)
         check_int(base_channels, "base_channels", 1, 4096)
-        multiples = check_ints(list(channel_multiples), "channel_multiples", 1, 64)
-        strides = check_ints(list(strides), "strides", 1, 1024)
+        multiples = check_ints(channel_multiples, "channel_multiples", 1, 64)
+        strides = check_ints(strides, "strides", 1, 1024)
         if len(multiples) != len(strides):
             raise ValueError(
                 f"channel_multiples and strides must have the same length, got {len(multiples)} and {len(strides)}"
@@ -199,6 +199,7 @@ class STARVAE(ModelMixin, ConfigMixin):
     def encode(self, audio: torch.Tensor, return_dict: bool = True) -> STARVAEEncoderOutput | tuple:
         """The posterior of ``audio (B, audio_channels, T)``, ``T`` a multiple of ``hop_length``."""
         check_audio(audio, "audio", self.config.audio_channels)
+        check_model_input(audio, "audio", self)
         if audio.ndim != 3:
             raise ValueError(
                 f"audio must be shaped (batch, channels, samples), got rank {audio.ndim} {tuple(audio.shape)}"
@@ -222,7 +223,7 @@ class STARVAE(ModelMixin, ConfigMixin):
 
     def decode(self, z: torch.Tensor, return_dict: bool = True) -> STARVAEDecoderOutput | tuple:
         """Audio ``(B, audio_channels, frames · hop_length)`` from latents ``(B, latent_channels, frames)``."""
-        check_tensor(z, "z", ("batch", self.config.latent_channels, "frames"), floating=True, finite=True)
+        check_model_input(z, "z", self, ("batch", self.config.latent_channels, "frames"))
         h = self.decoder_sequence(self.decoder_in(z))
         for block in self.decoder_blocks:
             h = block(h)
