@@ -115,7 +115,14 @@ def test_per_channel_kl(data):
         related={"posterior": ["channel_dim"], "channel_dim": ["posterior"]},
         strategies={
             "posterior": st.sampled_from(
-                [None, "normal", MEAN, (MEAN, LOGVAR, LOGVAR), (MEAN, LOGVAR.T), (MEAN[0, 0], LOGVAR[0, 0])]
+                [
+                    None,
+                    "normal",
+                    MEAN,
+                    (MEAN, LOGVAR, LOGVAR),
+                    (MEAN, LOGVAR.transpose(1, 2)),
+                    (MEAN[0, 0], LOGVAR[0, 0]),
+                ]
             )
         },
     )
