@@ -27,7 +27,6 @@ from diffusers.models.modeling_utils import ModelMixin
 from diffusers.utils import BaseOutput
 from torch import nn
 
-from icml_generative.star.audio import check_audio
 from icml_generative.star.mamba import BiMamba
 from icml_generative.validation import check_choice, check_int, check_ints, check_model_input
 
@@ -198,12 +197,7 @@ class STARVAE(ModelMixin, ConfigMixin):
 
     def encode(self, audio: torch.Tensor, return_dict: bool = True) -> STARVAEEncoderOutput | tuple:
         """The posterior of ``audio (B, audio_channels, T)``, ``T`` a multiple of ``hop_length``."""
-        check_audio(audio, "audio", self.config.audio_channels)
-        check_model_input(audio, "audio", self)
-        if audio.ndim != 3:
-            raise ValueError(
-                f"audio must be shaped (batch, channels, samples), got rank {audio.ndim} {tuple(audio.shape)}"
-            )
+        check_model_input(audio, "audio", self, ("batch", self.config.audio_channels, "samples"))
         if audio.shape[-1] % self.hop_length:
             raise ValueError(
                 f"audio length must be a multiple of hop_length ({self.hop_length}), got {audio.shape[-1]}"
