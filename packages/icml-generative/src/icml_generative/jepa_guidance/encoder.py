@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,7 +75,7 @@ def sigreg_loss(z: torch.Tensor, projections: int = 64, seed: int = 0) -> torch.
     projected = torch.sort(z @ theta, dim=0).values  # (n, p)
     levels = (torch.arange(z.shape[0], dtype=torch.float64) + 0.5) / z.shape[0]
     quantiles = (math.sqrt(2) * torch.erfinv(2 * levels - 1)).to(z)[:, None]
-    return ((projected - quantiles) ** 2).mean()
+    return _warn_overflow(((projected - quantiles) ** 2).mean(), "sigreg_loss", z)
 
 
 def vicreg_regularizer(z: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
@@ -89,10 +90,20 @@ def vicreg_regularizer(z: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     variance = torch.relu(1 - std).mean()
     d = z.shape[1]
     if d == 1:
-        return variance
+        return _warn_overflow(variance, "vicreg_regularizer", z)
     cov = centered.T @ centered / (z.shape[0] - 1)
     off = cov - torch.diag(torch.diag(cov))
-    return variance + (off**2).sum() / (d * (d - 1))
+    return _warn_overflow(variance + (off**2).sum() / (d * (d - 1)), "vicreg_regularizer", z)
+
+
+def _warn_overflow(value: torch.Tensor, name: str, z: torch.Tensor) -> torch.Tensor:
+    if not bool(torch.isfinite(value.detach())):
+        warnings.warn(
+            f"{name}: the loss overflows {z.dtype} (embeddings up to {z.abs().max().item():g})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return value
 
 
 def train_jepa_encoder(
@@ -124,16 +135,19 @@ def train_jepa_encoder(
     check_int(steps, "steps", 1, MAX_STEPS)
     check_int(batch_size, "batch_size", 2, 2**20)
     lr = check_number(lr, "lr", above=0)
-    noise = check_number(noise, "noise", minimum=0)
+    noise = check_number(noise, "noise", 0, 1e3)  # in data standard deviations
     mask_ratio = check_number(mask_ratio, "mask_ratio", 0.0, below=1.0)
     check_choice(anti_collapse, "anti_collapse", ANTI_COLLAPSE)
-    weight = check_number(weight, "weight", minimum=0)
+    weight = check_number(weight, "weight", 0, 1e6)
     check_int(predictor_hidden, "predictor_hidden", 1, MAX_WIDTH)
     check_int(seed, "seed", 0, 2**62)
     gen = torch.Generator().manual_seed(seed)
     module.train()
-    with torch.no_grad():
-        dim = module(data[:2]).reshape(2, -1).shape[1]
+    try:
+        with torch.no_grad():
+            dim = module(data[:2]).reshape(2, -1).shape[1]
+    except RuntimeError as err:
+        raise ValueError(f"encoder refused data shaped {tuple(data.shape)}: {err}") from err
     torch.manual_seed(seed)  # the predictor's initial weights
     predictor = nn.Sequential(nn.Linear(dim, predictor_hidden), nn.SiLU(), nn.Linear(predictor_hidden, dim))
     predictor.to(data.dtype)
@@ -151,6 +165,8 @@ def train_jepa_encoder(
             keep = torch.rand(x.shape, generator=gen) >= mask_ratio
             views[0] = views[0] * keep.to(x.dtype)
         z1, z2 = (module(v).reshape(batch, -1) for v in views)
+        if not bool(torch.isfinite(z1).all() and torch.isfinite(z2).all()):
+            raise ValueError(_diverged("the embeddings", step, lr, noise, weight))
         invariance = ((predictor(z1) - z2) ** 2).mean()
         if anti_collapse == "sigreg":
             reg = sigreg_loss(z1, seed=seed + step) + sigreg_loss(z2, seed=seed + step)
@@ -158,9 +174,7 @@ def train_jepa_encoder(
             reg = vicreg_regularizer(z1) + vicreg_regularizer(z2)
         loss = invariance + weight * reg
         if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"train_jepa_encoder: the loss became {loss.item()} at step {step}: lower lr ({lr})"
-            )
+            raise ValueError(_diverged(f"the loss ({loss.item()})", step, lr, noise, weight))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -171,3 +185,10 @@ def train_jepa_encoder(
     log["predictor"] = predictor.eval()
     log["seconds"] = time.perf_counter() - start
     return log
+
+
+def _diverged(what: str, step: int, lr: float, noise: float, weight: float) -> str:
+    return (
+        f"train_jepa_encoder: {what} became non-finite at step {step}: lower lr ({lr}), noise ({noise}) "
+        f"or weight ({weight})"
+    )

@@ -68,8 +68,8 @@ def tweedie_x0(
     instead: variance-exploding ``epsilon`` (``z = x0 + σ ε``): ``z − σ ε̂``; ``flow`` (rectified flow,
     ``z = (1−σ) x0 + σ ε``, the model predicts ``v = ε − x0``): ``z − σ v̂``.
     """
-    check_tensor(sample, "sample", floating=True)
-    check_tensor(model_output, "model_output", floating=True)
+    check_tensor(sample, "sample", floating=True, finite=True)
+    check_tensor(model_output, "model_output", floating=True, finite=True)
     if model_output.shape != sample.shape:
         raise ValueError(
             f"model_output must be shaped like sample {tuple(sample.shape)}, got {tuple(model_output.shape)}"
@@ -119,7 +119,7 @@ def minority_score(
     Differentiable in ``x0``.
     """
     x0 = check_tensor(x0, "x0", floating=True, finite=True)
-    if x0.ndim < 1 or x0.shape[0] == 0:
+    if x0.ndim < 2 or x0.numel() == 0:
         raise ValueError(f"x0 must be a non-empty batch shaped (n, ...), got {tuple(x0.shape)}")
     _check_callable(denoise, "denoise", "denoise(x_noisy) -> x0_hat")
     scale = check_number(scale, "scale", above=0)
@@ -136,7 +136,14 @@ def minority_score(
                 f"{getattr(recon, 'shape', type(recon).__name__)}"
             )
         total = total + ((x0 - recon) ** 2).reshape(x0.shape[0], -1).sum(dim=1)
-    return total / draws
+    score = total / draws
+    if not bool(torch.isfinite(score.detach()).all()):
+        warnings.warn(
+            f"minority_score: the score overflows {x0.dtype} (scale={scale:g}, noise_scale={noise_scale:g})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return score
 
 
 class TweedieGuidance:
@@ -189,6 +196,8 @@ class TweedieGuidance:
         variance: float | torch.Tensor | None = None,
     ) -> torch.Tensor:
         check_tensor(z, "z", floating=True, finite=True)
+        if z.ndim < 2 or z.numel() == 0:
+            raise ValueError(f"z must be a non-empty batch shaped (n, ...), got {tuple(z.shape)}")
         _check_callable(x0_fn, "x0_fn", "x0_fn(z) -> x0_hat")
         if self.schedule == "variance":
             if variance is None:
@@ -204,17 +213,25 @@ class TweedieGuidance:
                 raise TypeError(f"x0_fn must return a tensor, got {type(x0).__name__}")
             if self.preprocess is not None:
                 x0 = self.preprocess(x0)
-            value = self.objective(x0)
+            if not isinstance(x0, torch.Tensor) or not x0.requires_grad:
+                raise TypeError(
+                    "x0_fn and preprocess must be differentiable: the Tweedie estimate does not depend on z "
+                    "through autograd (a detach, torch.no_grad or a non-torch operation)"
+                )
+            try:
+                value = self.objective(x0)
+            except (IndexError, RuntimeError) as err:
+                raise ValueError(f"objective failed on x0_hat shaped {tuple(x0.shape)}: {err}") from err
             if not isinstance(value, torch.Tensor) or value.shape != (z.shape[0],):
                 raise ValueError(
                     f"objective must return one value per sample, shaped ({z.shape[0]},), got "
                     f"{getattr(value, 'shape', type(value).__name__)}"
                 )
-            (grad,) = torch.autograd.grad(value.sum(), zg, allow_unused=True)
-        if grad is None:
-            raise TypeError(
-                "x0_fn, preprocess and objective must be differentiable: the objective does not depend on z"
-            )
+            grad = None
+            if value.requires_grad:
+                (grad,) = torch.autograd.grad(value.sum(), zg, allow_unused=True)
+        if grad is None:  # the objective is constant in z (a linear encoder's JEPA-score): no push
+            grad = torch.zeros_like(z)
         self.last_objective = value.detach()
         grad = grad.detach().reshape(z.shape[0], -1)
         finite = torch.isfinite(grad).all(dim=1)
@@ -229,7 +246,10 @@ class TweedieGuidance:
         if self.normalize:
             grad = grad / grad.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(grad.dtype).tiny)
         scale = self.eta if variance is None or self.schedule == "constant" else self.eta * variance
-        return (z.detach() - scale * grad.reshape(z.shape)).to(z.dtype)
+        guided = (z.detach() - scale * grad.reshape(z.shape)).to(z.dtype)
+        if not bool(torch.isfinite(guided).all()):
+            raise ValueError(f"eta={self.eta:g} is too large: the guided z overflows {z.dtype}")
+        return guided
 
     def diffusers_callback(
         self, x0_fn: Callable[[Any, torch.Tensor, Any, dict], torch.Tensor] | None = None
@@ -361,7 +381,7 @@ class JEPAGuidance(TweedieGuidance):
         self.power_iters = check_int(power_iters, "power_iters", 0, 64)
         self.oversample = check_int(oversample, "oversample", 0, MAX_OVERSAMPLE)
         self.jvp = check_choice(jvp, "jvp", JVP_METHODS)
-        self.fd_eps = check_number(fd_eps, "fd_eps", above=0)
+        self.fd_eps = check_number(fd_eps, "fd_eps", above=0, maximum=1.0)
         self.seed = check_int(seed, "seed", 0, 2**62)
         super().__init__(
             self._score,

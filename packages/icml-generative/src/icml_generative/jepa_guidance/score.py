@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import torch
 
-from icml_generative.validation import check_choice, check_int, check_number, check_tensor
+from icml_generative.validation import check_choice, check_int, check_model_input, check_number, check_tensor
 
 Encoder = Callable[[torch.Tensor], torch.Tensor]
 METHODS = ("auto", "exact", "randomized")
@@ -51,10 +51,15 @@ MAX_OVERSAMPLE = 4096
 
 def _embed(encoder: Encoder, x: torch.Tensor) -> torch.Tensor:
     """``encoder(x)`` flattened to ``(n, D)``, with the checks every product needs."""
+    if isinstance(encoder, torch.nn.Module):
+        check_model_input(x, "x", encoder)  # the encoder's dtype, not an error deep inside its first layer
     try:
         out = encoder(x)
+    except torch.OutOfMemoryError:
+        raise
     except (TypeError, ValueError, RuntimeError) as err:
-        raise type(err)(f"encoder refused x shaped {tuple(x.shape)} ({x.dtype}): {err}") from err
+        kind = TypeError if isinstance(err, TypeError) else ValueError
+        raise kind(f"encoder refused x shaped {tuple(x.shape)} ({x.dtype}): {err}") from err
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         got = f"dtype {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
         raise TypeError(f"encoder must return a floating-point torch.Tensor, got {got}")
@@ -85,6 +90,11 @@ def _check_x(x: object) -> torch.Tensor:
     return x
 
 
+def _check_step(value: object, name: str, dtype: torch.dtype) -> float:
+    """A finite-difference step in ``[machine epsilon of dtype, 1]`` (the directions have unit norm)."""
+    return check_number(value, name, torch.finfo(dtype).eps, 1.0)
+
+
 def encoder_jvp(
     encoder: Encoder,
     x: torch.Tensor,
@@ -102,7 +112,9 @@ def encoder_jvp(
     if tangent.shape != x.shape:
         raise ValueError(f"tangent must be shaped like x {tuple(x.shape)}, got {tuple(tangent.shape)}")
     check_choice(method, "method", JVP_METHODS)
-    eps = check_number(eps, "eps", above=0)
+    _embed_differentiable(encoder, x[:1].detach())  # a detaching encoder would answer zeros silently
+    if method == "finite_difference":
+        eps = _check_step(eps, "eps", x.dtype)
     return _jvp(encoder, x.detach(), tangent.to(x.dtype), method, eps)
 
 
@@ -121,22 +133,21 @@ def _jvp(encoder: Encoder, x: torch.Tensor, v: torch.Tensor, method: str, eps: f
 
 
 def _vjps(out: torch.Tensor, x: torch.Tensor, cotangents: torch.Tensor, create_graph: bool) -> torch.Tensor:
-    """``Jᵀ u_j`` for each column ``u_j`` of ``cotangents (n, D, r)``: ``(n, N, r)``."""
-    cols = []
-    r = cotangents.shape[-1]
-    for j in range(r):
+    """``Jᵀ u_j`` for each column ``u_j`` of ``cotangents (n, D, r)``: ``(n, N, r)``, in one batched
+    backward pass (``is_grads_batched``) where the encoder's operations support it, else column by column."""
+    grads = cotangents.to(out.dtype).permute(2, 0, 1)  # (r, n, D)
+    try:
         (g,) = torch.autograd.grad(
-            out,
-            x,
-            grad_outputs=cotangents[..., j].to(out.dtype),
-            retain_graph=True,
-            create_graph=create_graph,
-            allow_unused=True,
+            out, x, grad_outputs=grads, retain_graph=True, create_graph=create_graph, is_grads_batched=True
         )
-        if g is None:
-            raise TypeError("encoder must be differentiable in its input: x does not reach its output")
-        cols.append(g.reshape(x.shape[0], -1))
-    return torch.stack(cols, dim=-1)
+    except RuntimeError:  # an operation without a batching rule: one backward pass per column
+        g = torch.stack(
+            [
+                torch.autograd.grad(out, x, grad_outputs=u, retain_graph=True, create_graph=create_graph)[0]
+                for u in grads
+            ]
+        )
+    return g.reshape(grads.shape[0], x.shape[0], -1).permute(1, 2, 0)
 
 
 def _orth(y: torch.Tensor) -> torch.Tensor:
@@ -170,7 +181,6 @@ def jepa_singular_values(
     check_choice(jvp, "jvp", JVP_METHODS)
     check_int(power_iters, "power_iters", 0, 64)
     check_int(oversample, "oversample", 0, MAX_OVERSAMPLE)
-    fd_eps = check_number(fd_eps, "fd_eps", above=0)
     if not isinstance(create_graph, bool):
         raise TypeError(f"create_graph must be a bool, got {type(create_graph).__name__}")
     if isinstance(seed, torch.Generator):
@@ -178,6 +188,8 @@ def jepa_singular_values(
     else:
         gen = torch.Generator(device=x.device).manual_seed(check_int(seed, "seed", 0, 2**63 - 1))
     xg, out = _embed_differentiable(encoder, x)
+    if jvp == "finite_difference":
+        fd_eps = _check_step(fd_eps, "fd_eps", x.dtype)
     n, d = out.shape
     big_n = x[0].numel()
     rank = min(d, big_n)
@@ -191,14 +203,24 @@ def jepa_singular_values(
         jac_t = _vjps(out, xg, eye, create_graph)  # (n, N, D): Jᵀ
         sv = torch.linalg.svdvals(jac_t)
     else:
-        r = min(top + oversample, big_n)
+        r = min(top + oversample, rank)  # more columns than the Jacobian's rank add nothing
         omega = torch.randn(n, big_n, r, generator=gen, device=x.device, dtype=torch.float32).to(x.dtype)
         omega = omega / omega.norm(dim=1, keepdim=True)
         xd = x.detach()
 
         def apply_j(v: torch.Tensor) -> torch.Tensor:  # (n, N, r) -> (n, D, r)
-            cols = [_jvp(encoder, xd, v[..., j].reshape(x.shape).to(x.dtype), jvp, fd_eps) for j in range(r)]
-            return torch.stack(cols, dim=-1)
+            cols = v.shape[-1]
+            tangents = v.permute(0, 2, 1).reshape(n * cols, *x.shape[1:]).to(x.dtype)  # sample-major
+            if jvp == "finite_difference":  # x and its r shifts in one forward pass (one rounding)
+                shifted = xd.repeat_interleave(cols, dim=0) + fd_eps * tangents
+                with torch.no_grad():
+                    both = _embed(encoder, torch.cat([xd, shifted]))
+                y = (both[n:].reshape(n, cols, d) - both[:n, None]) / fd_eps
+            else:
+                y = _jvp(encoder, xd.repeat_interleave(cols, dim=0), tangents, jvp, fd_eps).reshape(
+                    n, cols, d
+                )
+            return y.permute(0, 2, 1)
 
         q = _orth(apply_j(omega))
         for _ in range(power_iters):
