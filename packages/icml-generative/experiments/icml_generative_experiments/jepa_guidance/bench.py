@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,7 @@ def _case(
 ) -> list[dict]:
     sigma = 1.0
 
-    def step(guidance=None) -> torch.Tensor:
+    def step(guidance: Any = None) -> torch.Tensor:
         v = z
         if guidance is not None:
             v = guidance(v, lambda t: denoiser(t, sigma), 5, 10)
@@ -85,7 +86,7 @@ def _case(
     rows = []
     base = _median_seconds(lambda: step(None), repeats)
     for name, guidance in variants.items():
-        t = base if guidance is None else _median_seconds(lambda g=guidance: step(g), repeats)
+        t = base if guidance is None else _median_seconds(partial(step, guidance), repeats)
         rows.append(_row(label, name, t, base, repeats, load))
     exact = _median_seconds(lambda: jepa_score(encoder, z), repeats)
     rows.append(_row(label, "exact JEPA-score alone (all singular values)", exact, base, repeats, load))
