@@ -174,7 +174,10 @@ def sample(
             def x0_fn(v: torch.Tensor, s: float = sigma, c: float = c) -> torch.Tensor:
                 return model(v * c, s)
 
-            z = c * guidance(z / c, x0_fn, i, steps, variance)
+            zv = z / c
+            guided = guidance(zv, x0_fn, i, steps, variance)
+            if guided is not zv:  # an inactive step (or eta 0) leaves z untouched, bit for bit
+                z = c * guided
         with torch.no_grad():
             x0 = model(z, sigma)
         z = z + (nxt - sigma) * (z - x0) / sigma
@@ -184,9 +187,11 @@ def sample(
 def train_world_encoder(
     world: torch.Tensor, embed_dim: int, steps: int, seed: int, **kwargs: Any
 ) -> tuple[nn.Module, dict]:
-    """An MLP encoder trained as a JEPA on ``world`` (standardised inside; the returned encoder takes raw
-    inputs)."""
-    mean, std = world.mean(0), world.std(0).clamp_min(1e-6)
+    """An MLP encoder trained as a JEPA on ``world`` (standardised per feature inside, each std floored at
+    0.1x the overall std; the returned encoder takes raw inputs)."""
+    # the floor: features that are (nearly) constant in the world (the digits' border pixels) would be divided
+    # by ~0 and blow any generated deviation up into the encoder's saturated range
+    mean, std = world.mean(0), world.std(0).clamp_min(0.1 * float(world.std()))
     torch.manual_seed(seed)
     core = mlp_encoder(world.shape[1], embed_dim)
     log = train_jepa_encoder(core, (world - mean) / std, steps=steps, seed=seed, **kwargs)
