@@ -327,9 +327,7 @@ def _unet_vp_x0(pipe: Any, latents: torch.Tensor, t: Any, kwargs: dict) -> torch
         return v[n:] if v.shape[0] == 2 * n else v
 
     model_kwargs: dict[str, Any] = {}
-    if getattr(unet.config, "cross_attention_dim", None) is not None and "encoder_hid_proj" not in {
-        name for name, _ in unet.named_children()
-    }:
+    if getattr(unet.config, "cross_attention_dim", None) is not None:  # UNet2DConditionModel
         if "prompt_embeds" not in kwargs:
             raise ValueError(
                 "the unet is text-conditioned: pass callback_on_step_end_tensor_inputs=['latents', "
