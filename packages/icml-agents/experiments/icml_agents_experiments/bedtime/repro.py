@@ -15,7 +15,7 @@ minus text model, correct-per-item differences on the same test items, pooled ov
 paired-bootstrap interval above 0 on recognition and on differentiation; (b) for each trained model and
 each transform, recognition accuracy at severities 0, 0.25, 0.5, 0.75, 1 (the same 600 items): the
 least-squares slope's 95 % bootstrap interval (items resampled) below 0. SmolLM2-135M-Instruct on the numeric
-text (full budget, 40 items per task, 48-step series), every describer's generation scores and the feature describer on
+text (full budget, 100 items per task, 48-step series), every describer's generation scores and the feature describer on
 statsmodels' real series (:func:`realism`) are reported.
 """
 
