@@ -33,7 +33,7 @@ import numpy as np
 from icml_agents.backends import Backend
 from icml_agents.bedtime.modalities import TRANSFORMS, perturb, serialize
 from icml_agents.bedtime.series import ATTRIBUTES, PERIODS, Attributes, describe, parse_description
-from icml_agents.bedtime.tasks import Item, _check_items, attribute_scores, bleu, chance, rouge_l
+from icml_agents.bedtime.tasks import Item, attribute_scores, bleu, chance, check_items, rouge_l
 from icml_agents.validation import check_choice, check_int, check_real, check_seed
 
 MODALITIES = ("array", "text", "plot")
@@ -103,12 +103,12 @@ class AttributeDescriber(Describer):
         return total, top
 
     def recognize(self, items: Sequence[Item]) -> np.ndarray:
-        items = _check_items(items, "recognition")
+        items = check_items(items, "recognition")
         probs = self._proba([it.series for it in items])
         return np.array([self._log_score(probs, i, it.candidates[0])[1] for i, it in enumerate(items)])
 
     def differentiate(self, items: Sequence[Item]) -> np.ndarray:
-        items = _check_items(items, "differentiation")
+        items = check_items(items, "differentiation")
         probs = self._proba([it.series for it in items])
         return np.array(
             [
@@ -229,10 +229,10 @@ class RandomDescriber(Describer):
         self.modality = check_choice(modality, "modality", MODALITIES)
 
     def recognize(self, items: Sequence[Item]) -> np.ndarray:
-        return self.rng.random(len(_check_items(items, "recognition"))) < 0.5
+        return self.rng.random(len(check_items(items, "recognition"))) < 0.5
 
     def differentiate(self, items: Sequence[Item]) -> np.ndarray:
-        items = _check_items(items, "differentiation")
+        items = check_items(items, "differentiation")
         return np.array([int(self.rng.integers(len(it.candidates))) for it in items])
 
     def describe(self, series: Sequence[np.ndarray]) -> list[str]:
@@ -264,7 +264,7 @@ class BackendDescriber(Describer):
         return f"Time series: {serialize(x, self.decimals)}\n"
 
     def recognize(self, items: Sequence[Item]) -> np.ndarray:
-        items = _check_items(items, "recognition")
+        items = check_items(items, "recognition")
         prompts = [
             f"{self._series_text(it.series)}Description: {it.candidates[0]}\n"
             "Does the description match the time series? Answer True or False.\nAnswer:"
@@ -274,7 +274,7 @@ class BackendDescriber(Describer):
         return np.array([scores[i].total > scores[i + len(items)].total for i in range(len(items))])
 
     def differentiate(self, items: Sequence[Item]) -> np.ndarray:
-        items = _check_items(items, "differentiation")
+        items = check_items(items, "differentiation")
         prompts, conts, owner = [], [], []
         for i, it in enumerate(items):
             letters = [chr(65 + j) for j in range(len(it.candidates))]
@@ -324,9 +324,9 @@ def evaluate(
     """
     if not isinstance(describer, Describer):
         raise TypeError(f"describer must be a bedtime Describer, got {type(describer).__name__}")
-    items = _check_items(items)
+    items = check_items(items)
     task = items[0].task
-    _check_items(items, task)
+    check_items(items, task)
     check_int(batch_size, "batch_size", 1, MAX_BATCH)
     if transform is not None:
         check_choice(transform, "transform", TRANSFORMS)

@@ -50,7 +50,7 @@ class Item:
     changed: str | None = None  # recognition negatives: the attribute the description got wrong
 
 
-def _check_items(items: object, task: str | None = None) -> list[Item]:
+def check_items(items: object, task: str | None = None) -> list[Item]:
     if not isinstance(items, (list, tuple)) or not items:
         raise ValueError(f"items must be a non-empty list of bedtime Items, got {type(items).__name__}")
     for i, it in enumerate(items):
@@ -170,5 +170,5 @@ def rouge_l(candidate: str, reference: str) -> float:
 
 def chance(items: Sequence[Item]) -> float:
     """The accuracy of uniform guessing on ``items``: 1/2 for recognition, 1/k for differentiation."""
-    items = _check_items(items)
+    items = check_items(items)
     return float(np.mean([0.5 if it.task == "recognition" else 1 / len(it.candidates) for it in items]))
