@@ -59,9 +59,10 @@ class _Net(nn.Module, AttributeDescriber):
         raise NotImplementedError
 
     head: _Heads
+    net: nn.Module
 
     def trunk(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        return self.net(x)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         return self.head(self.trunk(x))
@@ -100,9 +101,6 @@ class SeriesCNN(_Net):
             out[i, 1, : len(x)] = ok
         return torch.from_numpy(out)
 
-    def trunk(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
 
 class PlotCNN(_Net):
     modality = "plot"
@@ -126,9 +124,6 @@ class PlotCNN(_Net):
     def encode(self, series: Sequence[np.ndarray]) -> torch.Tensor:
         images = np.stack([render_plot(x) for x in series]).astype(np.float32) / 255.0
         return torch.from_numpy(images)[:, None]
-
-    def trunk(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
 
 
 class TextCNN(_Net):

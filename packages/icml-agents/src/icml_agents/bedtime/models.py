@@ -37,7 +37,6 @@ from icml_agents.bedtime.tasks import Item, attribute_scores, bleu, chance, chec
 from icml_agents.validation import check_choice, check_int, check_real, check_seed
 
 MODALITIES = ("array", "text", "plot")
-EVENTS_WITH_POSITION = tuple(e for e in ATTRIBUTES["event"] if e != "none")
 MAX_BATCH = 1 << 16
 
 
