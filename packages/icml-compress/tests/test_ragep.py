@@ -1,0 +1,286 @@
+"""RaGEP (issue 30): routing against transformers' own routers, slicing against masked routing, planted
+geometry, budgets, NAEE against brute force, save/load round trips on tiny Mixtral, Qwen2-MoE, OLMoE and
+DeepSeek-V3 configs, and bad input."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icml_compress.ragep import (
+    LayerStats,
+    allocate_budgets,
+    calibrate,
+    effective_rank,
+    find_moe_layers,
+    load_pruned,
+    naee_select,
+    plan_pruning,
+    prune_experts,
+    reap_select,
+    route,
+    save_pruned,
+    spectral_salience,
+    uniform_budgets,
+)
+from icml_compress.ragep.layout import slice_experts
+
+VOCAB, HIDDEN, E = 64, 32, 8
+COMMON = dict(
+    vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+)
+
+
+def tiny_moe(kind: str, seed: int = 0, layers: int = 2):
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    common = {**COMMON, "num_hidden_layers": layers}
+    if kind == "mixtral":
+        cfg = tf.MixtralConfig(intermediate_size=48, num_local_experts=E, num_experts_per_tok=2, **common)
+        return tf.MixtralForCausalLM(cfg).eval()
+    if kind == "qwen2_moe":
+        cfg = tf.Qwen2MoeConfig(
+            intermediate_size=48,
+            moe_intermediate_size=24,
+            shared_expert_intermediate_size=48,
+            num_experts=E,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,  # the survivors' softmax weights are used as they are: the harder case
+            **common,
+        )
+        return tf.Qwen2MoeForCausalLM(cfg).eval()
+    if kind == "olmoe":
+        cfg = tf.OlmoeConfig(intermediate_size=48, num_experts=E, num_experts_per_tok=2, **common)
+        return tf.OlmoeForCausalLM(cfg).eval()
+    cfg = tf.DeepseekV3Config(
+        **{**common, "num_key_value_heads": 4},
+        intermediate_size=48,
+        moe_intermediate_size=24,
+        n_routed_experts=E,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=0,
+        kv_lora_rank=16,
+        q_lora_rank=None,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=8,
+        eos_token_id=None,
+    )
+    model = tf.DeepseekV3ForCausalLM(cfg).eval()
+    for layer in find_moe_layers(model):  # a non-zero correction bias, so it takes part in the choice
+        layer.router.e_score_correction_bias.normal_(0, 0.05)
+    return model
+
+
+KINDS = ("mixtral", "qwen2_moe", "olmoe", "deepseek_v3")
+IDS = torch.randint(0, VOCAB, (6, 16), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_route_matches_the_models_own_router(kind):
+    model = tiny_moe(kind)
+    x = torch.randn(40, HIDDEN, generator=torch.Generator().manual_seed(2))
+    for layer in find_moe_layers(model):
+        _, ref_w, ref_i = layer.router(x)
+        _, i, w = route(layer, x)
+        order, ref_order = i.argsort(-1), ref_i.argsort(-1)
+        assert torch.equal(i.gather(1, order), ref_i.gather(1, ref_order))
+        torch.testing.assert_close(w.gather(1, order), ref_w.to(w.dtype).gather(1, ref_order))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_slicing_equals_masked_routing_and_keeping_all_changes_nothing(kind):
+    model = tiny_moe(kind)
+    x = torch.randn(50, HIDDEN, generator=torch.Generator().manual_seed(3))
+    layer = find_moe_layers(model)[0]
+    f = layer.expert_outputs(x)
+    keep = [0, 2, 5, 6]
+    alive = torch.zeros(E, dtype=torch.bool)
+    alive[keep] = True
+    _, index, weights = route(layer, x, alive)
+    expected = (weights[..., None] * f[index, torch.arange(50)[:, None]]).sum(1)
+    pruned = copy.deepcopy(layer)
+    pruned.block = copy.deepcopy(layer.block)
+    slice_experts(pruned, keep)
+    assert pruned.n_experts == 4 and pruned.experts.num_experts == 4
+    _, i2, w2 = route(pruned, x)
+    got = pruned.experts(x, i2, w2)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+    full = copy.deepcopy(model)
+    prune_experts(full, {ly.index: list(range(E)) for ly in find_moe_layers(full)})
+    assert torch.equal(full(IDS).logits, model(IDS).logits)
+
+
+def planted_stats(energies, bases, k_top=1) -> LayerStats:
+    """A layer whose expert ``e`` has output energy ``energies[e]`` spread evenly over the columns of ``bases[e]``."""
+    hidden = bases[0].shape[0]
+    n = len(energies)
+    gram = torch.zeros(n, hidden, hidden, dtype=torch.float64)
+    for e, (energy, basis) in enumerate(zip(energies, bases, strict=True)):
+        gram[e] = energy * basis @ basis.T / basis.shape[1]
+    energies_t = torch.tensor(energies, dtype=torch.float64)
+    return LayerStats(
+        index=0,
+        name="planted",
+        n_experts=n,
+        top_k=k_top,
+        tokens=1,
+        counts=torch.ones(n, dtype=torch.float64),
+        measured=torch.ones(n, dtype=torch.float64),
+        reap_sum=energies_t.sqrt(),
+        energy_sum=energies_t,
+        gram=gram,
+        z_sum=torch.zeros(hidden, dtype=torch.float64),
+        z_gram=torch.eye(hidden, dtype=torch.float64),
+    )
+
+
+def test_planted_geometry_spectral_salience_drops_a_duplicate_reap_keeps_both():
+    eye = torch.eye(8, dtype=torch.float64)
+    # experts 0 and 1: identical, high energy (4); expert 2: unique, low energy (1); expert 3: unique, energy 2
+    stats = planted_stats([4.0, 4.0, 1.0, 2.0], [eye[:, :2], eye[:, :2], eye[:, 2:3], eye[:, 3:5]])
+    kept, trace = spectral_salience(stats, 3, return_scores=True)
+    assert kept == [0, 2, 3]  # one duplicate dropped, the low-energy unique expert kept
+    assert trace[-1]["expert"] == 2 and trace[0]["expert"] == 0
+    assert reap_select(stats, 3) == [0, 1, 3]  # REAP keeps both duplicates and drops the unique expert
+    assert spectral_salience(stats, 2) == [0, 3]
+    # when every remaining expert is already spanned, energy decides
+    same = planted_stats([3.0, 2.0, 1.0], [eye[:, :2]] * 3)
+    assert spectral_salience(same, 2) == [0, 1]
+
+
+def test_effective_rank_of_planted_ranks_and_budgets_follow_them():
+    gen = torch.Generator().manual_seed(0)
+    eranks = []
+    for r in (2, 4, 8, 16):
+        q, _ = torch.linalg.qr(torch.randn(200, r, generator=gen, dtype=torch.float64))
+        v, _ = torch.linalg.qr(torch.randn(32, r, generator=gen, dtype=torch.float64))
+        eranks.append(effective_rank(q @ v.T, center=False))  # equal singular values: erank = r exactly
+    assert eranks == pytest.approx([2, 4, 8, 16], rel=1e-9)
+    budgets = allocate_budgets(eranks, [8] * 4, 0.5, [2] * 4)
+    assert sum(budgets) == 16 and budgets == sorted(budgets) and min(budgets) >= 2
+    assert allocate_budgets([1, 1, 1, 1], [8] * 4, 0.5, [2] * 4) == [4, 4, 4, 4]
+    assert uniform_budgets([8] * 4, 0.75, [2] * 4) == [6] * 4
+    assert effective_rank(torch.zeros(5, 3)) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=12),
+    keep=st.floats(0.05, 1.0),
+    e=st.integers(2, 16),
+    k=st.integers(1, 4),
+)
+def test_budgets_sum_exactly_stay_in_bounds_and_are_monotone(scores, keep, e, k):
+    n = len(scores)
+    k = min(k, e)
+    if round(keep * e * n) < k * n:
+        with pytest.raises(ValueError, match="keep_ratio"):
+            allocate_budgets(scores, [e] * n, keep, [k] * n)
+        return
+    b = allocate_budgets(scores, [e] * n, keep, [k] * n)
+    assert sum(b) == round(keep * e * n) and all(k <= x <= e for x in b)
+    for i, j in itertools.permutations(range(n), 2):
+        if scores[i] > scores[j]:
+            assert b[i] >= b[j]
+
+
+def test_naee_is_the_best_subset_by_brute_force_on_the_pruned_block():
+    model = tiny_moe("mixtral", layers=1)
+    cal = calibrate(model, IDS, keep_inputs=64)
+    layer, stats = find_moe_layers(model)[0], cal.layers[0]
+    x = stats.inputs
+    _, i0, w0 = route(layer, x)
+    with torch.no_grad():
+        full = layer.experts(x, i0, w0)
+    losses = {}
+    for subset in itertools.combinations(range(E), 4):  # every pruned block, built by slicing, not masking
+        pruned = copy.deepcopy(layer)
+        pruned.block = copy.deepcopy(layer.block)
+        slice_experts(pruned, list(subset))
+        _, i, w = route(pruned, x)
+        with torch.no_grad():
+            losses[subset] = float((pruned.experts(x, i, w).double() - full.double()).square().sum())
+    best = min(losses, key=lambda s: (losses[s], s))
+    assert len(losses) == math.comb(8, 4) == 70
+    assert naee_select(layer, stats, 4) == list(best)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pruned_models_reload_with_identical_logits_and_generate(kind, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = tiny_moe(kind)
+    cal = calibrate(model, IDS)
+    # uniform budgets: an ordinary checkpoint that from_pretrained loads
+    uniform = prune_experts(copy.deepcopy(model), plan_pruning(cal, 0.5, method="reap"))
+    save_pruned(uniform, tmp_path / "uniform")
+    for loaded in (
+        AutoModelForCausalLM.from_pretrained(tmp_path / "uniform"),
+        load_pruned(tmp_path / "uniform"),
+    ):
+        assert torch.equal(loaded.eval()(IDS).logits, uniform(IDS).logits)
+    # per-layer budgets: recorded in the config, rebuilt by load_pruned
+    ragged = prune_experts(copy.deepcopy(model), {0: [1, 3, 4, 6, 7], 1: [0, 5, 2]})
+    assert [ly.n_experts for ly in find_moe_layers(ragged)] == [5, 3]
+    assert ragged.config.ragep_kept_experts == {"0": [1, 3, 4, 6, 7], "1": [0, 2, 5]}
+    save_pruned(ragged, tmp_path / "ragged")
+    loaded = load_pruned(tmp_path / "ragged")
+    assert [ly.n_experts for ly in find_moe_layers(loaded)] == [5, 3]
+    assert torch.equal(loaded(IDS).logits, ragged(IDS).logits)
+    out = loaded.generate(IDS[:1, :4], max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert out.shape == (1, 9)
+    # pruning again composes: the config keeps the original indices
+    prune_experts(loaded, {0: [0, 2, 4]})
+    assert loaded.config.ragep_kept_experts["0"] == [1, 4, 7]
+
+
+def test_every_method_plans_and_ragep_budgets_differ_by_layer():
+    model = tiny_moe("mixtral", layers=2)
+    cal = calibrate(model, IDS, keep_inputs=32, route_all=True)
+    assert cal.route_all and all(float(s.measured.min()) == IDS.numel() for s in cal.layers)
+    for method in ("ragep", "spectral-salience", "reap", "frequency", "naee", "random"):
+        plan = plan_pruning(cal, 0.5, method=method, model=model)
+        assert sum(plan.budgets.values()) == 8 and all(
+            len(v) == plan.budgets[i] for i, v in plan.kept.items()
+        )
+    plan = plan_pruning(cal, 0.5, method="ragep", budgets="rank")
+    assert set(plan.effective_ranks) == {0, 1} and plan.to_dict()["method"] == "ragep"
+
+
+def test_bad_input_names_the_argument():
+    from icml_tools.assets import tiny_llama
+
+    dense = tiny_llama(0, layers=1, hidden=32, heads=2, kv_heads=1, intermediate=64, vocab=VOCAB)
+    with pytest.raises(ValueError, match="model"):
+        find_moe_layers(dense)
+    model = tiny_moe("mixtral", layers=1)
+    cal = calibrate(model, IDS)
+    for ratio in (0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="keep_ratio"):
+            plan_pruning(cal, ratio)
+    with pytest.raises(ValueError, match="keep_ratio"):  # 1 expert per layer is below top-k = 2
+        plan_pruning(cal, 0.1)
+    with pytest.raises(ValueError, match="method"):
+        plan_pruning(cal, 0.5, method="magnitude")
+    with pytest.raises(ValueError, match="top_k"):
+        prune_experts(copy.deepcopy(model), {0: [3]})
+    with pytest.raises(ValueError, match="keep_inputs"):
+        naee_select(find_moe_layers(model)[0], cal.layers[0], 4)
+    with pytest.raises(ValueError, match="sequences"):
+        calibrate(model, torch.full((2, 4), VOCAB))
+    with pytest.raises(ValueError, match="min_experts"):
+        allocate_budgets([1.0, 2.0], [4, 4], 0.5, [5, 1])
+    with pytest.raises(ValueError, match="scores"):
+        allocate_budgets([1.0, np.nan], [4, 4], 0.5, [1, 1])
