@@ -24,7 +24,7 @@ import torch
 SHARDS = {"quick": (128 << 20,), "full": (64 << 20, 128 << 20, 1 << 30)}
 NEW_ROWS = 64
 
-_PEAK = """
+PEAK = """
 import resource, sys
 def peak():
     # the high-water mark of this process's own memory (VmHWM, reset by exec); ru_maxrss on Linux also counts
@@ -38,7 +38,7 @@ def peak():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
 _STREAM = (
-    _PEAK
+    PEAK
     + """
 import json, sys, time
 from icml_compress.merge import combine_checkpoints
@@ -49,7 +49,7 @@ print(json.dumps({"seconds": time.perf_counter() - t, "peak": peak()}))
 """
 )
 _MEMORY = (
-    _PEAK
+    PEAK
     + """
 import json, sys, time
 from transformers import AutoModelForCausalLM

@@ -24,12 +24,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from icml_compress.validation import check_float_tensor, check_instance, check_tensor
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "ARCHITECTURES",
@@ -275,7 +278,7 @@ def save_pruned(model: nn.Module, path: str | os.PathLike) -> Path:
     return path
 
 
-def load_pruned(path: str | os.PathLike, **kwargs) -> nn.Module:
+def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
     """Load a checkpoint written by :func:`save_pruned` (``kwargs`` go to ``from_pretrained``/``from_config``,
     e.g. ``dtype``). Per-layer expert counts are rebuilt before the weights are read (strictly: every tensor
     must be present and of the recorded shape)."""

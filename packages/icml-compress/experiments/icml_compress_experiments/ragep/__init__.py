@@ -1,0 +1,1 @@
+"""RaGEP (issue 30): the tiny MoE testbed, reproduction and benchmark."""
