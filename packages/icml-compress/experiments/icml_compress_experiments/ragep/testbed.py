@@ -28,7 +28,7 @@ chain) are fixed constants, the same for every corpus seed; only the sampled seq
 The model: ``MixtralForCausalLM`` (4 blocks, width 64, 8 experts of width 128, top-2, 4 heads / 2 KV heads),
 tied embeddings, initialised with std 0.1 (transformers' 0.02 left copy and reverse unlearnt in the budget),
 trained from scratch with AdamW on fresh sequences (loss on every token, plus transformers' load-balancing
-loss via ``output_router_logits=True``), about 75 s on 2 cores, and cached as a ``save_pretrained`` folder under
+loss via ``output_router_logits=True``), 85-94 s per seed on 2 shared cores (measured), and cached as a ``save_pretrained`` folder under
 ``icml_tools.assets.cache_dir() / "ragep"``. Calibration and evaluation corpora come from their own seeds
 (:func:`heldout`), disjoint streams from the training one.
 """
