@@ -88,6 +88,12 @@ class Subgoal:
     name: str
     args: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        if not isinstance(self.args, dict) or not all(isinstance(k, str) for k in self.args):
+            raise TypeError(f"args must be a dict with str keys, got {self.args!r:.80}")
+
     def __str__(self) -> str:
         return f"{self.name}({', '.join(f'{k}={v}' for k, v in self.args.items())})"
 
