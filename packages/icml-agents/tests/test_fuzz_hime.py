@@ -157,6 +157,7 @@ def test_observation(data):
         strategies={
             "tick": st.sampled_from([-1, 1.5, None, "0"]),
             "text": NOT_A_STR,
+            "visual": st.sampled_from([np.zeros((2, 2)), np.array([np.nan]), [1.0], np.zeros(0)]),
             "facts": st.sampled_from([[FACT], ("f",), None]),
             "decision": st.sampled_from([None, 1, "yes"]),
             "human": st.sampled_from([3, b"hi"]),

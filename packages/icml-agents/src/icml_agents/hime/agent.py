@@ -71,6 +71,14 @@ class Observation:
         check_int(self.tick, "tick", minimum=0)
         if not isinstance(self.text, str):
             raise TypeError(f"text must be a str, got {type(self.text).__name__}")
+        if self.visual is not None and not (
+            isinstance(self.visual, np.ndarray)
+            and self.visual.ndim == 1
+            and self.visual.size > 0
+            and np.issubdtype(self.visual.dtype, np.floating)
+            and bool(np.isfinite(self.visual).all())
+        ):
+            raise ValueError("visual must be None or a non-empty 1-D finite float numpy array")
         if not isinstance(self.facts, tuple) or not all(isinstance(f, Fact) for f in self.facts):
             raise TypeError("facts must be a tuple of Fact")
         if not isinstance(self.human_facts, tuple) or not all(isinstance(f, Fact) for f in self.human_facts):
