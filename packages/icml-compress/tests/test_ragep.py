@@ -31,6 +31,7 @@ from icml_compress.ragep import (
     uniform_budgets,
 )
 from icml_compress.ragep.layout import slice_experts
+from icml_compress.ragep.select import extend_span
 
 VOCAB, HIDDEN, E = 64, 32, 8
 COMMON = dict(
@@ -158,6 +159,17 @@ def test_planted_geometry_spectral_salience_drops_a_duplicate_reap_keeps_both():
     # when every remaining expert is already spanned, energy decides
     same = planted_stats([3.0, 2.0, 1.0], [eye[:, :2]] * 3)
     assert spectral_salience(same, 2) == [0, 1]
+
+
+def test_the_kept_span_grows_only_by_new_directions():
+    eye = torch.eye(6, dtype=torch.float64)
+    span = extend_span(torch.zeros(6, 0, dtype=torch.float64), eye[:, :2])
+    assert extend_span(span, eye[:, :2]).shape == (6, 2)  # a duplicate adds nothing
+    mixed = torch.stack([eye[:, 0] + eye[:, 1], eye[:, 2]], dim=1) / torch.tensor([2**0.5, 1.0])
+    grown = extend_span(span, mixed)  # one old direction, one new
+    assert grown.shape == (6, 3)
+    torch.testing.assert_close(grown.T @ grown, torch.eye(3, dtype=torch.float64))
+    torch.testing.assert_close(grown @ grown.T @ eye[:, 2], eye[:, 2])
 
 
 def test_effective_rank_of_planted_ranks_and_budgets_follow_them():

@@ -186,6 +186,19 @@ def _principal_basis(gram: torch.Tensor, energy_fraction: float, max_rank: int) 
     return vec[:, : min(r, max_rank)]
 
 
+def extend_span(span: torch.Tensor, basis: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
+    """An orthonormal basis of ``span ∪ basis`` (both ``(hidden, ·)``, ``span`` orthonormal): the part of
+    ``basis`` outside ``span``, orthonormalized by SVD, directions below ``tol`` (relative) dropped, so a
+    basis already inside the span adds nothing (a plain QR of the concatenation would add arbitrary
+    directions for the dependent columns)."""
+    if basis.shape[1] == 0:
+        return span
+    rest = basis - span @ (span.T @ basis) if span.shape[1] else basis
+    u, sigma, _ = torch.linalg.svd(rest, full_matrices=False)
+    keep = sigma > tol * max(1.0, float(basis.norm(dim=0).max()))
+    return torch.cat([span, u[:, keep]], dim=1)
+
+
 def spectral_salience(
     stats: LayerStats, k: int, *, energy_fraction: float = 0.9, return_scores: bool = False
 ) -> list[int] | tuple[list[int], list[dict]]:
@@ -219,10 +232,7 @@ def spectral_salience(
                 best, best_key = e, key
         kept.append(best)
         trace.append({"expert": best, "energy": float(energy[best]), "score": best_key[0]})
-        if bases[best].shape[1]:
-            q, _ = torch.linalg.qr(torch.cat([span, bases[best]], dim=1))
-            rank = min(q.shape[1], hidden)
-            span = q[:, :rank]
+        span = extend_span(span, bases[best])
     result = sorted(kept)
     return (result, trace) if return_scores else result
 
