@@ -85,14 +85,17 @@ class Calibration:
         return {s.index: s.effective_rank() for s in self.layers}
 
 
-def _erank_from_scatter(scatter: torch.Tensor) -> float:
-    eig = torch.linalg.eigvalsh((scatter + scatter.T) / 2).clamp_min(0)
-    sigma = eig.sqrt()
+def _erank(sigma: torch.Tensor) -> float:
+    """``exp(entropy(σ / Σσ))`` of singular values ``sigma``; 0 when they are all 0 (or not finite)."""
     total = float(sigma.sum())
     if total <= 0 or not math.isfinite(total):
         return 0.0
     p = sigma[sigma > 0] / total
     return float(torch.exp(-(p * p.log()).sum()))
+
+
+def _erank_from_scatter(scatter: torch.Tensor) -> float:
+    return _erank(torch.linalg.eigvalsh((scatter + scatter.T) / 2).clamp_min(0).sqrt())
 
 
 def effective_rank(matrix: torch.Tensor, *, center: bool = True) -> float:
@@ -108,12 +111,7 @@ def effective_rank(matrix: torch.Tensor, *, center: bool = True) -> float:
     m = matrix.double()
     if center:
         m = m - m.mean(dim=0, keepdim=True)
-    sigma = torch.linalg.svdvals(m)
-    total = float(sigma.sum())
-    if total <= 0:
-        return 0.0
-    p = sigma[sigma > 0] / total
-    return float(torch.exp(-(p * p.log()).sum()))
+    return _erank(torch.linalg.svdvals(m))
 
 
 def _new_stats(layer: MoELayer, hidden: int) -> LayerStats:
