@@ -1,0 +1,1 @@
+"""DualGraph (issue 52): the synthetic research world, the reproduction and the benchmark."""
