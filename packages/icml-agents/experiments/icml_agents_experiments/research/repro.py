@@ -41,7 +41,7 @@ METRICS = ("relation_recall", "entity_recall", "fact_precision", "citation_valid
 BOOTSTRAP = 10_000
 
 
-def run_agent(world: World, agent: str, noise: float) -> dict[str, float]:
+def run_agent(world: World, agent: str, noise: float) -> dict[str, Any]:
     """One agent on one world: the metrics of the graph and the report it ends with."""
     backend = world.backend(noise)
     search = OracleSearch(world) if agent == "oracle" else BM25Search(world.documents)
@@ -58,12 +58,35 @@ def run_agent(world: World, agent: str, noise: float) -> dict[str, float]:
         signals = [s for s in GAP_SIGNALS if f"-{s}" != agent]
         researcher = DualGraphResearcher(backend, search, signals=signals, **common)
     result = researcher.run(world.topic)
-    scores = world.score(result.knowledge)
+    signal = {g.query: g.signal for g in getattr(researcher, "gaps", [])}
+    scores: dict[str, Any] = world.score(result.knowledge)
+    scores["yield"] = query_yield(
+        world, result.trace, lambda q: signal.get(q, "topic" if q == world.topic else agent)
+    )
     scores["citation_validity"] = citation_validity(result.report, world.by_id)
     scores["section_balance"] = section_balance(result.report)
     scores["searches"] = len(result.queries)
     scores["documents"] = len(result.documents)
     return scores
+
+
+def query_yield(world: World, trace: list[dict], label: Any) -> dict[str, list[int]]:
+    """Mechanism diagnostic: per kind of query (a DualGraph gap signal, the topic, or the agent's name), the
+    number of searches, the documents they read first and the gold topic relations those documents state that
+    no earlier document did."""
+    topic, found = world.topic_relations(), set()
+    out: dict[str, list[int]] = {}
+    for entry in trace:
+        fresh = 0
+        for doc_id in entry["new"]:
+            for r in world.gold[doc_id].get("relations", []):
+                t = (world.gold_id(r["subject"]), r["relation"], world.gold_id(r["object"]))
+                if t in topic and t not in found:
+                    found.add(t)
+                    fresh += 1
+        row = out.setdefault(label(entry["query"]), [0, 0, 0])
+        row[0], row[1], row[2] = row[0] + 1, row[1] + len(entry["new"]), row[2] + fresh
+    return out
 
 
 def paired_interval(diff: np.ndarray) -> list[float]:
@@ -77,7 +100,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     start = time.perf_counter()
     worlds = BUDGETS[budget]["worlds"]
     modes = {"exact": 0.0, "noisy": NOISE}
-    res: dict[str, dict[str, list[dict[str, float]]]] = {m: {a: [] for a in AGENTS} for m in modes}
+    res: dict[str, dict[str, list[dict[str, Any]]]] = {m: {a: [] for a in AGENTS} for m in modes}
     cross, topic = 0, 0
     for w in worlds:
         world = World(w)
@@ -111,6 +134,23 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             checks[f"C: {metric} dualgraph - {other}, 95% lower end > 0 (exact)"] = low > 0
     budget_ok = all(r["searches"] <= SEARCHES for m in modes for a in AGENTS for r in res[m][a])
     checks["C: every agent within the search budget"] = budget_ok
+    yields: dict[str, dict[str, list[int]]] = {}
+    for agent in ("dualgraph", "linear", "outline"):
+        for r in res["exact"][agent]:
+            for kind, counts in r["yield"].items():
+                row = yields.setdefault(agent, {}).setdefault(kind, [0, 0, 0])
+                row[:] = [a + b for a, b in zip(row, counts, strict=True)]
+    query_yields = [
+        {
+            "agent": agent,
+            "query": kind,
+            "searches": n,
+            "new_documents_per_search": round(docs / n, 2),
+            "new_gold_relations_per_search": round(rels / n, 2),
+        }
+        for agent, kinds in yields.items()
+        for kind, (n, docs, rels) in sorted(kinds.items())
+    ]
     rows = [
         {"extraction": mode, "agent": agent, **{k: round(mean(mode, agent, k), 4) for k in METRICS}}
         for mode in modes
@@ -134,6 +174,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "checks": checks,
         "rows": rows,
         "intervals": intervals,
+        "query_yield": query_yields,
         "cross_community_share": cross / topic,
         "figures": [
             {

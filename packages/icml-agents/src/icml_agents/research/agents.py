@@ -42,12 +42,14 @@ class ResearchState:
     read: dict[str, Document] = field(default_factory=dict)
     found: list[list[str]] = field(default_factory=list)
     failures: int = 0
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class ResearchResult:
-    """A finished run: the graphs, the report, every query asked, the documents read and per-step records
-    (queries, documents read, graph sizes, seconds)."""
+    """A finished run: the graphs, the report, every query asked, the documents read, per-step records
+    (queries, documents read, graph sizes, seconds) and the trace of every search (``query``, the ids of its
+    ``hits`` and of the hits read for the first time, ``new``)."""
 
     topic: str
     outline: OutlineGraph
@@ -57,6 +59,7 @@ class ResearchResult:
     documents: dict[str, Document]
     steps: list[dict[str, Any]]
     extraction_failures: int
+    trace: list[dict[str, Any]]
 
 
 class Researcher:
@@ -124,9 +127,16 @@ class Researcher:
                 break
             read_before = len(state.read)
             for query in queries:
-                for hit in state.budget.search(query, self.docs_per_query):
-                    if hit.document.doc_id not in state.read:
-                        self.read(state, hit.document)
+                hits = state.budget.search(query, self.docs_per_query)
+                new = list(
+                    {
+                        h.document.doc_id: h.document for h in hits if h.document.doc_id not in state.read
+                    }.values()
+                )
+                for document in new:
+                    self.read(state, document)
+                ids = [h.document.doc_id for h in hits]
+                state.trace.append({"query": query, "hits": ids, "new": [d.doc_id for d in new]})
             self.update(state)
             steps.append(
                 {
@@ -148,6 +158,7 @@ class Researcher:
             state.read,
             steps,
             state.failures,
+            state.trace,
         )
 
 
