@@ -85,7 +85,7 @@ class Researcher:
     ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"backend must be an icml_agents Backend, got {type(backend).__name__}")
-        if not callable(getattr(search, "search", None)):
+        if isinstance(search, type) or not callable(getattr(search, "search", None)):
             raise TypeError(f"search must have a search(query, k) method, got {type(search).__name__}")
         if writer is not None and not isinstance(writer, Backend):
             raise TypeError(f"writer must be None or an icml_agents Backend, got {type(writer).__name__}")

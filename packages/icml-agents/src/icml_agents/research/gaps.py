@@ -55,19 +55,15 @@ def pagerank(graph: nx.Graph, damping: float = 0.85, tol: float = 1e-10, max_ite
     if n == 0:
         return {}
     index = {v: i for i, v in enumerate(nodes)}
-    out_deg = np.zeros(n)
-    for u, v in graph.edges():
-        out_deg[index[u]] += 1.0
-        if u != v:
-            out_deg[index[v]] += 1.0
+    links = [(index[u], index[v]) for u, v in graph.edges()]
+    links += [(j, i) for i, j in links if i != j]  # both directions; a self-loop once
+    src, dst = np.array(links, dtype=np.int64).reshape(-1, 2).T
+    degree = np.bincount(src, minlength=n).astype(float)
+    dangling = degree == 0
     rank = np.full(n, 1.0 / n)
     for _ in range(max_iter):
-        new = np.full(n, (1.0 - damping) / n + damping * rank[out_deg == 0].sum() / n)
-        for u, v in graph.edges():
-            i, j = index[u], index[v]
-            new[j] += damping * rank[i] / out_deg[i]
-            if u != v:
-                new[i] += damping * rank[j] / out_deg[j]
+        spread = np.bincount(dst, weights=rank[src] / degree[src], minlength=n)
+        new = (1.0 - damping) / n + damping * (rank[dangling].sum() / n + spread)
         done = np.abs(new - rank).sum() < n * tol
         rank = new
         if done:

@@ -129,7 +129,7 @@ class SearchBudget:
     """
 
     def __init__(self, tool: SearchTool, limit: int | None) -> None:
-        if not callable(getattr(tool, "search", None)):
+        if isinstance(tool, type) or not callable(getattr(tool, "search", None)):
             raise TypeError(f"tool must have a search(query, k) method, got {type(tool).__name__}")
         self.tool = tool
         self.limit = None if limit is None else check_int(limit, "limit (the search budget)", minimum=1)
@@ -145,6 +145,7 @@ class SearchBudget:
 
     def search(self, query: str, k: int) -> list[SearchHit]:
         check_query(query)
+        k = check_int(k, "k", minimum=1)
         if self.remaining < 1:
             raise BudgetExhausted(f"the search budget of {self.limit} queries is spent")
         self.queries.append(query)
