@@ -47,7 +47,9 @@ def test_entity_resolution_merges_the_planted_aliases_only():
         merge_extraction(kg, parse_extraction(world.gold[doc.doc_id]), doc)
     mapped = [world.map_entity(kg, node) for node in kg.graph.nodes]
     assert None not in mapped
-    assert len(mapped) == len(set(mapped)) == len(world.entities)  # one node per organisation, no merges across
+    assert (
+        len(mapped) == len(set(mapped)) == len(world.entities)
+    )  # one node per organisation, no merges across
     with_alias = [e for e in world.entities if e.alias]
     assert with_alias and all(kg.resolve(e.alias) == kg.resolve(e.name) for e in with_alias)
     assert world.score(kg) == {"entity_recall": 1.0, "relation_recall": 1.0, "fact_precision": 1.0}
@@ -56,7 +58,9 @@ def test_entity_resolution_merges_the_planted_aliases_only():
 def test_without_a_budget_dualgraph_recovers_the_gold_graph_with_exact_extraction():
     for seed in (0, 1):
         world = World(seed, **SMALL)
-        result = DualGraphResearcher(world.backend(), BM25Search(world.documents), budget=None).run(world.topic)
+        result = DualGraphResearcher(world.backend(), BM25Search(world.documents), budget=None).run(
+            world.topic
+        )
         assert world.score(result.knowledge) == {
             "entity_recall": 1.0,
             "relation_recall": 1.0,

@@ -23,6 +23,7 @@ from icml_agents_experiments.hime.agents import (
     planner,
 )
 from icml_agents_experiments.hime.tasks import MEMORY_TASKS, TASKS, LineExecutor, World
+from icml_tools.claims import paired_bootstrap_interval
 
 METHODS = ("hime", "flat", "everytick", "reactive", "oracle")
 CHANCE = {"cue": 0.5, "count": 0.25, "putback": 0.25}
@@ -31,7 +32,6 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "full": {"seeds": (0, 1, 2, 3, 4), "episodes": 100},
 }
 LATER = 100  # self-correction: episodes after the correction
-BOOTSTRAP = 10_000
 
 
 def make_agent(method: str, world: World, knowledge: KnowledgeBase | None = None):
@@ -52,12 +52,6 @@ def run_episode(world: World, agent, seed: int) -> dict:
         obs = world.step(agent.act(obs))
     calls = agent.planner.calls if hasattr(agent, "planner") else 0
     return {"success": bool(world.success), "ticks": world.tick, "calls": calls}
-
-
-def paired_interval(diff: np.ndarray) -> list[float]:
-    rng = np.random.default_rng(0)
-    means = diff[rng.integers(0, len(diff), (BOOTSTRAP, len(diff)))].mean(1)
-    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
 
 
 def self_correction(store: type[KnowledgeBase], seed: int) -> dict:
@@ -107,7 +101,9 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         [not r["success"] and r["ticks"] >= World(t).deadline for t in TASKS for r in results[t]["everytick"]]
     )
     checks["H: planner-every-tick misses the deadline in >= 50% of episodes"] = bool(missed >= 0.5)
-    intervals = {b: paired_interval(pooled("hime") - pooled(b)) for b in ("flat", "reactive", "everytick")}
+    intervals = {
+        b: paired_bootstrap_interval(pooled("hime") - pooled(b)) for b in ("flat", "reactive", "everytick")
+    }
     checks["C: HiMe - flat memory on memory tasks, 95% lower end > 0"] = intervals["flat"][0] > 0
     checks["C: HiMe - reactive on memory tasks, 95% lower end > 0"] = intervals["reactive"][0] > 0
     calls = {

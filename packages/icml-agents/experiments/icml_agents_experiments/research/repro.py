@@ -26,6 +26,7 @@ from icml_agents.research import (
     section_balance,
 )
 from icml_agents_experiments.research.world import OracleSearch, World
+from icml_tools.claims import paired_bootstrap_interval
 
 SEARCHES = 36  # the search budget of every agent
 DOCS_PER_QUERY = 5
@@ -38,7 +39,6 @@ BUDGETS: dict[str, dict[str, Any]] = {
 ABLATIONS = tuple(f"-{s}" for s in GAP_SIGNALS)
 AGENTS = ("dualgraph", "linear", "outline", "oracle", *ABLATIONS)
 METRICS = ("relation_recall", "entity_recall", "fact_precision", "citation_validity", "section_balance")
-BOOTSTRAP = 10_000
 
 
 def run_agent(world: World, agent: str, noise: float) -> dict[str, Any]:
@@ -89,12 +89,6 @@ def query_yield(world: World, trace: list[dict], label: Any) -> dict[str, list[i
     return out
 
 
-def paired_interval(diff: np.ndarray) -> list[float]:
-    rng = np.random.default_rng(0)
-    means = diff[rng.integers(0, len(diff), (BOOTSTRAP, len(diff)))].mean(1)
-    return [float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))]
-
-
 def run(budget: str = "quick", seed: int = 0) -> dict:
     del seed  # the worlds are part of the budget (fixed in the docs)
     start = time.perf_counter()
@@ -122,7 +116,9 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         for metric in ("relation_recall", "entity_recall"):
             for other in ("linear", "outline", *ABLATIONS):
                 diff = values(mode, "dualgraph", metric) - values(mode, other, metric)
-                intervals.setdefault(mode, {})[f"{metric}: dualgraph - {other}"] = paired_interval(diff)
+                intervals.setdefault(mode, {})[f"{metric}: dualgraph - {other}"] = paired_bootstrap_interval(
+                    diff
+                )
     checks: dict[str, bool] = {
         "H: linear relation recall <= 0.6 (exact)": mean("exact", "linear", "relation_recall") <= 0.6,
         "H: oracle relation recall >= 0.9 (exact)": mean("exact", "oracle", "relation_recall") >= 0.9,

@@ -1,0 +1,21 @@
+"""Statistics the reproductions' criteria share (GUIDE "Claims")."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def paired_bootstrap_interval(
+    diff, resamples: int = 10_000, seed: int = 0, level: float = 0.95
+) -> list[float]:
+    """The percentile bootstrap interval of the mean of paired differences ``diff`` (one per seed, world or
+    episode): ``resamples`` resamples with replacement from a generator seeded by ``seed``."""
+    d = np.asarray(diff, dtype=float)
+    if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all():
+        raise ValueError(f"diff must be a non-empty 1-D array of finite numbers, got shape {d.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, (resamples, d.size))].mean(1)
+    tail = round((1 - level) * 50, 12)  # 2.5 exactly for level 0.95
+    return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]
