@@ -1,0 +1,1 @@
+"""LLM-pair games (issue 39): the synthetic zoo, the reproduction."""
