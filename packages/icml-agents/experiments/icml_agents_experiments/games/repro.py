@@ -76,7 +76,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     probes = probe_texts(cfg["probes"])
     reps = {n: layer_representations(zoo[n][0], zoo[n][1], probes, pooling="mean") for n in names}
     perf = {n: held_out_loss(zoo[n][0], zoo[n][1], probes[:60]) for n in names}
-    pairs = list(itertools.combinations(names, 2))
+    pairs = [(min(p), max(p)) for p in itertools.combinations(names, 2)]  # (a, b) with a < b
     sim: dict[str, dict[tuple[str, str], float]] = {b: {} for b in (*BUCKETS, "all")}
     for a, b in pairs:
         by_bucket = pair_similarity(reps[a], reps[b], metric=linear_cka)
