@@ -27,7 +27,7 @@ from icml_agents.games import (
     pair_regression,
     play_all,
 )
-from icml_agents_experiments.games.zoo import MEMBERS, load_zoo, probe_texts
+from icml_agents_experiments.games.zoo import MEMBERS, heldout_lines, load_zoo, probe_texts
 from icml_interp.similarity import layer_representations, linear_cka, pair_similarity
 
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -41,7 +41,7 @@ BUCKETS = ("early", "middle", "late")
 
 
 def held_out_loss(model, tokenizer, texts: list[str]) -> float:
-    """Mean next-character loss on ``texts`` (the zoo member's performance, a regression control)."""
+    """Mean next-token loss on ``texts`` (the zoo member's performance, a regression control)."""
     losses = []
     with torch.no_grad():
         for text in texts:
@@ -75,7 +75,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     names = [m.name for m in MEMBERS]
     probes = probe_texts(cfg["probes"])
     reps = {n: layer_representations(zoo[n][0], zoo[n][1], probes, pooling="mean") for n in names}
-    perf = {n: held_out_loss(zoo[n][0], zoo[n][1], probes[:60]) for n in names}
+    perf = {n: held_out_loss(zoo[n][0], zoo[n][1], heldout_lines()) for n in names}
     pairs = [(min(p), max(p)) for p in itertools.combinations(names, 2)]  # (a, b) with a < b
     sim: dict[str, dict[tuple[str, str], float]] = {b: {} for b in (*BUCKETS, "all")}
     for a, b in pairs:

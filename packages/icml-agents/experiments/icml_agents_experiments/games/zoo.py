@@ -359,3 +359,11 @@ def probe_texts(n: int = 240, seed: int = 1, zoo_seed: int = 0) -> list[str]:
     ds = dialects(zoo_seed)
     rng = np.random.default_rng([seed, 99])
     return [game_example(ds["SAB"[i % 3]], rng)[2] for i in range(n)]
+
+
+def heldout_lines(n: int = 60, seed: int = 2, zoo_seed: int = 0) -> list[str]:
+    """Whole game lines (prompt and answer) from the zoo's three dialects in turn, on a held-out seed: the
+    text a member's performance (next-token loss) is measured on."""
+    ds = dialects(zoo_seed)
+    rng = np.random.default_rng([seed, 98])
+    return [game_line(ds["SAB"[i % 3]], rng) for i in range(n)]
