@@ -70,8 +70,13 @@ def play_pair(models: dict, a: str, b: str, rounds: int, seed: int) -> dict[str,
 def run(budget: str = "quick", seed: int = 0) -> dict:
     start = time.perf_counter()
     cfg = BUDGETS[budget]
-    torch.set_num_threads(2)
     zoo = load_zoo()
+    built = [r for _, _, r in zoo.values() if not r["cached"]]
+    cache = (
+        f"built: {len(built)} zoo members ({sum(r['train_seconds'] for r in built):.0f} s)"
+        if built
+        else "hit: zoo"
+    )
     names = [m.name for m in MEMBERS]
     probes = probe_texts(cfg["probes"])
     reps = {n: layer_representations(zoo[n][0], zoo[n][1], probes, pooling="mean") for n in names}
@@ -145,6 +150,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "criterion": "; ".join(checks) + " (all; without headroom the comparison cannot decide)",
         "passed": bool(headroom_ok and claim_ok),
         "checks": checks,
+        "cache": cache,
         "tests": tests,
         "regressions": regressions,
         "self_pairs": {n: {k: round(v, 4) for k, v in s.items()} for n, s in selves.items()},

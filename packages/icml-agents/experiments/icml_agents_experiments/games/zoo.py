@@ -20,6 +20,7 @@ import json
 import math
 import re
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -210,7 +211,8 @@ def cached_member(
     cfg: TrainConfig,
     version: str,
 ) -> tuple[object, object, dict]:
-    """The trained member (model, tokenizer, record), from the cache or trained and cached."""
+    """The trained member (model, tokenizer, record), from the cache or trained and cached; the record's
+    ``cached`` says which."""
     from transformers import LlamaForCausalLM
 
     from icml_tools.assets import cache_dir
@@ -219,17 +221,22 @@ def cached_member(
     tokenizer = word_tokenizer()
     if (path / "record.json").is_file():
         model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        return model, tokenizer, json.loads((path / "record.json").read_text())
+        return model, tokenizer, {**json.loads((path / "record.json").read_text()), "cached": True}
+    start = time.perf_counter()
     model = new_model(cfg, len(tokenizer), member.seed)
     losses = train_lm(model, tokenizer, corpus(member), cfg, member.seed)
-    record = {"member": asdict(member), "final_loss": float(np.mean(losses[-20:])), "built": True}
+    record = {
+        "member": asdict(member),
+        "final_loss": float(np.mean(losses[-20:])),
+        "train_seconds": time.perf_counter() - start,
+    }
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
     (tmp / "record.json").write_text(json.dumps(record))  # written last: a folder without it is incomplete
     if path.exists():
         shutil.rmtree(path)
     tmp.replace(path)
-    return model, tokenizer, record
+    return model, tokenizer, {**record, "cached": False}
 
 
 def load_zoo(members: Sequence[Member] = MEMBERS, cfg: TrainConfig = TrainConfig(), seed: int = 0) -> dict:
