@@ -51,6 +51,27 @@ def tiny_qwen2(seed: int = 0, layers: int = 2):
     return Qwen2ForCausalLM(config).eval()
 
 
+def tiny_esm(seed: int = 0, layers: int = 2):
+    """A tiny ESM-2-style masked protein LM (33-token alphabet, rotary positions, pre-norm blocks)."""
+    from transformers import EsmConfig, EsmForMaskedLM
+
+    torch.manual_seed(seed)
+    config = EsmConfig(
+        vocab_size=33,
+        hidden_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=128,
+        position_embedding_type="rotary",
+        token_dropout=False,
+        pad_token_id=1,
+        mask_token_id=32,
+        max_position_embeddings=128,
+        emb_layer_norm_before=False,
+    )
+    return EsmForMaskedLM(config).eval()
+
+
 SENDER, RECEIVER = (0, 1), (1, 2)
 
 
@@ -105,6 +126,7 @@ def zoo():
         gpt2=tiny_gpt2,
         neox=tiny_neox,
         qwen2=tiny_qwen2,
+        esm=tiny_esm,
         two_hop=two_hop_circuit,
         sender=SENDER,
         receiver=RECEIVER,

@@ -33,12 +33,23 @@ from icml_interp.hooks import (
 )
 from icml_interp.lens import logit_lens, mlp_value_lens, token_rank_by_layer
 from icml_interp.patching import (
+    Circuit,
+    EdgeScores,
+    Graph,
+    NeuronScores,
     PatchingResult,
     activation_patching,
     answer_logprob,
     attribution_patching,
+    build_graph,
     cross_model_layer_patching,
+    edge_attribution_patching,
+    edge_patching,
+    evaluate_circuit,
+    faithfulness,
+    find_circuit,
     logit_diff,
+    neuron_attribution_patching,
     normalized_effect,
     patch_hooks,
     path_patching,
@@ -67,6 +78,8 @@ FUZZ = Coverage()
 FUZZ.exempt(
     HookPoint, "built only by HookedModel (HookedModel.hook_point returns them); users never construct one"
 )
+for _container in (Circuit, EdgeScores, Graph, NeuronScores):
+    FUZZ.exempt(_container, "a result container the edge attribution functions (fuzzed) build")
 FUZZ.exempt(
     PatchingResult, "the result table the patching scans build; its rows are checked in their fuzz tests"
 )
@@ -735,6 +748,149 @@ def test_attribution_patching(zoo, data):
         strategies={"model": NOT_MODELS, "metric": BAD_METRICS},
         related=PATCH_RELATED,
         check=_ok_result(range(1, 21)),
+    )
+
+
+SMALL_INTS = st.sampled_from([0, -1, 2.5, "2", None, True])
+
+
+def _ok_edges(r):
+    return isinstance(r, EdgeScores) and finite(r.scores) and len(r.edges()) == 110
+
+
+@FUZZ.covers(edge_attribution_patching)
+@FEW
+@given(data=st.data())
+def test_edge_attribution_patching(zoo, data):
+    m = models(zoo)
+    fuzz_call(
+        data,
+        edge_attribution_patching,
+        {
+            "model": m.a,
+            "clean_ids": IDS,
+            "corrupt_ids": CORRUPT,
+            "metric": METRIC,
+            "method": "eap-ig",
+            "steps": 2,
+        },
+        strategies={
+            "model": NOT_MODELS,
+            "metric": BAD_METRICS,
+            "method": st.sampled_from(["EAP", "ig", None, 1]),
+            "steps": SMALL_INTS,
+        },
+        related=PATCH_RELATED,
+        check=_ok_edges,
+    )
+
+
+@FUZZ.covers(edge_patching, build_graph)
+@FEW
+@given(data=st.data())
+def test_edge_patching(zoo, data):
+    m = models(zoo)
+    assert build_graph(m.a).n_edges == 110  # 1 + 2 x (4 heads + MLP) senders into 2 x (12 + 1) + 1 receivers
+    edges = [("input", "logits"), ("a0.h1", "a1.h2.v"), ("m0", "m1")]
+    fuzz_call(
+        data,
+        edge_patching,
+        {"model": m.a, "clean_ids": IDS, "corrupt_ids": CORRUPT, "metric": METRIC, "edges": edges},
+        strategies={
+            "model": NOT_MODELS,
+            "metric": BAD_METRICS,
+            "edges": st.sampled_from(
+                [[("m1", "m0")], [("x", "logits")], "input", [("input",)], torch.ones(2, 2, dtype=torch.bool)]
+            ),
+        },
+        related=PATCH_RELATED,
+        check=lambda r: isinstance(r, EdgeScores) and len(r.edges()) == 3 and finite(r.scores),
+    )
+
+
+@FUZZ.covers(evaluate_circuit)
+@FEW
+@given(data=st.data())
+def test_evaluate_circuit(zoo, data):
+    m = models(zoo)
+    fuzz_call(
+        data,
+        evaluate_circuit,
+        {
+            "model": m.a,
+            "clean_ids": IDS,
+            "corrupt_ids": CORRUPT,
+            "metric": METRIC,
+            "edges": [("a0.h1", "a1.h2.v")],
+        },
+        strategies={
+            "model": NOT_MODELS,
+            "metric": BAD_METRICS,
+            "edges": st.sampled_from([[("logits", "m0")], None, 3, torch.zeros(3, dtype=torch.bool)]),
+        },
+        related=PATCH_RELATED,
+        check=math.isfinite,
+    )
+
+
+@FUZZ.covers(find_circuit)
+@FEW
+@given(data=st.data())
+def test_find_circuit(zoo, data):
+    m = models(zoo)
+    scores = edge_attribution_patching(m.a, IDS, CORRUPT, METRIC, method="eap")
+    fuzz_call(
+        data,
+        find_circuit,
+        {
+            "model": m.a,
+            "clean_ids": IDS,
+            "corrupt_ids": CORRUPT,
+            "metric": METRIC,
+            "scores": scores,
+            "threshold": 0.8,
+        },
+        strategies={
+            "model": NOT_MODELS,
+            "metric": BAD_METRICS,
+            "scores": st.sampled_from(
+                [None, "x", edge_attribution_patching(m.b, IDS, CORRUPT, METRIC, method="eap").scores]
+            ),
+            "threshold": st.sampled_from([-0.1, 1.5, math.nan, "x", None]),
+        },
+        related=PATCH_RELATED,
+        check=lambda c: isinstance(c, Circuit) and c.faithfulness >= 0.8 and 0 < len(c.edges) <= 110,
+    )
+
+
+@FUZZ.covers(neuron_attribution_patching)
+@FEW
+@given(data=st.data())
+def test_neuron_attribution_patching(zoo, data):
+    m = models(zoo)
+    fuzz_call(
+        data,
+        neuron_attribution_patching,
+        {"model": m.a, "clean_ids": IDS, "corrupt_ids": CORRUPT, "metric": METRIC, "layers": [1], "steps": 2},
+        strategies={
+            "model": NOT_MODELS,
+            "metric": BAD_METRICS,
+            "layers": st.sampled_from([[5], [], "0", 2.5]),
+        },
+        related=PATCH_RELATED,
+        check=lambda r: r.scores.shape == (1, D_MLP) and finite(r.scores) and len(r.top(3)) == 3,
+    )
+
+
+@FUZZ.covers(faithfulness)
+@CHEAP
+@given(data=st.data())
+def test_faithfulness(data):
+    fuzz_call(
+        data,
+        faithfulness,
+        {"value": 0.5, "clean": 1.0, "corrupt": 0.0},
+        check=lambda f: isinstance(f, float),
     )
 
 

@@ -27,6 +27,13 @@ class ArchSpec:
     the same residual (GPT-NeoX): such blocks have no ``hook_resid_mid``. ``ln1`` and ``ln2`` (in a block)
     are the norms before attention and before the MLP (their ``hook_scale`` / ``hook_normalized``);
     ``mlp_up`` (in mlp) is a gated MLP's up projection (its output is ``mlp.hook_pre_linear``).
+
+    Where a module's own output already holds the residual (ESM, BERT-style blocks), three optional paths say
+    where the pieces are: ``attn_core`` (in attn) is the module that calls the attention function (its
+    ``hook_pattern`` and other inner slots), ``attn_out`` and ``mlp_out`` (in a block) are the modules whose
+    outputs are added to the stream (``hook_attn_out``, ``hook_mlp_out``). ``"."`` names the module itself
+    (ESM's MLP lives in the block). ``head_module`` says that ``unembed`` is the whole output head (ESM's
+    dense, GELU, norm and decoder) rather than one linear layer.
     """
 
     layers: str
@@ -46,13 +53,26 @@ class ArchSpec:
     ln1: str | None = None  # in a block
     ln2: str | None = None  # in a block
     mlp_up: str | None = None  # in mlp, gated MLPs only
+    attn_core: str | None = None  # in attn: the module calling the attention function (default: attn)
+    attn_out: str | None = None  # in a block: the module whose output is added to the stream (default: attn)
+    mlp_out: str | None = None  # in a block: likewise for the MLP (default: mlp)
+    head_module: bool = False  # unembed is the whole output head (default: the output embeddings)
 
     def __post_init__(self):
         for name in ("layers", "embed", "final_norm", "unembed", "attn", "mlp", "o_proj", "mlp_in", "down"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise TypeError(f"{name} must be a non-empty dotted module path (a string), got {value!r}")
-        for name in ("pos_embed", "parallel_attr", "ln1", "ln2", "mlp_up"):
+        for name in (
+            "pos_embed",
+            "parallel_attr",
+            "ln1",
+            "ln2",
+            "mlp_up",
+            "attn_core",
+            "attn_out",
+            "mlp_out",
+        ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise TypeError(f"{name} must be None or a non-empty string, got {value!r}")
@@ -67,8 +87,9 @@ class ArchSpec:
                 f"qkv_modules must be a tuple of {n_modules} module path(s) for qkv={self.qkv!r}, "
                 f"got {self.qkv_modules!r}"
             )
-        if not isinstance(self.down_is_conv1d, bool):
-            raise TypeError(f"down_is_conv1d must be a bool, got {self.down_is_conv1d!r}")
+        for name in ("down_is_conv1d", "head_module"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
 
 _LLAMA = ArchSpec(
@@ -125,6 +146,27 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         ln1="input_layernorm",
         ln2="post_attention_layernorm",
     ),
+    # ESM-2 (masked protein LMs, EsmForMaskedLM): pre-norm blocks whose attention and MLP outputs add the
+    # residual inside their own modules; bidirectional attention, rotary (query scaled before rotation)
+    "esm": ArchSpec(
+        layers="esm.encoder.layer",
+        embed="esm.embeddings.word_embeddings",
+        final_norm="esm.encoder.emb_layer_norm_after",
+        unembed="lm_head",
+        attn="attention",
+        mlp=".",
+        o_proj="output.dense",
+        qkv="separate",
+        qkv_modules=("self.query", "self.key", "self.value"),
+        mlp_in="intermediate.dense",
+        down="output.dense",
+        ln1="attention.LayerNorm",
+        ln2="LayerNorm",
+        attn_core="self",
+        attn_out="attention.output.dense",
+        mlp_out="output.dense",
+        head_module=True,
+    ),
 }
 
 
@@ -137,7 +179,9 @@ def register_architecture(model_type: str, spec: ArchSpec) -> None:
 
 
 def get_module(root: nn.Module, path: str) -> nn.Module:
-    """``root.a.b.0.c`` for the dotted ``path`` ``"a.b.0.c"``."""
+    """``root.a.b.0.c`` for the dotted ``path`` ``"a.b.0.c"`` (``"."``: ``root`` itself)."""
+    if path == ".":
+        return root
     try:
         return reduce(getattr, path.split("."), root)
     except AttributeError:

@@ -225,6 +225,15 @@ def _register_hooked_attention() -> None:
     AttentionMaskInterface.register(HOOKED_ATTENTION, eager_mask)
 
 
+def split_fused_qkv(output: torch.Tensor, layout: str, n: int, d: int) -> list[torch.Tensor]:
+    """A fused q|k|v projection output ``(..., 3 * n * d)`` as ``[q, k, v]``, each ``(..., n, d)``: GPT-2's
+    layout is q | k | v (each ``n * d`` wide), GPT-NeoX's is per head q | k | v."""
+    lead = output.shape[:-1]
+    if layout == "gpt2":
+        return [part.view(*lead, n, d) for part in output.split(n * d, dim=-1)]
+    return list(output.view(*lead, n, 3 * d).split(d, dim=-1))
+
+
 def _apply(point: HookPoint, fn: HookFn, given: torch.Tensor) -> torch.Tensor | None:
     """``fn(given, point)``, checked: ``None`` or a tensor of ``given``'s shape and dtype."""
     return check_replacement(fn(given, point), given, f"hook function on {point.name!r}")
@@ -271,7 +280,7 @@ class HookedModel:
         self.final_norm = get_module(model, self.spec.final_norm)
         # the head's name moved between transformers releases (GPT-NeoX: embed_out, then lm_head); the
         # Hugging Face accessor finds it in each, the spec's path is the fallback for other models
-        head = getattr(model, "get_output_embeddings", lambda: None)()
+        head = None if self.spec.head_module else getattr(model, "get_output_embeddings", lambda: None)()
         self.unembed = head if isinstance(head, nn.Module) else get_module(model, self.spec.unembed)
         self.embed = cast(nn.Embedding, get_module(model, self.spec.embed))
         cfg: Any = model.config  # a Hugging Face PretrainedConfig
@@ -282,7 +291,11 @@ class HookedModel:
         self.d_head: int = getattr(cfg, "head_dim", None) or self.d_model // self.n_heads
         self.d_vocab: int = self.embed.num_embeddings
         self.parallel = bool(self.spec.parallel_attr and getattr(cfg, self.spec.parallel_attr, False))
-        self.rotary = getattr(cfg, "rope_parameters", None) is not None or hasattr(cfg, "rope_theta")
+        self.rotary = (
+            getattr(cfg, "rope_parameters", None) is not None
+            or hasattr(cfg, "rope_theta")
+            or getattr(cfg, "position_embedding_type", None) == "rotary"  # ESM
+        )
         self._points = self._build_points()
 
     # ------------------------------------------------------------------ hook points
@@ -321,21 +334,23 @@ class HookedModel:
                         layout=s.qkv,
                         **heads,
                     )
+            core = get_module(attn, s.attn_core) if s.attn_core else attn
             if self.rotary:
-                add("rot_q", "inner", attn, slot="rot_q")
-                add("rot_k", "inner", attn, slot="rot_k")
-            add("attn_scores", "inner", attn, slot="attn_scores")
-            add("pattern", "inner", attn, slot="pattern")
+                add("rot_q", "inner", core, slot="rot_q")
+                add("rot_k", "inner", core, slot="rot_k")
+            add("attn_scores", "inner", core, slot="attn_scores")
+            add("pattern", "inner", core, slot="pattern")
             add("z", "heads_in", get_module(attn, s.o_proj), **heads)
-            add("attn_out", "out", attn)
+            attn_out = get_module(block, s.attn_out) if s.attn_out else attn
+            add("attn_out", "out", attn_out)
             if not self.parallel:
-                add("resid_mid", "mid", attn, block=block)
+                add("resid_mid", "mid", attn_out, block=block)
             add("pre", "out", get_module(mlp, s.mlp_in))
             if s.mlp_up:
                 add("pre_linear", "out", get_module(mlp, s.mlp_up))
             add("post", "in", get_module(mlp, s.down))
             add("key", "in", get_module(mlp, s.down))
-            add("mlp_out", "out", mlp)
+            add("mlp_out", "out", get_module(block, s.mlp_out) if s.mlp_out else mlp)
             add("resid_post", "out", block)
         points["ln_final.hook_scale"] = HookPoint(
             "ln_final.hook_scale", None, "scale", self.final_norm, 10**6
@@ -443,19 +458,13 @@ class HookedModel:
 
             def fused_hook(module, args, output):
                 lead = output.shape[:-1]
-                if extra["layout"] == "gpt2":  # q | k | v, each (heads * d_head)
-                    parts = list(output.split(n * d, dim=-1))
-                    heads = parts[which].view(*lead, n, d)
-                else:  # neox: per head q | k | v
-                    parts = list(output.view(*lead, n, 3 * d).split(d, dim=-1))
-                    heads = parts[which]
-                new = _apply(point, fn, heads)
+                parts = split_fused_qkv(output, extra["layout"], n, d)
+                new = _apply(point, fn, parts[which])
                 if new is None:
                     return None
-                if extra["layout"] == "gpt2":
-                    parts[which] = new.reshape(*lead, n * d)
-                    return torch.cat(parts, dim=-1)
                 parts[which] = new
+                if extra["layout"] == "gpt2":
+                    return torch.cat([p.reshape(*lead, n * d) for p in parts], dim=-1)
                 return torch.cat(parts, dim=-1).reshape(output.shape)
 
             add(point.module.register_forward_hook(fused_hook))
