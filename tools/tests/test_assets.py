@@ -84,3 +84,25 @@ def test_smollm2_cache_round_trip(tmp_path, monkeypatch):
         tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
         == "The capital of France is Paris."
     )
+
+
+def test_save_model_folder_is_atomic_and_replaces_a_stale_entry(tmp_path):
+    from icml_tools.assets import save_model_folder, tiny_llama
+
+    target = tmp_path / "cache" / "entry"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("old")
+    model = tiny_llama(0)
+    save_model_folder(model, target, {"info.json": '{"a": 1}'})
+    assert (target / "config.json").is_file() and (target / "info.json").read_text() == '{"a": 1}'
+    assert not (target / "stale.txt").exists()
+    assert [p.name for p in target.parent.iterdir()] == ["entry"]  # no temporary folder left
+
+    class Broken:
+        def save_pretrained(self, path):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_model_folder(Broken(), target)
+    assert (target / "config.json").is_file()  # a failed save keeps the previous entry
+    assert [p.name for p in target.parent.iterdir()] == ["entry"]

@@ -105,6 +105,29 @@ def _build_smollm2_cache(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def save_model_folder(model, target: Path, files: dict[str, str] | None = None) -> None:
+    """Save a Hugging Face model (``save_pretrained``) and extra text ``files`` (name -> content, written last)
+    as the folder ``target``, atomically: into a temporary folder beside it, then renamed, so a crash never
+    leaves a half-written cache entry. An existing ``target`` (a stale entry) is replaced; if another process
+    renames its own copy into place first, that copy is kept."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        for name, content in (files or {}).items():
+            (tmp / name).write_text(content)
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished first: its copy is as good as ours
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def tiny_llama(
     seed: int = 0,
     *,

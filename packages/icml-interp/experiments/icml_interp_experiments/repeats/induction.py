@@ -24,8 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -215,27 +213,16 @@ def pretrained(
     """The trained toy from ``root / "induction_toy" / cfg.key()`` (default root: ``icml_tools.assets.
     cache_dir()``) if an earlier run saved it, else trained now and saved there atomically. Returns
     ``(model, info)`` with the training log and ``info["trained now"]``."""
-    if root is None:
-        from icml_tools.assets import cache_dir
+    from icml_tools.assets import cache_dir, save_model_folder
 
+    if root is None:
         root = cache_dir()
     target = Path(root).expanduser() / "induction_toy" / cfg.key()
     if (target / "config.json").is_file() and (target / "train_log.json").is_file():
         info = json.loads((target / "train_log.json").read_text())
         return load(target), {**info, "trained now": False}
     model, info = train(cfg, progress=progress)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".tmp-{target.name}-"))
-    try:
-        model.save_pretrained(tmp)
-        (tmp / "train_log.json").write_text(json.dumps(info))
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process saved it first
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    save_model_folder(model, target, {"train_log.json": json.dumps(info)})
     return model, {**info, "trained now": True}
 
 

@@ -11,9 +11,6 @@ can be read off its partner; outside the repeats the best any model can do is th
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -145,7 +142,7 @@ def trained(cfg: Config, seed: int) -> tuple[Any, dict]:
     """The model of ``seed``, from the cache when an earlier run trained it (``info["trained now"]``)."""
     from transformers import EsmForMaskedLM
 
-    from icml_tools.assets import cache_dir
+    from icml_tools.assets import cache_dir, save_model_folder
 
     path = Path(cache_dir()) / "plm_repeats" / f"{VERSION}-seed{seed}"
     meta = path / "train.json"
@@ -156,17 +153,7 @@ def trained(cfg: Config, seed: int) -> tuple[Any, dict]:
             return model, {**info, "trained now": False}
     model, info = train(cfg, seed)
     info["config"] = asdict(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        (tmp / "train.json").write_text(json.dumps(info))
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    save_model_folder(model, path, {"train.json": json.dumps(info)})
     return model, {**info, "trained now": True}
 
 
