@@ -60,6 +60,18 @@ def _ratio(losses: tuple[float, float]) -> float:
     return second / first
 
 
+def _shares(pattern: torch.Tensor) -> dict[str, float]:
+    """Mean attention of one head ``(batch, q, k)`` on the previous token, the one before it, itself and BOS
+    (queries 2..): where a head that is not purely previous-token puts the rest."""
+    q = torch.arange(2, pattern.shape[1])
+    return {
+        "previous": float(pattern[:, q, q - 1].mean()),
+        "two back": float(pattern[:, q, q - 2].mean()),
+        "self": float(pattern[:, q, q].mean()),
+        "BOS": float(pattern[:, q, 0].mean()),
+    }
+
+
 def _evaluate(seed: int) -> dict:
     """Train or load the toy for ``seed`` and measure everything the criterion and the diagnostics need."""
     from icml_interp.heads import (
@@ -113,6 +125,7 @@ def _evaluate(seed: int) -> dict:
         "layer-1 heads with induction score > threshold": len(strong),
         "ablated all of those: ratio": _ratio(all_strong),
         "phase-change step": _phase_step(info["log"]),
+        "best layer-0 head attention shares": _shares(patterns[0, :, prev_head]),
         "train seconds": info["train seconds"],
         "trained now": info["trained now"],
     }
