@@ -411,3 +411,30 @@ def test_pattern_and_scores_are_writable(model):
         x, ["blocks.0.attn.hook_pattern"], fwd_hooks=[("blocks.0.attn.hook_attn_scores", lambda s, h: s * 0)]
     )
     torch.testing.assert_close(flat["blocks.0.attn.hook_pattern"], torch.full((1, hooked.n_heads, 5, 5), 0.2))
+
+
+def test_esm_masked_lm_is_mapped(zoo):
+    """ESM-2 (EsmForMaskedLM): residual inside its modules, bidirectional rotary attention, a whole output
+    head. Logits are the model's own; the stream decomposes; patterns equal output_attentions."""
+    model = zoo.esm()
+    hooked = HookedModel(model)
+    x = torch.randint(4, 24, (2, 10), generator=torch.Generator().manual_seed(0))
+    x[:, 0], x[:, -1], x[0, 4] = 0, 2, 32  # <cls> ... <eos>, one <mask>
+    reference = model(input_ids=x).logits
+    logits, cache = hooked.run_with_cache(x)
+    assert torch.equal(hooked(x), reference) and torch.equal(logits, reference)
+    for layer in range(hooked.n_layers):
+        mid = cache["resid_pre", layer] + cache["attn_out", layer]
+        assert torch.allclose(cache["resid_mid", layer], mid, atol=1e-6)
+        assert torch.allclose(cache["resid_post", layer], mid + cache["mlp_out", layer], atol=1e-6)
+        dense = model.esm.encoder.layer[layer].attention.output.dense
+        assert torch.allclose(dense(cache["z", layer].flatten(2)), cache["attn_out", layer], atol=1e-6)
+    assert torch.allclose(hooked.lens(cache["resid_post", hooked.n_layers - 1]), reference, atol=1e-5)
+    assert hooked.rotary and hooked.d_mlp == 128
+    names = [act_name("pattern", layer) for layer in range(hooked.n_layers)]
+    _, patterns = hooked.run_with_cache(x, names)
+    model.set_attn_implementation("eager")
+    attentions = model(input_ids=x, output_attentions=True).attentions
+    for layer, name in enumerate(names):
+        assert torch.allclose(patterns[name], attentions[layer], atol=1e-6)
+        assert float(patterns[name][0, :, 2, 5:].sum()) > 0  # bidirectional: keys after the query

@@ -1,4 +1,5 @@
-"""TransformerLens-style named hook points on an unmodified Hugging Face causal LM.
+"""TransformerLens-style named hook points on an unmodified Hugging Face language model (causal LMs, and ESM-2
+masked protein LMs).
 
 :class:`HookedModel` attaches plain torch forward (pre-)hooks to the modules of the wrapped model for the
 duration of one context and removes them on exit, also when the forward pass raises. The weights are never
