@@ -85,15 +85,16 @@ def vicreg_regularizer(z: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     if z.shape[0] < 2:
         raise ValueError(f"z must hold at least 2 embeddings, got {z.shape[0]}")
     eps = check_number(eps, "eps", above=0)
-    centered = z - z.mean(0)
+    wide = z.double()  # float32 embeddings near their range would overflow the mean and give NaN, not inf
+    centered = wide - wide.mean(0)
     std = (centered.var(0) + eps).sqrt()
     variance = torch.relu(1 - std).mean()
     d = z.shape[1]
     if d == 1:
-        return _warn_overflow(variance, "vicreg_regularizer", z)
+        return _warn_overflow(variance.to(z.dtype), "vicreg_regularizer", z)
     cov = centered.T @ centered / (z.shape[0] - 1)
-    off = cov - torch.diag(torch.diag(cov))
-    return _warn_overflow(variance + (off**2).sum() / (d * (d - 1)), "vicreg_regularizer", z)
+    off = cov.masked_fill(torch.eye(d, dtype=torch.bool, device=z.device), 0.0)
+    return _warn_overflow((variance + (off**2).sum() / (d * (d - 1))).to(z.dtype), "vicreg_regularizer", z)
 
 
 def _warn_overflow(value: torch.Tensor, name: str, z: torch.Tensor) -> torch.Tensor:
