@@ -110,7 +110,8 @@ def test_quick_reproduction_follows_the_protocol():
     from icml_tools.repro import run_reproduction
 
     result = validate_result(run_reproduction("induction-toy", "quick", 0))
-    assert result["system"] == "induction-toy" and len(result["rows"]) == 8
+    n_rows = 2 * ind.ToyConfig().n_heads  # one row per head of the 2-layer toy
+    assert result["system"] == "induction-toy" and len(result["rows"]) == n_rows
     (seed,) = result["seeds"]
     assert result["ours"] == pytest.approx(seed["ratio"]) and result["baseline"] == pytest.approx(
         seed["ablated ratio"]
