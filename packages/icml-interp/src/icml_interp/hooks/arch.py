@@ -7,7 +7,7 @@ unmapped ``model.config.model_type`` says how).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from torch import nn
@@ -108,6 +108,18 @@ _LLAMA = ArchSpec(
     ln2="post_attention_layernorm",
     mlp_up="up_proj",
 )
+
+
+def _language_model(spec: ArchSpec, prefix: str) -> ArchSpec:
+    """``spec`` for a model whose language model sits at ``prefix`` (a vision-language wrapper)."""
+    return replace(
+        spec,
+        layers=f"{prefix}.layers",
+        embed=f"{prefix}.embed_tokens",
+        final_norm=f"{prefix}.norm",
+    )
+
+
 ARCHITECTURES: dict[str, ArchSpec] = {
     "llama": _LLAMA,  # also SmolLM2
     "mistral": _LLAMA,
@@ -167,6 +179,11 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         mlp_out="output.dense",
         head_module=True,
     ),
+    # vision-language models: the hooks are on the language model (image tokens are positions of its
+    # sequence); LLaVA with a Llama-family language model, and Qwen2-VL / Qwen2.5-VL
+    "llava": _language_model(_LLAMA, "model.language_model"),
+    "qwen2_vl": _language_model(_LLAMA, "model.language_model"),
+    "qwen2_5_vl": _language_model(_LLAMA, "model.language_model"),
 }
 
 

@@ -284,7 +284,9 @@ class HookedModel:
         head = None if self.spec.head_module else getattr(model, "get_output_embeddings", lambda: None)()
         self.unembed = head if isinstance(head, nn.Module) else get_module(model, self.spec.unembed)
         self.embed = cast(nn.Embedding, get_module(model, self.spec.embed))
-        cfg: Any = model.config  # a Hugging Face PretrainedConfig
+        cfg: Any = model.config  # a Hugging Face PretrainedConfig; a vision-language model's text config
+        if hasattr(cfg, "get_text_config"):
+            cfg = cfg.get_text_config()
         self.n_layers: int = len(self.blocks)
         self.n_heads: int = cfg.num_attention_heads
         self.n_kv_heads: int = getattr(cfg, "num_key_value_heads", None) or self.n_heads
