@@ -24,7 +24,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     from icml_interp_experiments.grounding.scenes import (
         SYMBOL_IDS,
         batch,
-        cell_patches,
+        touching_patches,
         exchanged,
         question_layouts,
         scenes,
@@ -37,7 +37,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     b = batch(sc, "cue")
     source = batch([exchanged(s, (s.target + 1) % len(s.objects)) for s in sc], "cue")
     inputs, layouts = b.inputs(), question_layouts(b)
-    positions = [[1 + i for c in (s.answer, s.objects[(s.target + 1) % len(s.objects)][2]) for i in cell_patches(c)]
+    positions = [[1 + i for c in (s.answer, s.objects[(s.target + 1) % len(s.objects)][2]) for i in touching_patches(c)]
                  for s in sc]  # fmt: skip
 
     @torch.no_grad()

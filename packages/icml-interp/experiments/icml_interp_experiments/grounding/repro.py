@@ -32,7 +32,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"seeds": (0,), "n_eval": 200, "n_analysis": 64, "permutations": 2000, "resamples": 2000},
     "full": {"seeds": (0, 1, 2), "n_eval": 500, "n_analysis": 128, "permutations": 10_000, "resamples": 10_000},
 }  # fmt: skip
-CLUTTER, SPARSE = 7, 2  # objects per scene
+CLUTTER, SPARSE = 10, 2  # objects per scene (revision 1: 4x4 cells)
 HEADROOM = {"drop_min": 0.15, "recovery_min": 0.5}
 HEADROOM_SEED = 0  # the oracle is trained for this seed only; headroom is measured on it
 GAIN_MIN = 0.10
@@ -48,12 +48,12 @@ def _swap(model, scenes_, condition: str, seed: int, layer: int) -> dict[str, np
     two cells' image tokens (``swap``) or as many image tokens of other cells (``random``)."""
     from icml_interp.grounding import swap_test
     from icml_interp_experiments.grounding.scenes import (
-        ROWS,
+        N_PATCHES,
         SYMBOL_IDS,
         batch,
-        cell_patches,
         exchanged,
         image_offset,
+        touching_patches,
     )
 
     rng = np.random.default_rng(seed)
@@ -64,8 +64,9 @@ def _swap(model, scenes_, condition: str, seed: int, layer: int) -> dict[str, np
     swap_pos, random_pos = [], []
     for s, o in zip(scenes_, others, strict=True):
         cells = (s.answer, s.objects[o][2])
-        swap_pos.append([start + i for c in cells for i in cell_patches(c)])
-        rest = [start + i for c in range(ROWS * ROWS) if c not in cells for i in cell_patches(c)]
+        touched = sorted({i for c in cells for i in touching_patches(c)})
+        swap_pos.append([start + i for i in touched])
+        rest = [start + i for i in range(N_PATCHES) if i not in touched]
         random_pos.append(sorted(int(p) for p in rng.choice(rest, size=len(swap_pos[-1]), replace=False)))
     common = {
         "layer": layer,

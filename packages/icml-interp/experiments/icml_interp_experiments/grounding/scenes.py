@@ -25,11 +25,11 @@ import torch
 
 from icml_interp.grounding import Layout, grid_overlay, partition_boxes, symbol_overlay
 
-SIZE, ROWS, COLS, PATCH, OBJECT = 48, 3, 3, 8, 8
+SIZE, ROWS, COLS, PATCH, OBJECT = 48, 4, 4, 8, 6  # 12-pixel cells on 8-pixel patches (revision 1)
 COLORS = {"red": (220, 50, 50), "green": (50, 200, 60), "blue": (60, 90, 235), "yellow": (225, 215, 40)}
 SHAPES = ("circle", "square", "triangle")
-SYMBOLS = tuple("ABCDEFGHI")
-MAX_OBJECTS = 8
+SYMBOLS = tuple("ABCDEFGHIJKLMNOP")
+MAX_OBJECTS = 12
 CONDITIONS = ("none", "cue", "oracle")
 
 # vocabulary (the image placeholder is id 2, LLaVA's image_token_id)
@@ -56,14 +56,23 @@ MASKS = _masks()
 
 
 def cell_patches(cell: int) -> list[int]:
-    """Image-token indices (row-major 8-pixel patches) inside ``cell``."""
+    """Image-token indices (row-major 8-pixel patches) whose centre lies in ``cell``: the partition of the
+    analyses (each patch in exactly one cell)."""
     top, bottom, left, right = BOXES[cell]
     per_row = SIZE // PATCH
-    return [
-        (y // PATCH) * per_row + x // PATCH
-        for y in range(top, bottom, PATCH)
-        for x in range(left, right, PATCH)
-    ]
+    centres = [(i, i * PATCH + PATCH / 2) for i in range(per_row)]
+    ys = [i for i, c in centres if top <= c < bottom]
+    xs = [i for i, c in centres if left <= c < right]
+    return [y * per_row + x for y in ys for x in xs]
+
+
+def touching_patches(cell: int) -> list[int]:
+    """Image-token indices of every patch that overlaps ``cell`` (what the swap test patches)."""
+    top, bottom, left, right = BOXES[cell]
+    per_row = SIZE // PATCH
+    ys = range(top // PATCH, (bottom - 1) // PATCH + 1)
+    xs = range(left // PATCH, (right - 1) // PATCH + 1)
+    return [y * per_row + x for y in ys for x in xs]
 
 
 @dataclass
@@ -88,7 +97,7 @@ def render(objects) -> np.ndarray:
     return image
 
 
-_SLOTS = ((0, PATCH), (PATCH, 0), (PATCH, PATCH))  # (dy, dx) of the object's patch in its cell
+_SLOTS = tuple((dy, dx) for dy in (5, 6) for dx in (5, 6))  # object offsets in its cell (clear of the symbol)
 
 
 def sample_scene(rng: np.random.Generator, n_objects: int) -> Scene:
@@ -120,12 +129,9 @@ def _prefix(scene: Scene, condition: str, rng: np.random.Generator | None = None
     seq: list[int] = []
     if condition == "cue":
         seq += [VOCAB["grid"], *(VOCAB[s] for s in SYMBOLS)]
-    elif condition == "oracle":
-        order = (rng or np.random.default_rng(0)).permutation(len(scene.objects))
-        for i in order:
-            c, s, cell = scene.objects[i][:3]
-            seq += [VOCAB[f"{c}-{s}"], VOCAB[SYMBOLS[cell]]]
-        seq += [VOCAB["none"]] * 2 * (MAX_OBJECTS - len(scene.objects))
+    elif condition == "oracle":  # one slot per kind, in KINDS order: that kind's cell symbol, or none
+        cells = {f"{c}-{s}": cell for c, s, cell, _, _ in scene.objects}
+        seq += [VOCAB[SYMBOLS[cells[k]]] if k in cells else VOCAB["none"] for k in KINDS]
     return seq
 
 
@@ -168,14 +174,14 @@ def question_layouts(b: Batch) -> list[Layout]:
     last one, where the answer is read), naming the asked object's cell."""
     start = image_offset(b.input_ids)
     seq = b.input_ids.shape[1]
-    image = [[start + i for i in cell_patches(c)] for c in range(ROWS * ROWS)]
+    image = [[start + i for i in cell_patches(c)] for c in range(ROWS * COLS)]
     return [Layout(image, [[seq - 1]], [s.answer]) for s in b.scenes]
 
 
 def symbol_layouts(b: Batch) -> list[Layout]:
     """Cue condition only: each cell's image tokens and its symbol token in the prompt."""
     start = image_offset(b.input_ids)
-    image = [[start + i for i in cell_patches(c)] for c in range(ROWS * ROWS)]
+    image = [[start + i for i in cell_patches(c)] for c in range(ROWS * COLS)]
     out = []
     for row in b.input_ids:
         pos = [int((row == t).nonzero()[0]) for t in SYMBOL_IDS]

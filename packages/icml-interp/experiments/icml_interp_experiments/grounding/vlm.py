@@ -30,7 +30,7 @@ from icml_interp_experiments.grounding.scenes import (
     scenes,
 )
 
-VERSION = "v1"
+VERSION = "v2"  # revision 1: 4x4 grid of 12-pixel cells
 
 
 @dataclass(frozen=True)
