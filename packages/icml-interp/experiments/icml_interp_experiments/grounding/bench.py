@@ -2,7 +2,7 @@
 pass of the same model on the same batch (the ratio is the cost of the analysis in forward passes).
 
 The model is the ``grounding-ids-toy`` testbed's tiny LLaVA (:mod:`.vlm`, random weights: the cost does not
-depend on them) on cluttered scenes with cues; the analyses are :func:`~icml_interp.grounding.binding_by_layer`
+depend on them) on cluttered scenes (10 objects) with cues; the analyses are :func:`~icml_interp.grounding.binding_by_layer`
 (every layer's residual stream cached), :func:`~icml_interp.grounding.attention_mass` (every layer's attention
 pattern, through the hooks' eager attention) and :func:`~icml_interp.grounding.swap_test` (a source run, a
 clean run and a patched run). Medians over repeats, the methods interleaved within each repeat.
@@ -24,21 +24,24 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     from icml_interp_experiments.grounding.scenes import (
         SYMBOL_IDS,
         batch,
-        touching_patches,
         exchanged,
         question_layouts,
         scenes,
+        touching_patches,
     )
     from icml_interp_experiments.grounding.vlm import Config, make_model
 
     cfg = BUDGETS[budget]
     model = HookedModel(make_model(Config(), seed).eval())
-    sc = scenes(cfg["images"], 800 + seed, 7)
+    sc = scenes(cfg["images"], 800 + seed, 10)
     b = batch(sc, "cue")
     source = batch([exchanged(s, (s.target + 1) % len(s.objects)) for s in sc], "cue")
     inputs, layouts = b.inputs(), question_layouts(b)
-    positions = [[1 + i for c in (s.answer, s.objects[(s.target + 1) % len(s.objects)][2]) for i in touching_patches(c)]
-                 for s in sc]  # fmt: skip
+    positions = [
+        [1 + i for i in sorted({p for c in (s.answer, s.objects[(s.target + 1) % len(s.objects)][2])
+                                for p in touching_patches(c)})]
+        for s in sc
+    ]  # fmt: skip
 
     @torch.no_grad()
     def forward():

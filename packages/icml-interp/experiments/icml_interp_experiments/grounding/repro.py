@@ -68,15 +68,12 @@ def _swap(model, scenes_, condition: str, seed: int, layer: int) -> dict[str, np
         swap_pos.append([start + i for i in touched])
         rest = [start + i for i in range(N_PATCHES) if i not in touched]
         random_pos.append(sorted(int(p) for p in rng.choice(rest, size=len(swap_pos[-1]), replace=False)))
-    common = {
-        "layer": layer,
-        "answer_tokens": SYMBOL_IDS,
-        "source_answers": source.answers,
-        "hook": "resid_pre",
-    }
     out = {}
     for name, pos in (("swap", swap_pos), ("random", random_pos)):
-        res = swap_test(model, base.inputs(), source.inputs(), pos, **common)
+        res = swap_test(
+            model, base.inputs(), source.inputs(), pos, layer=layer, answer_tokens=SYMBOL_IDS,
+            source_answers=source.answers, hook="resid_pre",
+        )  # fmt: skip
         out[name] = res.follows.astype(float)
     return out
 
@@ -207,8 +204,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     return {
         "system": SYSTEM,
         "claim": CLAIM,
-        "metric": "accuracy on cluttered scenes (7 objects), cue model (ours) against no-cue model (baseline), "
-        "mean over seeds; higher is better",
+        "metric": f"accuracy on cluttered scenes ({CLUTTER} objects), cue model (ours) against no-cue model "
+        "(baseline), mean over seeds; higher is better",
         "ours": mean("cue clutter"),
         "baseline": mean("none clutter"),
         "criterion": (

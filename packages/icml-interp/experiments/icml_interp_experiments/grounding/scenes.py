@@ -1,19 +1,19 @@
 """Rendered grid scenes of coloured shapes and their token sequences (the testbed of ``grounding-ids-toy``).
 
-A scene is a 48x48 RGB image with a 3x3 grid of 16-pixel cells (the tiny LLaVA's 8-pixel patches: 2x2 per
-cell); each occupied cell holds one 8x8 shape (4 colours x 3 shapes, every kind at most once per scene) on one
-of the cell's three patches other than the top-left one, which is kept free for the cell's symbol. The question
-``where <kind>`` (one word per kind: ``red-circle``, ...) asks for the cell of one of them; the answer, the
-next token, is the cell's symbol A..I, row by row.
+A scene is a 48x48 RGB image with a 4x4 grid of 12-pixel cells, on the tiny LLaVA's 8-pixel patches (revision 1
+of the protocol: cell boundaries do not follow patch boundaries); each occupied cell holds one 6x6 shape (4
+colours x 3 shapes, every kind at most once per scene) 5 or 6 pixels from the cell's top-left corner, which
+is kept free for the cell's symbol. The question ``where <kind>`` (one word per kind: ``red-circle``, ...)
+asks for the cell of one of them; the answer, the next token, is the cell's symbol A..P, row by row.
 
 Three conditions share the scenes:
 
 - ``"none"``: the plain image and the plain question;
 - ``"cue"``: grid lines and one symbol per cell drawn into the pixels (:mod:`icml_interp.grounding.cues`)
-  and the structured prompt ``grid A B ... I`` before the question (the tokenised analogue of
+  and the structured prompt ``grid A B ... P`` before the question (the tokenised analogue of
   :func:`icml_interp.grounding.structured_prompt`);
-- ``"oracle"``: the plain image, and each object's cell given as text, ``<kind> <symbol>`` per object (in
-  random order, padded with ``none`` pairs): the headroom check's upper reference.
+- ``"oracle"``: the plain image, and each object's cell given as text: one slot per kind in ``KINDS`` order
+  holding that kind's cell symbol or ``none`` — the headroom check's upper reference.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def make_model(cfg: Config, seed: int):
 
 
 def answer_logits(model, b: Batch) -> torch.Tensor:
-    """Logits of the nine cell symbols at the last position, ``(batch, 9)``."""
+    """Logits of the cell symbols at the last position, ``(batch, cells)``."""
     out = model(**b.inputs(), logits_to_keep=1)
     return out.logits[:, -1, SYMBOL_IDS]
 
