@@ -245,7 +245,8 @@ class HookedModel:
 
     ``HookedModel(model)`` looks up the module paths of ``model.config.model_type`` in
     :data:`icml_interp.hooks.arch.ARCHITECTURES` (Llama family including SmolLM2, Mistral, Qwen2/3, GPT-2,
-    GPT-NeoX/Pythia). Calling it returns the model's logits; :meth:`run_with_cache` and
+    GPT-NeoX/Pythia, ESM-2, and the language model of LLaVA / Qwen2-VL / Qwen2.5-VL, whose other inputs such as
+    ``pixel_values`` pass through as keywords). Calling it returns the model's logits; :meth:`run_with_cache` and
     :meth:`run_with_hooks` read or change activations; :meth:`hooks` is the context manager underneath.
     """
 
