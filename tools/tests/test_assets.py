@@ -106,3 +106,26 @@ def test_save_model_folder_is_atomic_and_replaces_a_stale_entry(tmp_path):
         save_model_folder(Broken(), target)
     assert (target / "config.json").is_file()  # a failed save keeps the previous entry
     assert [p.name for p in target.parent.iterdir()] == ["entry"]
+
+
+def test_trained_model_folder_trains_once_per_config(tmp_path):
+    from icml_tools.assets import tiny_llama, trained_model_folder
+
+    calls = []
+
+    def train():
+        calls.append(1)
+        return tiny_llama(0), {"steps": 3}
+
+    def load(path):
+        return ("loaded", path)
+
+    target = tmp_path / "entry"
+    model, info = trained_model_folder(target, {"steps": 3}, load, train)
+    assert info == {"steps": 3, "config": {"steps": 3}, "trained now": True} and len(calls) == 1
+    assert model.config.model_type == "llama"  # the trained model itself
+    assert (target / "config.json").is_file()
+    again, info2 = trained_model_folder(target, {"steps": 3}, load, train)
+    assert again == ("loaded", target) and not info2["trained now"] and len(calls) == 1
+    _, info3 = trained_model_folder(target, {"steps": 4}, load, train)  # another config: trained again
+    assert info3["trained now"] and info3["config"] == {"steps": 4} and len(calls) == 2

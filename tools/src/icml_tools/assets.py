@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -126,6 +127,22 @@ def save_model_folder(model, target: Path, files: dict[str, str] | None = None) 
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def trained_model_folder(target: Path, config: dict, load, train) -> tuple:
+    """A testbed model cached as the folder ``target``: ``load(target)`` when an earlier run saved it with the
+    same ``config`` (a JSON-able dict) in its ``train.json``, else ``train()`` -> ``(model, info)`` saved with
+    :func:`save_model_folder`. Returns ``(model, info)``, ``info["trained now"]`` saying which happened."""
+    target = Path(target)
+    meta = target / "train.json"
+    if meta.exists():
+        info = json.loads(meta.read_text())
+        if info.get("config") == json.loads(json.dumps(config)):
+            return load(target), {**info, "trained now": False}
+    model, info = train()
+    info = {**info, "config": config}
+    save_model_folder(model, target, {"train.json": json.dumps(info)})
+    return model, {**info, "trained now": True}
 
 
 def tiny_llama(

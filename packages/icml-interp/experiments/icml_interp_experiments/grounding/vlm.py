@@ -9,7 +9,6 @@ exactly as on a downloaded checkpoint. Trained models are cached under
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,19 +105,14 @@ def trained(cfg: Config, condition: str, seed: int) -> tuple[Any, dict]:
     """The model of ``(condition, seed)``, from the cache when an earlier run trained it."""
     from transformers import LlavaForConditionalGeneration
 
-    from icml_tools.assets import cache_dir, save_model_folder
+    from icml_tools.assets import cache_dir, trained_model_folder
 
-    path = Path(cache_dir()) / "grounding_ids" / f"{VERSION}-{condition}-seed{seed}"
-    meta = path / "train.json"
-    if meta.exists():
-        info = json.loads(meta.read_text())
-        if info.get("config") == json.loads(json.dumps(asdict(cfg))):
-            model = LlavaForConditionalGeneration.from_pretrained(path).eval()
-            return model, {**info, "trained now": False}
-    model, info = train(cfg, condition, seed)
-    info["config"] = asdict(cfg)
-    save_model_folder(model, path, {"train.json": json.dumps(info)})
-    return model, {**info, "trained now": True}
+    return trained_model_folder(
+        Path(cache_dir()) / "grounding_ids" / f"{VERSION}-{condition}-seed{seed}",
+        asdict(cfg),
+        lambda path: LlavaForConditionalGeneration.from_pretrained(path).eval(),
+        lambda: train(cfg, condition, seed),
+    )
 
 
 @torch.no_grad()

@@ -10,7 +10,6 @@ can be read off its partner; outside the repeats the best any model can do is th
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,19 +141,14 @@ def trained(cfg: Config, seed: int) -> tuple[Any, dict]:
     """The model of ``seed``, from the cache when an earlier run trained it (``info["trained now"]``)."""
     from transformers import EsmForMaskedLM
 
-    from icml_tools.assets import cache_dir, save_model_folder
+    from icml_tools.assets import cache_dir, trained_model_folder
 
-    path = Path(cache_dir()) / "plm_repeats" / f"{VERSION}-seed{seed}"
-    meta = path / "train.json"
-    if meta.exists():
-        info = json.loads(meta.read_text())
-        if info.get("config") == json.loads(json.dumps(asdict(cfg))):
-            model = EsmForMaskedLM.from_pretrained(path).eval()
-            return model, {**info, "trained now": False}
-    model, info = train(cfg, seed)
-    info["config"] = asdict(cfg)
-    save_model_folder(model, path, {"train.json": json.dumps(info)})
-    return model, {**info, "trained now": True}
+    return trained_model_folder(
+        Path(cache_dir()) / "plm_repeats" / f"{VERSION}-seed{seed}",
+        asdict(cfg),
+        lambda path: EsmForMaskedLM.from_pretrained(path).eval(),
+        lambda: train(cfg, seed),
+    )
 
 
 @dataclass
