@@ -33,6 +33,32 @@ def psnr(x: torch.Tensor, ref: torch.Tensor, data_range: float = 2.0) -> float:
     return 20 * math.log10(data_range) - 20 * math.log10(peak) - 10 * math.log10(diff.pow(2).mean().item())
 
 
+def ssim_map(
+    x: torch.Tensor, ref: torch.Tensor, data_range: float, window: int = 7, sigma: float = 1.5
+) -> torch.Tensor:
+    """The SSIM map ``(N, 1, H − window + 1, W − window + 1)`` of frames ``(..., H, W)`` (``N`` frames and
+    channels), differentiable, in the dtype of ``x``; no checks (:func:`ssim` validates and averages it;
+    training losses use it directly)."""
+    a = x.reshape(-1, 1, *x.shape[-2:])
+    b = ref.reshape(-1, 1, *x.shape[-2:])
+    coords = torch.arange(window, dtype=a.dtype, device=a.device) - (window - 1) / 2
+    # exp(-(c² - min c²) / 2σ²): the same kernel once normalised, and 1 at the centre for any σ > 0 (no 0/0
+    # when σ² underflows); dividing by σ twice keeps σ² from overflowing or underflowing
+    g = torch.exp(-0.5 * (((coords**2 - (coords**2).min()) / sigma) / sigma))
+    g = g / g.sum()
+    kernel = (g[:, None] * g[None, :])[None, None]  # (1, 1, w, w)
+
+    def blur(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.conv2d(t, kernel)
+
+    mu_a, mu_b = blur(a), blur(b)
+    var_a = blur(a * a) - mu_a**2
+    var_b = blur(b * b) - mu_b**2
+    cov = blur(a * b) - mu_a * mu_b
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    return ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+
+
 def ssim(
     x: torch.Tensor, ref: torch.Tensor, data_range: float = 2.0, window: int = 7, sigma: float = 1.5
 ) -> float:
@@ -52,29 +78,11 @@ def ssim(
         )
     # SSIM is unchanged when x, ref and data_range are scaled together: scale them to at most 1
     scale = max(x.double().abs().max().item(), ref.double().abs().max().item(), data_range)
-    a = (x.double() / scale).reshape(-1, 1, *x.shape[-2:])
-    b = (ref.double() / scale).reshape(-1, 1, *x.shape[-2:])
-    data_range = data_range / scale
-    coords = torch.arange(window, dtype=torch.float64) - (window - 1) / 2
-    # exp(-(c² - min c²) / 2σ²): the same kernel once normalised, and 1 at the centre for any σ > 0 (no 0/0
-    # when σ² underflows); dividing by σ twice keeps σ² from overflowing or underflowing
-    g = torch.exp(-0.5 * (((coords**2 - (coords**2).min()) / sigma) / sigma))
-    g = g / g.sum()
-    kernel = (g[:, None] * g[None, :])[None, None]  # (1, 1, w, w)
-
-    def blur(t: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.conv2d(t, kernel)
-
-    mu_a, mu_b = blur(a), blur(b)
-    var_a = blur(a * a) - mu_a**2
-    var_b = blur(b * b) - mu_b**2
-    cov = blur(a * b) - mu_a * mu_b
-    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-    s = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+    s = ssim_map(x.double() / scale, ref.double() / scale, data_range / scale, window, sigma)
     value = s.mean().item()
     if not math.isfinite(value):  # 0/0: constant frames with data_range negligible against the values
         warnings.warn(
-            f"ssim: the similarity is undefined (0/0) with data_range={data_range * scale:g} against values up "
+            f"ssim: the similarity is undefined (0/0) with data_range={data_range:g} against values up "
             f"to {scale:g}; it is {value}",
             RuntimeWarning,
             stacklevel=2,
