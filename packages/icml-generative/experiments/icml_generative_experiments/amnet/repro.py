@@ -82,7 +82,7 @@ def evaluate(model: AMNet, heldout: dict[str, torch.Tensor], combo: tuple[str, .
     are fed zeros when ``zeros`` and left out otherwise."""
     scores: dict[str, list[float]] = {"psnr": [], "ssim": []}
     for i in range(heldout["low"].shape[0]):
-        aux = {}
+        aux: dict[str, Any] = {}
         for m in model.modalities:
             if m in combo:
                 aux[m] = heldout[m][i]
@@ -115,7 +115,7 @@ def run_seed(seed: int, cfg: dict) -> dict[str, Any]:
     train = tb.windows(tb.clips("train", seed, cfg["train_clips"]))
     heldout = tb.clips("heldout", seed, cfg["heldout_clips"])
     width = rgb_only_width(parameters(AMNet(width=WIDTH)))
-    specs = {  # name: (config, modality dropout)
+    specs: dict[str, tuple[dict[str, Any], float]] = {  # name: (config, modality dropout)
         "amnet": ({"width": WIDTH}, DROPOUT),
         "rgb_only": ({"modalities": (), "width": width}, 0.0),
         "zero_filled": ({"width": WIDTH, "translators": False}, 0.0),
@@ -152,7 +152,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict[str, Any]:
     a = {label: psnr_mean[f"amnet | {label}"] for label in COMBOS}
     headroom_gap = psnr_mean["zero_filled | RGB+E+IR"] - psnr_mean["rgb_only | RGB"]
     headroom = {"multimodal_beats_rgb_only_by_0.5dB": headroom_gap >= HEADROOM_DB}
-    intervals = {}
+    intervals: dict[str, dict[str, Any]] = {}
     for name, other in (("vs_rgb_only", "rgb_only | RGB"), ("vs_zero_filled", "zero_filled | RGB")):
         diff = pooled("amnet | RGB") - pooled(other)
         intervals[name] = {"mean": float(diff.mean()), "ci95": paired_bootstrap_interval(diff, seed=seed)}

@@ -182,12 +182,13 @@ def train(
     model.train()
     for _ in range(steps):
         idx = torch.randint(n, (batch,), generator=gen)
-        aux = {m: data[m][idx] for m in model.modalities}
+        aux = {m: data[m][idx] if m in model.modalities else None for m in ("events", "infrared")}
         out = amnet_loss(
             model,
             data["low"][idx],
             data["clean"][idx],
-            **aux,
+            aux["events"],
+            aux["infrared"],
             dropout=dropout,
             align_weight=align_weight,
             generator=gen,

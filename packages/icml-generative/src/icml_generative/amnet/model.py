@@ -43,6 +43,14 @@ MODALITIES = ("events", "infrared")
 MAX_WIDTH = 1024
 
 
+def _check_features(x: Any, module: nn.Module) -> None:
+    """Features ``(B, C, H, W)`` with the module's channel count and dtype (finite, non-empty)."""
+    check_model_input(x, "x", module)
+    channels = next(module.parameters()).shape[0]
+    if x.ndim != 4 or x.shape[1] != channels:
+        raise ValueError(f"x must be features shaped (B, {channels}, H, W), got {tuple(x.shape)}")
+
+
 class SpatialGate(nn.Module):
     """``F ⊙ σ(DWConv₃ₓ₃(F)) ⊙ GELU(Conv₁ₓ₁(F))`` on ``(B, C, H, W)`` features."""
 
@@ -53,6 +61,7 @@ class SpatialGate(nn.Module):
         self.pointwise = nn.Conv2d(channels, channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_features(x, self)
         return x * torch.sigmoid(self.depthwise(x)) * F.gelu(self.pointwise(x))
 
 
@@ -67,13 +76,15 @@ class SpectralGate(nn.Module):
         channels = check_int(channels, "channels", 1, MAX_WIDTH)
         self.amplitude = nn.Conv2d(channels, channels, 1)
         nn.init.zeros_(self.amplitude.weight)
-        nn.init.zeros_(self.amplitude.bias)
+        if self.amplitude.bias is not None:
+            nn.init.zeros_(self.amplitude.bias)
 
     def gate(self, amplitude: torch.Tensor) -> torch.Tensor:
         """The gate ``2σ(W · log(1 + amplitude) + b)`` for amplitudes ``(B, C, H, W')``."""
         return 2 * torch.sigmoid(self.amplitude(torch.log1p(amplitude)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_features(x, self)
         spectrum = torch.fft.rfft2(x, norm="ortho")
         return torch.fft.irfft2(spectrum * self.gate(spectrum.abs()), s=x.shape[-2:], norm="ortho")
 
@@ -91,6 +102,7 @@ class S2DGTranslator(nn.Module):
         self.project_out = nn.Conv2d(channels, channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_features(x, self)
         return self.project_out(self.spectral(self.spatial(self.project_in(x))))
 
 

@@ -38,6 +38,8 @@ LUMA = (0.299, 0.587, 0.114)  # Rec. 601
 MAX_UPSAMPLE = 256
 MAX_BINS = 256
 MAX_BITS = 16
+# the loop runs once per crossing: a threshold below this makes millions of rounds (DVS thresholds are ~0.1-0.5)
+MIN_THRESHOLD = 0.01
 
 
 class Events(NamedTuple):
@@ -96,6 +98,8 @@ def low_light(
     read_noise = check_number(read_noise, "read_noise", minimum=0, maximum=1)
     if bits is not None:
         bits = check_int(bits, "bits", 1, MAX_BITS)
+    if not isinstance(clip, bool):
+        raise TypeError(f"clip must be a bool, got {type(clip).__name__}")
     signal = exposure * frames.double() ** gamma
     y = torch.poisson(signal * photons, generator=generator) / photons
     if read_noise:
@@ -118,12 +122,12 @@ def simulate_events(
 ) -> Events:
     """DVS events of a clean clip ``(T, C, H, W)`` (``C`` = 1 or 3) between its first and last frame.
 
-    ``threshold`` is the contrast threshold ``C`` in log intensity, ``refractory`` the dead time after an
+    ``threshold`` is the contrast threshold ``C`` in log intensity (at least ``MIN_THRESHOLD`` = 0.01), ``refractory`` the dead time after an
     emitted event (frame intervals), ``upsample`` the sub-steps per frame interval, ``eps`` the offset in
     ``log(Y + eps)``. The model is in the module docstring.
     """
     _check_clip(frames)
-    threshold = check_number(threshold, "threshold", above=0, maximum=10)
+    threshold = check_number(threshold, "threshold", MIN_THRESHOLD, 10)
     refractory = check_number(refractory, "refractory", minimum=0, maximum=1e6)
     upsample = check_int(upsample, "upsample", 1, MAX_UPSAMPLE)
     eps = check_number(eps, "eps", above=0, maximum=1)
@@ -140,13 +144,13 @@ def simulate_events(
             t0, t1 = k - 1 + (s - 1) / upsample, k - 1 + s / upsample
             cur = torch.log(y[k - 1] * (1 - s / upsample) + y[k] * (s / upsample) + eps)
             while True:
-                ref = base + count * threshold
+                ref = base + count.double() * threshold
                 up, down = cur >= ref + threshold, cur <= ref - threshold
                 fire = up | down
                 if not fire.any():
                     break
                 sign = up.long() - down.long()
-                level = ref + sign * threshold
+                level = ref + sign.double() * threshold
                 # the crossing lies between prev and cur (|prev - ref| < C after the previous sub-step)
                 frac = ((level - prev) / torch.where(fire, cur - prev, 1.0)).clamp(0, 1)
                 tc = t0 + frac * (t1 - t0)
@@ -177,8 +181,11 @@ def event_voxels(events: Events, num_frames: int, height: int, width: int, *, bi
     t, x, y, p = (check_tensor(v, f"events.{n}") for v, n in zip(events, Events._fields, strict=True))
     if not (t.ndim == x.ndim == y.ndim == p.ndim == 1 and len(t) == len(x) == len(y) == len(p)):
         raise ValueError("events must hold 1-D t, x, y and polarity of one length")
-    if len(t) and not torch.isfinite(t.double()).all():
-        raise ValueError("events.t contains NaN or infinite values")
+    if t.is_complex() or t.dtype == torch.bool or (len(t) and not torch.isfinite(t.double()).all()):
+        raise ValueError(f"events.t must hold finite real times, got dtype {t.dtype}")
+    for v, n in ((x, "x"), (y, "y"), (p, "polarity")):
+        if v.is_complex() or v.is_floating_point() or v.dtype == torch.bool:
+            raise TypeError(f"events.{n} must be an integer tensor, got dtype {v.dtype}")
     if len(t) and (x.min() < 0 or x.max() >= width or y.min() < 0 or y.max() >= height):
         raise ValueError(f"events hold pixels outside the {height} x {width} frame (height, width)")
     grid = torch.zeros(num_frames * bins * height * width, dtype=torch.float64, device=t.device)
@@ -229,9 +236,9 @@ def infrared_proxy(
     h, w = lum.shape[-2:]
     if sigma > 0:
         radius = max(1, math.ceil(3 * sigma))
-        coords = torch.arange(-radius, radius + 1, dtype=lum.dtype, device=lum.device)
-        g = torch.exp(-0.5 * (coords / sigma) ** 2)
-        g = g / g.sum()
+        coords = torch.arange(-radius, radius + 1, dtype=torch.float64, device=lum.device)
+        g = torch.exp(-0.5 * (coords / sigma) ** 2)  # in float64: a tiny sigma is not 0 there
+        g = (g / g.sum()).to(lum.dtype)
         pad = (radius, radius, radius, radius)
         lum = F.conv2d(F.pad(lum, pad, mode="replicate"), (g[:, None] * g[None, :])[None, None])
     if downsample > 1 and min(h, w) >= downsample:

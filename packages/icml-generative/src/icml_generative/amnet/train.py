@@ -44,16 +44,17 @@ def frame_windows(clip: torch.Tensor, window: int) -> torch.Tensor:
 def alignment_loss(translated: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """``mean |F̂ − sg(F)| + mean(1 − cos(F̂, sg(F)))`` (cosine over channels, per position): pulls the
     translator's features ``F̂`` towards the real encoder's ``F`` (not the reverse)."""
-    check_tensor(translated, "translated", floating=True)
-    check_tensor(real, "real", floating=True)
+    check_tensor(translated, "translated", floating=True, finite=True)
+    check_tensor(real, "real", floating=True, finite=True)
     if translated.shape != real.shape or translated.ndim < 2:
         raise ValueError(
             f"translated and real must be features (B, C, ...) of one shape, got {tuple(translated.shape)} "
             f"and {tuple(real.shape)}"
         )
-    target = real.detach()
-    cosine = F.cosine_similarity(translated, target, dim=1, eps=1e-6)
-    return (translated - target).abs().mean() + (1 - cosine).mean()
+    # in float64: features near the float32 range would overflow the sums
+    a, target = translated.double(), real.detach().double()
+    cosine = F.cosine_similarity(a, target, dim=1, eps=1e-6)
+    return ((a - target).abs().mean() + (1 - cosine).mean()).to(translated.dtype)
 
 
 def amnet_loss(
@@ -77,6 +78,8 @@ def amnet_loss(
     ssim_weight = check_number(ssim_weight, "ssim_weight", 0, 1e6)
     align_weight = check_number(align_weight, "align_weight", 0, 1e6)
     check_tensor(target, "target", floating=True, finite=True)
+    if target.numel() and (target.min() < 0 or target.max() > 1):
+        raise ValueError("target must hold clean frames with values in [0, 1]")
     check_tensor(frames, "frames")
     if frames.ndim != 5 or tuple(target.shape) != (frames.shape[0], 3, *frames.shape[-2:]):
         raise ValueError(
