@@ -82,3 +82,24 @@ def test_reproduction_follows_the_protocol(monkeypatch):
     assert np.isclose(result["headroom"]["gap_db"], gap)
     assert result["passed"] == (result["headroom"]["holds"] and all(result["checks"].values()))
     assert set(result["alignment_cosine"]) == {"events", "infrared"}
+
+
+def test_diagnostic_detaches_only_the_translators_input():
+    from icml_generative.amnet import alignment_loss
+    from icml_generative_experiments.amnet.diagnostic import detach_translator_inputs
+
+    torch.manual_seed(0)
+    model = AMNet(width=8, blocks=1)
+    frames, events = torch.rand(2, 3, 3, 8, 8), torch.randn(2, 3, 5, 8, 8)
+
+    def alignment_grads(m):
+        m.zero_grad()
+        out = m(frames, events, return_features=True)
+        alignment_loss(out.translated_features["events"], out.real_features["events"]).backward()
+        return m.rgb_encoder.stem.weight.grad, m.s2dg["events"].project_in.weight.grad
+
+    rgb, translator = alignment_grads(model)
+    assert rgb.abs().sum() > 0 and translator.abs().sum() > 0
+    detach_translator_inputs(model)
+    rgb, translator = alignment_grads(model)
+    assert (rgb is None or rgb.abs().sum() == 0) and translator.abs().sum() > 0
