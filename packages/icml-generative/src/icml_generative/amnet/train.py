@@ -123,6 +123,11 @@ def _as_batch(value: Any, name: str, channels: int, frames: torch.Tensor | None)
     return clip
 
 
+def _pad(x: torch.Tensor, pad: tuple[int, ...]) -> torch.Tensor:
+    """Pad clips ``(N, T, C, H, W)`` on the right and bottom by repeating the edge."""
+    return F.pad(x.flatten(0, 1), pad, mode="replicate").unflatten(0, x.shape[:2])
+
+
 @torch.no_grad()
 def enhance(
     model: AMNet,
@@ -155,12 +160,9 @@ def enhance(
             raise ValueError(f"{name} given, but this model was built for modalities {model.modalities}")
     n, t, _, h, w = clips.shape
     pad = (0, w % 2, 0, h % 2)
-
-    def windows(x: torch.Tensor) -> torch.Tensor:  # (N, T, C, H, W) -> (N·T, window, C, H', W')
-        x = F.pad(x.flatten(0, 1), pad, mode="replicate").unflatten(0, (n, t)) if any(pad) else x
-        return torch.cat([frame_windows(c, model.window) for c in x])
-
-    inputs = {"frames": windows(clips), **{k: windows(v) for k, v in aux.items()}}
+    if any(pad):  # even sizes for the model's stride-2 encoder
+        clips, aux = _pad(clips, pad), {k: _pad(v, pad) for k, v in aux.items()}
+    offsets = torch.arange(model.window, device=clips.device) - model.window // 2
     dtype = next(model.parameters()).dtype
     was_training = model.training
     model.eval()
@@ -168,7 +170,11 @@ def enhance(
     try:
         starts = range(0, n * t, batch_size)
         for lo in tqdm(starts, desc="enhance", disable=not progress or len(starts) <= 1):
-            batch = {k: v[lo : lo + batch_size].to(dtype) for k, v in inputs.items()}
+            # the windows of frames lo..lo + batch_size, built per batch (a long clip is not copied window-fold)
+            flat = torch.arange(lo, min(lo + batch_size, n * t), device=clips.device)
+            clip, frame = (flat // t)[:, None], ((flat % t)[:, None] + offsets).clamp(0, t - 1)
+            batch = {"frames": clips[clip, frame].to(dtype)}
+            batch.update({k: v[clip, frame].to(dtype) for k, v in aux.items()})
             outputs.append(model(**batch).sample)
     finally:
         model.train(was_training)
