@@ -3,6 +3,7 @@ translator alignment, sliding frame windows, and :func:`enhance` for clips with 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -51,10 +52,21 @@ def alignment_loss(translated: torch.Tensor, real: torch.Tensor) -> torch.Tensor
             f"translated and real must be features (B, C, ...) of one shape, got {tuple(translated.shape)} "
             f"and {tuple(real.shape)}"
         )
-    # in float64: features near the float32 range would overflow the sums
-    a, target = translated.double(), real.detach().double()
-    cosine = F.cosine_similarity(a, target, dim=1, eps=1e-6)
-    return ((a - target).abs().mean() + (1 - cosine).mean()).to(translated.dtype)
+
+    def loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        cosine = F.cosine_similarity(a, b, dim=1, eps=1e-6)
+        return (a - b).abs().mean() + (1 - cosine).mean()
+
+    value = loss(translated, real.detach())
+    if not torch.isfinite(value):  # features near the dtype's range overflowed the sums: again in float64
+        value = loss(translated.double(), real.detach().double()).to(translated.dtype)
+        if not torch.isfinite(value):
+            warnings.warn(
+                f"alignment_loss: the loss exceeds the range of {translated.dtype}; it is {value.item()}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return value
 
 
 def amnet_loss(
