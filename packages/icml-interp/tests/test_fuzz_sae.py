@@ -344,8 +344,9 @@ def test_train_sae(data):
     fuzz_call(
         data,
         train_sae,
-        {"source": X, "cfg": SMALL_CFG, "progress": False, "log_every": 1},
-        strategies={"cfg": BAD_CFGS},
+        {"source": X, "cfg": SMALL_CFG, "progress": False, "log_every": 1, "distributed": False},
+        # True: no process group is initialized here (test_sae_distributed.py trains with one)
+        strategies={"cfg": BAD_CFGS, "distributed": st.sampled_from([True, 0, 1, "yes", None])},
         check=ok,
     )
 

@@ -165,16 +165,21 @@ class SAE(nn.Module):
             with torch.no_grad():
                 positive = values[values > 0]
                 if positive.numel():
-                    smallest = positive.min()
-                    if bool((self.threshold == 0).all()):
-                        self.threshold.fill_(smallest)
-                    else:
-                        lr = self.cfg.threshold_lr
-                        self.threshold.mul_(1 - lr).add_(lr * smallest)
+                    self._track_threshold(positive.min())
             return f, pre
         if arch == "jumprelu":
             return _JumpReLUFn.apply(pre, self.threshold, self.cfg.jumprelu_bandwidth), pre
         return self.activate(pre), pre
+
+    @torch.no_grad()
+    def _track_threshold(self, smallest: torch.Tensor) -> None:
+        """BatchTopK's threshold estimate after a step whose smallest kept activation was ``smallest``: that
+        value at the first step, then an EMA with rate ``threshold_lr``."""
+        if bool((self.threshold == 0).all()):
+            self.threshold.fill_(smallest)
+        else:
+            lr = self.cfg.threshold_lr
+            self.threshold.mul_(1 - lr).add_(lr * smallest)
 
     def l0_surrogate(self, pre: torch.Tensor) -> torch.Tensor:
         """Mean over tokens of ``sum_j 1[pre_j > theta_j]`` with the threshold's pseudo-derivative (JumpReLU)."""

@@ -24,6 +24,13 @@ whose tokens are all the same vector (relative variance below ``MIN_RELATIVE_VAR
 activations) raise ``ValueError``; a later batch of identical tokens is skipped (no step, a warning at the
 end), and a source that yields only such batches raises; a non-finite loss (training diverged) raises
 ``ValueError`` naming ``cfg.lr``.
+
+``distributed=True`` (under ``torchrun``): one SAE across the processes of the default process group, wrapped
+in ``DistributedDataParallel``; each process reads its own shard and takes ``batch_size // world_size``
+tokens per step, and every batch-wide quantity above (the FVU's spread, the penalties' means, AuxK's dead
+latents, BatchTopK's top ``k * batch_size``, the initialization) is reduced over the global batch, so that
+the result equals one process's training on the same global batches up to float rounding
+(:mod:`icml_interp.sae._distributed`; ``docs/sae-distributed.md``).
 """
 
 from __future__ import annotations
@@ -34,9 +41,12 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
+from torch import nn
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from icml_interp.sae._distributed import Ranks, batchtopk_train
 from icml_interp.sae.config import SAEConfig
 from icml_interp.sae.model import SAE
 from icml_interp.sae.source import ActivationSource
@@ -148,8 +158,10 @@ def _as_source(source, cfg: SAEConfig) -> ActivationSource:
     )
 
 
-def _decode_train(sae: SAE, cfg: SAEConfig, x: torch.Tensor):
-    """``(x_hat, pre, fired (d_sae,) bool, l0, f_for_penalty)`` for one batch, with autograd."""
+def _decode_train(sae: SAE, cfg: SAEConfig, x: torch.Tensor, ranks: Ranks | None = None):
+    """``(x_hat, pre, fired (d_sae,) bool, n_active, f_for_penalty)`` for this process's tokens ``x``, with
+    autograd; ``n_active``: the number of nonzero latent activations (a float). With ``ranks``, BatchTopK
+    keeps the ``k * B`` largest activations of the global batch."""
     if cfg.architecture == "topk":
         pre = sae.pre_acts(x)  # (B, d_sae)
         values, indices = pre.topk(cfg.k, dim=-1, sorted=False)  # (B, k)
@@ -157,8 +169,11 @@ def _decode_train(sae: SAE, cfg: SAEConfig, x: torch.Tensor):
         x_hat = F.embedding_bag(indices, sae.W_dec, per_sample_weights=values, mode="sum") + sae.b_dec
         fired = torch.zeros(cfg.d_sae, dtype=torch.bool)
         fired[indices[values > 0]] = True
-        return x_hat, pre, fired, float((values > 0).sum()) / x.shape[0], values
-    f, pre = sae.encode_train(x)
+        return x_hat, pre, fired, float((values > 0).sum()), values
+    if cfg.architecture == "batchtopk" and ranks is not None:
+        f, pre = batchtopk_train(sae, x, ranks)
+    else:
+        f, pre = sae.encode_train(x)
     if cfg.architecture == "batchtopk":
         rows, cols = f.nonzero(as_tuple=True)
         offsets = torch.searchsorted(rows, torch.arange(x.shape[0], device=rows.device))
@@ -169,7 +184,7 @@ def _decode_train(sae: SAE, cfg: SAEConfig, x: torch.Tensor):
     else:
         x_hat = f @ sae.W_dec + sae.b_dec
     active = f > 0
-    return x_hat, pre, active.any(0), float(active.sum()) / x.shape[0], f
+    return x_hat, pre, active.any(0), float(active.sum()), f
 
 
 def _aux_loss(
@@ -197,73 +212,176 @@ def _relative_variance(x: torch.Tensor) -> float:
     return float(x.var(dim=0, correction=0).sum()) * x.shape[0] / total
 
 
-def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int = 1) -> tuple[SAE, TrainLog]:
+class _TrainStep(nn.Module):
+    """One step's loss on this process's tokens ``x`` (the loss whose gradient, averaged over the processes
+    by DistributedDataParallel, is the gradient of the global batch's loss). A module of its own because DDP
+    averages the gradients of what the wrapped module's forward computes, and the SAE's forward is
+    inference. ``spread`` and ``n_tokens`` are the global batch's (this batch's on one process);
+    ``since_fired`` is updated in place. Returns ``(loss, logged, dead)``: the loss to back-propagate, the
+    global batch's ``loss``, ``fvu``, ``l0`` and ``aux`` as floats, and the dead-latent mask."""
+
+    def __init__(self, sae: SAE, cfg: SAEConfig, ranks: Ranks | None):
+        super().__init__()
+        self.sae, self.cfg, self.ranks = sae, cfg, ranks
+
+    def forward(self, x, spread, n_tokens: int, since_fired: torch.Tensor):
+        sae, cfg, ranks = self.sae, self.cfg, self.ranks
+        world = 1 if ranks is None else ranks.world
+        # this process's share of a mean over the global batch, times world (DDP averages the gradients):
+        # exactly 1.0 on one process
+        weight = world * x.shape[0] / n_tokens
+        x_hat, pre, fired, n_active, f = _decode_train(sae, cfg, x, ranks)
+        error = (x_hat - x).pow(2).sum()
+        # FVU; on several processes world * (this rank's error) / (the global batch's spread)
+        loss = error / (spread / world)
+        error_total = error.detach()
+        if ranks is not None:  # latents fired anywhere, active count and error of the global batch
+            counts = torch.tensor([n_active, float(error_total)], dtype=torch.float64)
+            totals = ranks.sum(torch.cat([fired.double(), counts]))
+            fired, n_active, error_total = totals[:-2] > 0, float(totals[-2]), totals[-1].to(error.dtype)
+        since_fired += 1
+        since_fired[fired] = 0
+        dead = since_fired >= cfg.dead_steps
+        aux = torch.zeros(())
+        if cfg.architecture in ("topk", "batchtopk"):
+            aux, _ = _aux_loss(sae, cfg, pre, (x - x_hat).detach(), dead, spread.detach())
+            loss = loss + (cfg.aux_coefficient * world) * aux
+        elif cfg.architecture == "relu":
+            loss = loss + cfg.l1_coefficient * weight * f.abs().sum(-1).mean() / (spread / n_tokens).sqrt()
+        else:  # jumprelu
+            loss = loss + cfg.l0_coefficient * weight * sae.l0_surrogate(pre)
+        if ranks is None:
+            logged = {"loss": float(loss.detach()), "aux": float(aux.detach())}
+        else:
+            sums = ranks.sum(torch.tensor([float(loss.detach()), float(aux.detach())], dtype=torch.float64))
+            logged = {"loss": float(sums[0]) / world, "aux": float(sums[1])}
+        logged["fvu"] = float(error_total / spread)
+        logged["l0"] = n_active / n_tokens
+        return loss, logged, dead
+
+
+def _first_batches_problem(first: list[torch.Tensor], cfg: SAEConfig, batch_text: str) -> str | None:
+    """What makes the first batches unusable for initialization (None if nothing)."""
+    if not first:
+        return (
+            f"source yielded fewer than {batch_text} tokens: nothing to train on "
+            "(an empty source, or lower batch_size)"
+        )
+    if first[0].shape[1] != cfg.d_in:
+        return (
+            f"the source's activations have width {first[0].shape[1]}, but cfg.d_in = {cfg.d_in} "
+            "(activation width mismatch)"
+        )
+    if not all(bool(torch.isfinite(b).all()) for b in first):
+        return (
+            f"source's activations contain NaN or inf (in the first {sum(b.shape[0] for b in first)} tokens): "
+            "an SAE trained on them would have NaN parameters; drop or repair those tokens"
+        )
+    return None
+
+
+def train_sae(
+    source,
+    cfg: SAEConfig,
+    *,
+    progress: bool = True,
+    log_every: int = 1,
+    distributed: bool = False,
+) -> tuple[SAE, TrainLog]:
     """Train an :class:`SAE` on ``source`` (an :class:`ActivationSource` or a tensor of activations).
 
     Runs ``cfg.steps`` steps of ``cfg.batch_size`` tokens (re-reading a re-iterable source as often as needed;
     a one-shot source ends training early, with a warning). Returns the SAE, in eval mode and in the caller's
     units (see :mod:`icml_interp.sae.model`), and a :class:`TrainLog`.
 
+    ``distributed=True`` trains one SAE across the processes of ``torch.distributed``'s default process group
+    (launched by ``torchrun``, ``init_process_group`` called first), wrapped in
+    ``DistributedDataParallel``: each process reads its own ``source`` (its shard of the activations) and
+    takes ``cfg.batch_size // world_size`` tokens per step, so that ``cfg.batch_size`` is the global batch.
+    Every batch-wide quantity (the FVU's variance, the sparsity penalties' means, AuxK's normalization and
+    dead latents, BatchTopK's top ``k * batch_size``, the initialization from the first batches) is
+    reduced over the global batch, so training equals one process's on the concatenated batches (rank 0's
+    rows first) up to float rounding; every process returns the same SAE and log. See
+    ``docs/sae-distributed.md``.
+
     Checked: ``cfg`` is valid (re-checked, in case it was edited after construction); ``source``'s
     activations are finite (``ValueError`` otherwise) and the first batches do not all repeat one vector
     (constant activations: ``ValueError``, the FVU loss is undefined); a later batch of identical tokens is
     skipped with a warning; a non-finite loss raises ``ValueError`` (lower ``cfg.lr``). Finite activations
-    therefore never give NaN parameters silently.
+    therefore never give NaN parameters silently. ``distributed=True`` without an initialized process group,
+    or with a ``batch_size`` the world size does not divide, raises ``ValueError``; with it, a bad batch on
+    any process raises on every process.
     """
     check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
     SAEConfig.from_dict(cfg.to_dict())  # __post_init__'s checks, also for a config edited after construction
     check_int(log_every, "log_every", minimum=1)
     check_bool(progress, "progress")
+    check_bool(distributed, "distributed")
+    ranks = Ranks.joined(cfg.batch_size) if distributed else None
+    world = 1 if ranks is None else ranks.world
     src = _as_source(source, cfg)
-    batches = src.batches(cfg.batch_size, cycle=True)
+    batches = src.batches(cfg.batch_size // world, cycle=True)
 
     # ---- initialization from the first batches (also used for training)
     first: list[torch.Tensor] = []
     try:
-        while sum(b.shape[0] for b in first) < min(INIT_TOKENS, cfg.total_tokens):
+        while sum(b.shape[0] for b in first) * world < min(INIT_TOKENS, cfg.total_tokens):
             first.append(next(batches))
     except StopIteration:
         pass
-    if not first:
-        raise ValueError(
-            f"source yielded fewer than batch_size={cfg.batch_size} tokens: nothing to train on "
-            "(an empty source, or lower batch_size)"
-        )
-    if first[0].shape[1] != cfg.d_in:
-        raise ValueError(
-            f"the source's activations have width {first[0].shape[1]}, but cfg.d_in = {cfg.d_in} "
-            "(activation width mismatch)"
-        )
+    if ranks is None:
+        problem = _first_batches_problem(first, cfg, f"batch_size={cfg.batch_size}")
+        if problem is not None:
+            raise ValueError(problem)
+    else:
+        batch_text = f"batch_size // world_size = {cfg.batch_size // world}"
+        ranks.raise_if_any(_first_batches_problem(first, cfg, batch_text))
+        first = first[: ranks.min_int(len(first))]  # the first batches every rank has
     init = torch.cat(first)
-    if not bool(torch.isfinite(init).all()):
+    if ranks is None:
+        relative_variance = _relative_variance(init)
+    else:
+        stats = ranks.spread(init, cfg.d_in)
+        assert stats is not None  # every rank has its first batches
+        relative_variance = float(stats[1]) / stats[2] if stats[2] > 0 else 0.0
+    if relative_variance <= MIN_RELATIVE_VARIANCE:
         raise ValueError(
-            f"source's activations contain NaN or inf (in the first {init.shape[0]} tokens): an SAE trained "
-            "on them would have NaN parameters; drop or repair those tokens"
-        )
-    if _relative_variance(init) <= MIN_RELATIVE_VARIANCE:
-        raise ValueError(
-            f"source's activations have zero variance: the first {init.shape[0]} tokens are all the same "
-            "vector (up to float32 rounding), so there is nothing for an SAE to learn and its FVU loss "
+            f"source's activations have zero variance: the first {init.shape[0] * world} tokens are all the "
+            "same vector (up to float32 rounding), so there is nothing for an SAE to learn and its FVU loss "
             "(error / variance) is undefined; check the hook point and the inputs (constant activations?), or "
             "shuffle the source if only its beginning is constant"
         )
     sae = SAE(cfg)
     scale = 1.0
     if cfg.normalize_activations == "expected_average_only_in":
-        mean_norm = float(init.norm(dim=1).mean())
+        norms = init.norm(dim=1) if ranks is None else ranks.interleave(init.norm(dim=1), len(first))
+        mean_norm = float(norms.mean())
         if not math.isfinite(mean_norm) or mean_norm == 0:
             raise ValueError(
                 f"cannot normalize source's activations: their mean norm is {mean_norm} "
                 "(normalize_activations='expected_average_only_in' divides by it); rescale them first"
             )
         scale = math.sqrt(cfg.d_in) / mean_norm
+        if ranks is not None:
+            scale = ranks.broadcast_float(scale)
     with torch.no_grad():
-        sample = init[:4096] * scale
-        if cfg.b_dec_init == "geometric_median":
-            sae.b_dec.copy_(geometric_median(sample))
-        elif cfg.b_dec_init == "mean":
-            sae.b_dec.copy_(sample.mean(0))
+        if cfg.b_dec_init != "zeros":
+            if ranks is None:
+                head = init[:4096]
+            else:  # the first 4096 tokens of the global batches, in one process's order
+                n_head = min(len(first), -(-4096 // cfg.batch_size))
+                head = ranks.interleave(torch.cat(first[:n_head]), n_head)[:4096]
+            sample = head * scale
+            if cfg.b_dec_init == "geometric_median":
+                sae.b_dec.copy_(geometric_median(sample))
+            else:
+                sae.b_dec.copy_(sample.mean(0))
     sae.train()
+    step_loss = _TrainStep(sae, cfg, ranks)
+    # DDP broadcasts rank 0's parameters (equal on every rank already: same seed, same data) and averages
+    # the gradients; it also broadcasts the BatchTopK threshold buffer before each forward (batchtopk_train
+    # keeps it equal on every rank anyway)
+    model = step_loss if ranks is None else DistributedDataParallel(step_loss)
 
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.effective_lr, betas=(0.9, 0.999))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
@@ -274,21 +392,37 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
     def stream():
         yield from first
         yield from batches
+        if ranks is not None:
+            yield None  # this rank's source ran out: the others must learn it in the next collective
 
-    bar = tqdm(total=steps, disable=not progress, desc=f"train {cfg.architecture} SAE", unit="step")
+    shown = progress and (ranks is None or ranks.rank == 0)
+    bar = tqdm(total=steps, disable=not shown, desc=f"train {cfg.architecture} SAE", unit="step")
     start = time.perf_counter()
     step = skipped = 0
     for batch in stream():
         if step >= steps:
             break
-        if not bool(torch.isfinite(batch).all()):
-            raise ValueError(
+        bad_batch = None
+        if batch is not None and not bool(torch.isfinite(batch).all()):
+            bad_batch = (
                 f"source's activations contain NaN or inf (in the batch for step {step}): an SAE trained on "
                 "them would have NaN parameters; drop or repair those tokens"
             )
-        x = batch * scale
-        spread = (x - x.mean(0)).pow(2).sum()
-        if float(spread) <= MIN_RELATIVE_VARIANCE * float(torch.linalg.vector_norm(x)) ** 2:
+        if ranks is None:
+            if bad_batch is not None:
+                raise ValueError(bad_batch)
+            x = batch * scale
+            spread = (x - x.mean(0)).pow(2).sum()
+            n_tokens = x.shape[0]
+            identical = float(spread) <= MIN_RELATIVE_VARIANCE * float(torch.linalg.vector_norm(x)) ** 2
+        else:
+            x = None if batch is None else batch * scale
+            stats = ranks.spread(x, cfg.d_in, bad_batch)
+            if stats is None:  # some rank's source ran out: every rank stops here
+                break
+            n_tokens, spread, sq_norm = stats
+            identical = float(spread) <= MIN_RELATIVE_VARIANCE * sq_norm
+        if identical:
             # every token of the batch is the same vector: the FVU would be 0 / 0 or a ratio of rounding errors
             skipped += 1
             if skipped >= steps:
@@ -297,23 +431,10 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
                     "same vector (zero variance, FVU undefined); shuffle the source or raise batch_size"
                 )
             continue
-        x_hat, pre, fired, l0, f = _decode_train(sae, cfg, x)
-        fvu = (x_hat - x).pow(2).sum() / spread
-        loss = fvu
-        since_fired += 1
-        since_fired[fired] = 0
-        dead = since_fired >= cfg.dead_steps
-        aux = torch.zeros(())
-        if cfg.architecture in ("topk", "batchtopk"):
-            aux, _ = _aux_loss(sae, cfg, pre, (x - x_hat).detach(), dead, spread.detach())
-            loss = loss + cfg.aux_coefficient * aux
-        elif cfg.architecture == "relu":
-            loss = loss + cfg.l1_coefficient * f.abs().sum(-1).mean() / (spread / x.shape[0]).sqrt()
-        else:  # jumprelu
-            loss = loss + cfg.l0_coefficient * sae.l0_surrogate(pre)
-        if not bool(torch.isfinite(loss.detach())):
+        loss, logged, dead = model(x, spread, n_tokens, since_fired)
+        if not math.isfinite(logged["loss"]):
             raise ValueError(
-                f"training diverged at step {step}: the loss is {float(loss.detach())} on finite activations; "
+                f"training diverged at step {step}: the loss is {logged['loss']} on finite activations; "
                 f"lower cfg.lr (the learning rate was {opt.param_groups[0]['lr']:g})"
             )
         opt.zero_grad(set_to_none=True)
@@ -328,15 +449,17 @@ def train_sae(source, cfg: SAEConfig, *, progress: bool = True, log_every: int =
         if step % log_every == 0 or step == steps - 1:
             log.step.append(step)
             log.tokens.append((step + 1) * cfg.batch_size)
-            log.loss.append(float(loss.detach()))
-            log.fvu.append(float(fvu.detach()))
-            log.l0.append(l0)
+            log.loss.append(logged["loss"])
+            log.fvu.append(logged["fvu"])
+            log.l0.append(logged["l0"])
             log.dead_fraction.append(float(dead.double().mean()))
-            log.aux_loss.append(float(aux.detach()))
+            log.aux_loss.append(logged["aux"])
             log.lr.append(opt.param_groups[0]["lr"])
-        if progress and step % 10 == 0:
+        if shown and step % 10 == 0:
             bar.set_postfix(
-                fvu=f"{float(fvu.detach()):.3f}", l0=f"{l0:.1f}", dead=f"{float(dead.double().mean()):.3f}"
+                fvu=f"{logged['fvu']:.3f}",
+                l0=f"{logged['l0']:.1f}",
+                dead=f"{float(dead.double().mean()):.3f}",
             )
         bar.update(1)
         step += 1
