@@ -116,3 +116,21 @@ def crashing(budget, seed):
 def sleeping(budget, seed):
     time.sleep(120)
     return passing(budget, seed)
+
+
+def seeded(budget, seed):
+    """A number drawn from torch's RNG seeded with ``seed`` and reduced on torch's threads: the same for a
+    seed wherever it runs with the same thread count."""
+    import torch
+
+    torch.manual_seed(seed)
+    x = torch.randn(1 << 16, dtype=torch.float32)
+    ours = float((x * x).sum() / x.numel())
+    return {**passing(budget, seed), "system": "Seeded", "ours": ours, "passed": ours < 1.0, "figures": []}
+
+
+def killing_its_worker(budget, seed):
+    """Kills the process that started it (a Ray worker, under ``--backend ray``): Ray loses the task. Never
+    run it under the serial runner, whose process it would kill."""
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)

@@ -269,3 +269,134 @@ def test_status_lines_go_to_standard_error_at_once(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert re.fullmatch(r"  · \d\d:\d\d:\d\d quantizing 4 blocks\n", captured.err)
+
+
+# ---- seed sweeps and the Ray backend
+
+
+def outcomes_by_key(folder: Path) -> dict[tuple[str, int], tuple]:
+    """``{(name, seed): (verdict, ours, baseline, rows)}`` of a report: what two runs must agree on."""
+    out = {}
+    for r in json.loads((folder / "results.json").read_text())["results"]:
+        res = r["result"] or {}
+        out[r["name"], r["seed"]] = (r["verdict"], res.get("ours"), res.get("baseline"), res.get("rows"))
+    return out
+
+
+def test_a_seed_sweep_on_ray_writes_the_serial_runners_verdicts_and_numbers(registry, tmp_path, capsys):
+    pytest.importorskip("ray")
+    pytest.importorskip("torch")
+    registry.update(
+        a=FakeEntryPoint("a", "passing"),
+        s=FakeEntryPoint("s", "seeded"),
+        f=FakeEntryPoint("f", "failing"),
+        r=FakeEntryPoint("r", "raising"),
+    )
+    assert repro.main(["--seeds", "0-2", "--out", str(tmp_path / "serial")]) == 1  # "r" raised
+    assert repro.main(["--seeds", "0,1,2", "--backend", "ray", "--out", str(tmp_path / "ray")]) == 1
+    ((serial,), (ray,)) = ((tmp_path / "serial").iterdir(), (tmp_path / "ray").iterdir())
+    got, expected = outcomes_by_key(ray), outcomes_by_key(serial)
+    assert list(got) == list(expected) == [(n, s) for n in "asfr" for s in (0, 1, 2)]  # the run's order
+    assert got == expected
+    assert len({got["s", seed][1] for seed in (0, 1, 2)}) == 3  # the seeds reached the runs
+    assert [got["a", seed][2] for seed in (0, 1, 2)] == [0.2, 1.2, 2.2]
+    assert {got["r", seed][0] for seed in (0, 1, 2)} == {"ERROR"}
+    meta = json.loads((ray / "results.json").read_text())["meta"]
+    assert (meta["seeds"], meta["backend"], meta["seed"]) == ([0, 1, 2], "ray", 0)
+    report = (ray / "report.md").read_text()
+    assert "seeds 0, 1, 2, backend ray" in report and "| system | seed | claim |" in report
+    assert "## Seeded, seed 2" in report and "a__seed1__curve.png" in report
+    assert (ray / "a__seed1__curve.png").is_file()
+    # the tasks ran with the serial runner's torch threads, on a Ray worker's host
+    runs = json.loads((ray / "results.json").read_text())["results"]
+    serial_runs = json.loads((serial / "results.json").read_text())["results"]
+    assert {tuple(r["env"]["threads"]) for r in runs if r["name"] == "s"} == {
+        tuple(r["env"]["threads"]) for r in serial_runs if r["name"] == "s"
+    }
+    assert all("host" in r["env"] for r in runs if r["name"] == "s")
+    out = capsys.readouterr()
+    assert "r (seed 1) raised" in out.err and "PASS    a seed 2" in out.out
+
+
+def test_a_lost_ray_task_names_its_reproduction_and_seed_and_the_others_stay(registry, tmp_path, capsys):
+    pytest.importorskip("ray")
+    registry.update(a=FakeEntryPoint("a", "passing"), k=FakeEntryPoint("k", "killing_its_worker"))
+    assert (
+        repro.main(["--backend", "ray", "--seeds", "0-1", "--cpus-per-task", "1", "--out", str(tmp_path)])
+        == 1
+    )
+    (folder,) = tmp_path.iterdir()
+    got = {(r["name"], r["seed"]): r for r in json.loads((folder / "results.json").read_text())["results"]}
+    assert [got["a", s]["verdict"] for s in (0, 1)] == ["PASS", "PASS"]
+    for seed in (0, 1):
+        assert got["k", seed]["verdict"] == "ERROR"
+        assert f"the Ray task running k with seed {seed} failed" in got["k", seed]["error"]
+    assert "the Ray task running k with seed" in capsys.readouterr().err
+
+
+def test_the_ray_backend_refuses_what_it_cannot_use(registry, tmp_path, capsys, monkeypatch):
+    import socket
+
+    registry.update(a=FakeEntryPoint("a", "passing"))
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        assert repro.main(["--backend", "ray", "--ray-address", address, "--out", str(tmp_path)]) == 2
+        assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
+    assert time.monotonic() - start < 30  # refused at once, not after Ray's minutes of retries
+    assert repro.main(["--backend", "ray", "--ray-address", "head-node", "--out", str(tmp_path)]) == 2
+    assert "--ray-address must be 'auto', HOST:PORT or ray://HOST:PORT" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert repro.main(["--backend", "ray", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--backend ray needs Ray, which is not installed" in err and "icml-tools[ray]" in err
+    assert not list(tmp_path.iterdir())  # refused before any work: no report folder
+    bad = (
+        ["--ray-address", "auto"],  # without --backend ray
+        ["--cpus-per-task", "2"],
+        ["--backend", "ray", "--cpus-per-task", "0"],
+        ["--backend", "dask"],
+        ["--seeds", "3-1"],
+        ["--seeds", "a"],
+        ["--seeds", "0,-1"],
+        ["--seeds", "0-5000"],
+        ["--seed", "1", "--seeds", "0-1"],
+    )
+    for argv in bad:
+        with pytest.raises(SystemExit) as exc:
+            repro.main(argv)
+        assert exc.value.code == 2, argv
+    err = capsys.readouterr().err
+    assert "--ray-address and --cpus-per-task go with --backend ray" in err
+    assert "must be seeds >= 0 as A-B (A <= B) or A,B,C, got '3-1'" in err
+    assert "at most 1000 seeds" in err and "not allowed with argument" in err
+
+
+def test_a_seed_sweep_resumes_by_reproduction_and_seed(registry, tmp_path, capsys, monkeypatch):
+    log = tmp_path / "calls.txt"
+    monkeypatch.setenv("ICML_TEST_CALLS", str(log))
+    registry.update(a=FakeEntryPoint("a", "recording"), b=FakeEntryPoint("b", "failing"))
+    assert repro.main(["--only", "a", "--seeds", "0-1", "--out", str(tmp_path / "part")]) == 0
+    (part,) = (tmp_path / "part").iterdir()
+    assert repro.main(["--resume", str(part), "--seeds", "0-1"]) == 0
+    assert log.read_text().splitlines() == ["quick 0", "quick 1"]  # the resumed run ran only b
+    assert list(outcomes_by_key(part)) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert repro.main(["--resume", str(part)]) == 2  # seed 0 alone is another run
+    assert "ran budget 'quick' seeds 0, 1; pass the same (got 'quick' seed 0)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_registered_reproductions_sweep_through_ray_as_they_run_serially(tmp_path):
+    """Two registered reproductions of the experiments area (a placeholder and proteus-gaussian, which
+    reduces on torch's threads), swept over two seeds: the same verdicts and numbers on Ray as serially."""
+    pytest.importorskip("ray")
+    argv = ["--only", "grpo-bandit,proteus-gaussian", "--seeds", "0-1"]
+    assert repro.main([*argv, "--out", str(tmp_path / "serial")]) == 0
+    assert repro.main([*argv, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
+    ((serial,), (ray,)) = ((tmp_path / "serial").iterdir(), (tmp_path / "ray").iterdir())
+    got = outcomes_by_key(ray)
+    assert list(got) == [(n, s) for n in ("grpo-bandit", "proteus-gaussian") for s in (0, 1)]
+    assert got == outcomes_by_key(serial)
+    assert got["proteus-gaussian", 0][1] != got["proteus-gaussian", 1][1]  # the seed reached it

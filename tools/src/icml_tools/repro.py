@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
+from icml_tools import ray_backend
 from icml_tools.child import Child, preload
 from icml_tools.plots import draw_figure
 from icml_tools.protocol import ProtocolError, check_run_args, format_number, validate_result
@@ -53,6 +54,7 @@ class Outcome:
     error: str | None = None
     env: dict = field(default_factory=dict)  # what it ran with: threads, torch/numpy versions, device
     timed_out: bool = False
+    seed: int = 0
 
     @property
     def verdict(self) -> str:
@@ -88,16 +90,17 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
-def run_one(ep, budget: str, seed: int, timeout: float | None = None) -> Outcome:
-    """Run one registered reproduction under the protocol in a process of its own (:class:`Child`), stopped
-    after ``timeout`` seconds when given; what it raises, a crash of its process or the timeout becomes the
-    outcome's error. Ctrl-C reaches it too: it is given a few seconds to end, then killed, and the
-    ``KeyboardInterrupt`` is raised here."""
+def run_one(ep, budget: str, seed: int, timeout: float | None = None, fork: bool | None = None) -> Outcome:
+    """Run one registered reproduction under the protocol in a process of its own (:class:`Child`; ``fork``:
+    forked or a new interpreter, by default as :class:`Child` chooses), stopped after ``timeout`` seconds
+    when given; what it raises, a crash of its process or the timeout becomes the outcome's error. Ctrl-C
+    reaches it too: it is given a few seconds to end, then killed, and the ``KeyboardInterrupt`` is raised
+    here."""
     check_run_args(budget, seed)
     with tempfile.TemporaryDirectory(prefix="icml-repro-") as tmp:
         out = Path(tmp) / "outcome.json"
         start = time.perf_counter()
-        child = Child(ep.value, budget, seed, out)
+        child = Child(ep.value, budget, seed, out, fork=fork)
         try:
             code = child.wait(timeout)
         except KeyboardInterrupt:
@@ -108,14 +111,24 @@ def run_one(ep, budget: str, seed: int, timeout: float | None = None) -> Outcome
             child.kill()
             seconds = time.perf_counter() - start
             error = f"stopped after {seconds:.1f} s: it exceeded the time limit (--timeout {timeout:g} s)"
-            return Outcome(ep.name, ep.value, distribution(ep), seconds, error=error, timed_out=True)
+            return Outcome(
+                ep.name, ep.value, distribution(ep), seconds, error=error, timed_out=True, seed=seed
+            )
         if not out.is_file():
             how = f"signal {_signal_name(-code)}" if code < 0 else f"exit code {code}"
             error = f"its process ended ({how}) without writing a result"
-            return Outcome(ep.name, ep.value, distribution(ep), time.perf_counter() - start, error=error)
+            seconds = time.perf_counter() - start
+            return Outcome(ep.name, ep.value, distribution(ep), seconds, error=error, seed=seed)
         data = json.loads(out.read_text())
     return Outcome(
-        ep.name, ep.value, distribution(ep), data["seconds"], data["result"], data["error"], data["env"]
+        ep.name,
+        ep.value,
+        distribution(ep),
+        data["seconds"],
+        data["result"],
+        data["error"],
+        data["env"],
+        seed=seed,
     )
 
 
@@ -132,13 +145,21 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def sweeps(outcomes: list[Outcome]) -> bool:
+    """Whether the outcomes ran with more than one seed (the tables then have a seed column)."""
+    return len({o.seed for o in outcomes}) > 1
+
+
 def summary_rows(outcomes: list[Outcome]) -> list[list[str]]:
+    """One row per outcome, under :func:`header` (with a seed column for a seed sweep)."""
     rows = []
+    sweep = sweeps(outcomes)
     for o in outcomes:
         r = o.result or {}
         rows.append(
             [
                 r.get("system", o.name),
+                *([str(o.seed)] if sweep else []),
                 r.get("claim", "(raised, see report)"),
                 r.get("metric", ""),
                 format_number(r["ours"]) if r else "",
@@ -154,11 +175,19 @@ def summary_rows(outcomes: list[Outcome]) -> list[list[str]]:
 HEADER = ["system", "claim", "metric", "ours", "baseline", "verdict", "time (s)", "cache"]
 
 
-def text_table(rows: list[list[str]], claim_width: int = 60) -> str:
-    rows = [[_shorten(c, claim_width) if i == 1 else _shorten(c, 40) for i, c in enumerate(r)] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER)]
+def header(outcomes: list[Outcome]) -> list[str]:
+    """The summary table's columns: :data:`HEADER`, with ``seed`` after ``system`` for a seed sweep."""
+    return [HEADER[0], "seed", *HEADER[1:]] if sweeps(outcomes) else HEADER
+
+
+def text_table(rows: list[list[str]], claim_width: int = 60, columns: list[str] = HEADER) -> str:
+    claim = columns.index("claim")
+    rows = [
+        [_shorten(c, claim_width) if i == claim else _shorten(c, 40) for i, c in enumerate(r)] for r in rows
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(columns)]
     line = "  ".join("-" * w for w in widths)
-    out = ["  ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True)), line]
+    out = ["  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)), line]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(out)
 
@@ -192,21 +221,30 @@ def _env_line(o: Outcome) -> str:
     return "Ran with " + ", ".join(parts) + "."
 
 
+def seeds_text(seeds: list) -> str:
+    """``seed 3`` or ``seeds 0, 1, 2``."""
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(map(str, seeds))}"
+
+
 def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
+    seed_text = seeds_text(meta.get("seeds", [meta["seed"]]))
+    backend = f", backend {meta['backend']}" if meta.get("backend", "serial") != "serial" else ""
     sections = [
         "# icml reproductions",
         "",
-        f"Budget `{meta['budget']}`, seed {meta['seed']}, {meta['started']}, {meta['platform']}.",
+        f"Budget `{meta['budget']}`, {seed_text}{backend}, {meta['started']}, {meta['platform']}.",
         "",
-        markdown_table(HEADER, summary_rows(outcomes)),
+        markdown_table(header(outcomes), summary_rows(outcomes)),
         "",
     ]
+    sweep = sweeps(outcomes)
     for o in outcomes:
+        title = o.result.get("system", o.name) if o.result else o.name
         sections += [
-            f"## {o.result.get('system', o.name) if o.result else o.name}",
+            f"## {title}, seed {o.seed}" if sweep else f"## {title}",
             "",
-            f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), {o.seconds:.1f} s.",
+            f"Entry point `{o.name}` = `{o.target}` ({o.distribution}), seed {o.seed}, {o.seconds:.1f} s.",
             "",
         ]
         if o.env:
@@ -232,7 +270,9 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
             keys = list(dict.fromkeys(k for row in r["rows"] for k in row))
             sections += [markdown_table(keys, [[row.get(k, "") for k in keys] for row in r["rows"]]), ""]
         for fig in r.get("figures", []):
-            png = f"{o.name}__{fig['name']}.png"
+            png = (
+                f"{o.name}__{fig['name']}.png" if not sweep else f"{o.name}__seed{o.seed}__{fig['name']}.png"
+            )
             try:
                 if not (folder / png).is_file():  # drawn once, when its reproduction finished
                     draw_figure(fig, folder / png)
@@ -245,6 +285,7 @@ def write_report(outcomes: list[Outcome], folder: Path, meta: dict) -> None:
         "results": [
             {
                 "name": o.name,
+                "seed": o.seed,
                 "target": o.target,
                 "distribution": o.distribution,
                 "seconds": o.seconds,
@@ -273,6 +314,7 @@ def read_report(folder: Path) -> tuple[dict, list[Outcome]]:
             r["error"],
             r.get("env", {}),
             r.get("timed_out", False),
+            r.get("seed", payload["meta"].get("seed", 0)),
         )
         for r in payload["results"]
     ]
@@ -297,14 +339,15 @@ def earlier_seconds(out: Path, budget: str, exclude: Path | None = None) -> dict
     return seconds
 
 
-def result_line(o: Outcome) -> str:
-    """One finished reproduction, as printed the moment it finishes."""
+def result_line(o: Outcome, sweep: bool = False) -> str:
+    """One finished reproduction, as printed the moment it finishes (``sweep``: naming its seed)."""
     r = o.result
+    name = f"{o.name} seed {o.seed}" if sweep else o.name
     if r is None:
-        return f"{o.verdict:7s} {o.name} ({o.seconds:.1f} s): {(o.error or '').strip().splitlines()[-1]}"
+        return f"{o.verdict:7s} {name} ({o.seconds:.1f} s): {(o.error or '').strip().splitlines()[-1]}"
     cache = f", cache {r['cache']}" if r.get("cache") else ""
     return (
-        f"{o.verdict:7s} {o.name}: ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])} "
+        f"{o.verdict:7s} {name}: ours {format_number(r['ours'])}, baseline {format_number(r['baseline'])} "
         f"({o.seconds:.1f} s{cache})"
     )
 
@@ -324,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     if not names:
         print("icml-repro: no reproductions are registered (is the workspace synced?)", file=sys.stderr)
         return 1
+    if args.backend == "ray":
+        try:  # before any work: Ray installed, the cluster's address reachable
+            ray_backend.import_ray()
+            ray_backend.check_address(args.ray_address)
+        except ray_backend.RayBackendError as exc:
+            print(f"icml-repro: {exc}", file=sys.stderr)
+            return 2
     now = datetime.now(timezone.utc)
     outcomes: list[Outcome] = []
     if args.resume is not None:
@@ -334,10 +384,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"icml-repro: --resume {args.resume}: no readable results.json there ({exc})", file=sys.stderr
             )
             return 2
-        if (meta.get("budget"), meta.get("seed")) != (args.budget, args.seed):
+        ran = meta.get("seeds", [meta.get("seed")])
+        if (meta.get("budget"), ran) != (args.budget, args.seeds):
             print(
-                f"icml-repro: --resume {args.resume} ran budget {meta.get('budget')!r} seed {meta.get('seed')}; "
-                f"pass the same (got {args.budget!r} seed {args.seed})",
+                f"icml-repro: --resume {args.resume} ran budget {meta.get('budget')!r} {seeds_text(ran)}; "
+                f"pass the same (got {args.budget!r} {seeds_text(args.seeds)})",
                 file=sys.stderr,
             )
             return 2
@@ -348,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         meta["timeout"] = args.timeout
         folder = new_report_folder(args.out, now)
         folder.mkdir(parents=True)
-    done = {o.name for o in outcomes}
-    todo = [n for n in names if n not in done]
+    order = {(n, seed): k for k, (n, seed) in enumerate((n, s) for n in names for s in args.seeds)}
+    done = {(o.name, o.seed) for o in outcomes}
+    todo = [key for key in order if key not in done]
     if done:
         print(
             f"icml-repro: {folder} holds {len(done)} finished; running the {len(todo)} missing",
@@ -357,28 +409,56 @@ def main(argv: list[str] | None = None) -> int:
         )
     expected = earlier_seconds(args.out if args.resume is None else args.resume.parent, args.budget, folder)
     preload()
-    finished = 0
+    sweep = len(args.seeds) > 1
+
+    def finished(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        outcomes.sort(key=lambda o: order.get((o.name, o.seed), len(order)))
+        write_report(outcomes, folder, meta)
+        print(result_line(outcome, sweep), flush=True)
+
+    count = 0
     try:
-        for k, name in enumerate(todo):
-            print(f"[{k + 1}/{len(todo)}] {name}{_eta(todo[k:], expected)}", file=sys.stderr, flush=True)
-            outcome = run_one(registered[name], args.budget, args.seed, args.timeout)
-            outcomes.append(outcome)
-            write_report(outcomes, folder, meta)
-            finished += 1
-            print(result_line(outcome), flush=True)
+        if args.backend == "ray":
+            tasks = [
+                ray_backend.Task(k, n, registered[n].value, distribution(registered[n]), seed)
+                for k, (n, seed) in enumerate(todo)
+            ]
+            cpus = args.cpus_per_task or ray_backend.default_cpus()
+            where = args.ray_address or "a local Ray"
+            print(
+                f"icml-repro: {len(tasks)} Ray tasks on {where}, {cpus} CPUs each",
+                file=sys.stderr,
+                flush=True,
+            )
+            for _, outcome in ray_backend.run_tasks(
+                tasks, args.budget, args.timeout, address=args.ray_address, cpus=cpus, make_outcome=Outcome
+            ):
+                finished(outcome)
+                count += 1
+        else:
+            for k, (name, seed) in enumerate(todo):
+                label = f"{name} seed {seed}" if sweep else name
+                eta = _eta([n for n, _ in todo[k:]], expected)
+                print(f"[{k + 1}/{len(todo)}] {label}{eta}", file=sys.stderr, flush=True)
+                finished(run_one(registered[name], args.budget, seed, args.timeout))
+                count += 1
+    except ray_backend.RayBackendError as exc:
+        print(f"icml-repro: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the runner at once
         write_report(outcomes, folder, meta)
         print(
-            f"\nicml-repro: stopped by Ctrl-C; {finished} of {len(todo)} finished this run, "
+            f"\nicml-repro: stopped by Ctrl-C; {count} of {len(todo)} finished this run, "
             f"{len(outcomes)} in the report {folder / 'report.md'}"
-            + (f" (continue with --resume {folder})" if finished < len(todo) else ""),
+            + (f" (continue with --resume {folder})" if count < len(todo) else ""),
             file=sys.stderr,
         )
         return 130
     write_report(outcomes, folder, meta)
     print()
-    print(text_table(summary_rows(outcomes)))
+    print(text_table(summary_rows(outcomes), columns=header(outcomes)))
     print(
         f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}"
     )
@@ -391,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     errors = [o for o in outcomes if o.error is not None]
     for o in errors:
-        print(f"\n{o.name} raised:\n{o.error}", file=sys.stderr)
+        print(f"\n{o.name}{f' (seed {o.seed})' if sweep else ''} raised:\n{o.error}", file=sys.stderr)
     return 1 if errors else 0
 
 

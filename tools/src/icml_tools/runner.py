@@ -66,9 +66,37 @@ def parse_run_args(
     )
     budget.add_argument("--full", dest="budget", action="store_const", const="full", help="the full budget")
     parser.set_defaults(budget="quick")
-    parser.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
+    seeds = parser.add_mutually_exclusive_group() if repro else parser
+    seeds.add_argument("--seed", type=int, default=0, help="seed passed to each one (default 0)")
     parser.add_argument("--out", type=Path, default=Path(out), help=f"output folder (default ./{out})")
     if repro:
+        seeds.add_argument(
+            "--seeds",
+            type=_seed_list,
+            default=None,
+            metavar="SEEDS",
+            help="a seed sweep: run each one with every seed of SEEDS (0-4, or 0,3,7)",
+        )
+        parser.add_argument(
+            "--backend",
+            choices=("serial", "ray"),
+            default="serial",
+            help="serial: one after the other here (default); ray: as Ray tasks, in parallel",
+        )
+        parser.add_argument(
+            "--ray-address",
+            default=None,
+            metavar="ADDRESS",
+            help="with --backend ray: the cluster (auto, HOST:PORT or ray://HOST:PORT); default a local Ray",
+        )
+        parser.add_argument(
+            "--cpus-per-task",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="with --backend ray: CPUs (and torch threads) per reproduction; default the threads torch "
+            "starts with here, as the serial runner's reproductions get",
+        )
         parser.add_argument(
             "--timeout",
             type=_positive_seconds,
@@ -84,11 +112,49 @@ def parse_run_args(
             help="continue the run reported in REPORT_DIR: skip what it holds, add the rest to it",
         )
     args = parser.parse_args(argv)
+    if repro:
+        if args.backend != "ray" and (args.ray_address is not None or args.cpus_per_task is not None):
+            parser.error("--ray-address and --cpus-per-task go with --backend ray")
+        args.seeds = args.seeds or [args.seed]
+        args.seed = args.seeds[0]
     try:
-        check_run_args(args.budget, args.seed)
+        for seed in getattr(args, "seeds", [args.seed]):
+            check_run_args(args.budget, seed)
     except ValueError as exc:
         parser.error(str(exc))
     return args
+
+
+MAX_SEEDS = 1000  # seeds in one sweep
+
+
+def _seed_list(text: str) -> list[int]:
+    """``0-4`` (inclusive) or ``0,3,7`` as a list of distinct seeds, in order."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, dash, high = part.strip().partition("-")
+            first, last = int(low), int(high) if dash else int(low)
+            if last < first:
+                raise ValueError
+            seeds += [s for s in range(first, last + 1) if s not in seeds]
+            if len(seeds) > MAX_SEEDS:
+                raise argparse.ArgumentTypeError(f"at most {MAX_SEEDS} seeds, got more in {text!r}")
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be seeds >= 0 as A-B (A <= B) or A,B,C, got {text!r}"
+        ) from None
+    return seeds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or value > 4096:
+        raise argparse.ArgumentTypeError(f"must be an int in 1..4096, got {text!r}")
+    return value
 
 
 def package(ep: Any) -> str:
@@ -157,6 +223,7 @@ def run_meta(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
     return {
         "budget": args.budget,
         "seed": args.seed,
+        **({"seeds": args.seeds, "backend": args.backend} if hasattr(args, "seeds") else {}),
         "started": now.isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
