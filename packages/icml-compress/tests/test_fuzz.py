@@ -55,7 +55,7 @@ from icml_compress.quantize import (
 )
 from icml_compress.trellis import BitshiftTrellis, default_chunk, parallel_viterbi, quantize_tiles, viterbi
 from icml_kernels.trellis import TrellisFormat
-from icml_tools.fuzz import Coverage, fuzz_call, rejects
+from icml_tools.fuzz import Coverage, fuzz_call, hostile, rejects
 
 FUZZ = Coverage()
 FUZZ.exempt(LloydMaxResult, "a NamedTuple result only lloyd_max builds (fuzzed through lloyd_max)")
@@ -635,11 +635,13 @@ def saved_dir() -> Path:
     return save_quantized(rtn_model(), path)
 
 
-def _quantize_fresh(model, config, calibration_texts, tokenizer=None, progress=False):
+def _quantize_fresh(model, config, calibration_texts, tokenizer=None, progress=False, distributed=False):
     """quantize_model on a copy of ``model`` (it quantizes in place)."""
     if isinstance(model, nn.Module):
         model = copy.deepcopy(model)
-    return quantize_model(model, config, calibration_texts, tokenizer=tokenizer, progress=progress)
+    return quantize_model(
+        model, config, calibration_texts, tokenizer=tokenizer, progress=progress, distributed=distributed
+    )
 
 
 _quantize_fresh.__qualname__ = "quantize_model"
@@ -669,6 +671,7 @@ def test_quantize_model(data):
             "calibration_texts": IDS,
             "tokenizer": None,
             "progress": False,
+            "distributed": False,
         },
         check=check,
         strategies={
@@ -676,6 +679,8 @@ def test_quantize_model(data):
                 [None, "model", nn.Sequential(nn.Embedding(10, 4)), tiny().double(), nn.Linear]
             ),
             "config": st.sampled_from([None, "rtn", RTN_CONFIG.to_dict(), QuantConfig(T=48)]),
+            # True without a process group (test_distributed.py runs torchrun) or not a bool
+            "distributed": st.one_of(st.just(True), hostile(False)),
         },
         related={"calibration_texts": ["tokenizer"], "tokenizer": ["calibration_texts"]},
     )

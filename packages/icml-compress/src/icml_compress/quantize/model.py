@@ -41,6 +41,15 @@ from icml_compress.quantize.calibration import (
 from icml_compress.quantize.compensate import compensate
 from icml_compress.quantize.config import QuantConfig
 from icml_compress.quantize.distill import distill, distillation_set, packed_hash
+from icml_compress.quantize.distributed import (
+    assign_layers,
+    check_same_call,
+    collect_hessians_sharded,
+    distributed_record,
+    fingerprint,
+    gather_layers,
+    process_group,
+)
 from icml_compress.quantize.incoherence import random_signs, rotate_hessian, rotate_weight
 from icml_compress.quantize.ldlq import block_ldl, proxy_error
 from icml_compress.quantize.linear import ProteusLinear, RTNLinear, module_bytes
@@ -243,7 +252,8 @@ def _quantize_linear_trellis(lin: nn.Linear, H: torch.Tensor, config: QuantConfi
     return mod, stats
 
 
-HESSIAN_BYTES = 1 << 30  # the float64 Hessians held at once while quantizing (layer streaming)
+HESSIAN_BYTES = 1 << 30  # the float64 Hessians held at once while quantizing (layer streaming; twice
+# that while a group calibrates: each is a double-double sum then)
 
 
 def calibration_groups(linears: dict[str, nn.Linear], budget: int | None) -> list[dict[str, nn.Linear]]:
@@ -327,6 +337,7 @@ def quantize_model(
     tokenizer=None,
     progress: bool = True,
     hessians: dict[str, torch.Tensor] | None = None,
+    distributed: bool = False,
 ) -> nn.Module:
     """Quantize the Linear layers of ``model`` in place and return it.
 
@@ -341,16 +352,38 @@ def quantize_model(
         hessians: the layers' input second moments from :func:`model_hessians` (same model, config and
             calibration): no calibration pass here. Checked to cover every layer with the right shape;
             that they come from the same calibration is the caller's word.
+        distributed: split the work over the ranks of the initialized ``torch.distributed`` process group
+            (run under ``torchrun``; every rank calls this with the same float model, config and
+            calibration text, and every rank returns the whole quantized model). See below.
 
     After it, ``model.icml_quantization`` holds the config and per-layer statistics (proxy error, chosen
     candidate, seconds) and ``generate`` works as before.
 
     The layers are calibrated and quantized one group of blocks at a time (:func:`calibration_groups`,
     Hessians within :data:`HESSIAN_BYTES`), each group from the float model, on ``config.device`` (default
-    the model's device); on the CPU the Viterbi uses worker processes for torch's threads.
+    the model's device); on the CPU the Viterbi uses worker processes for torch's threads. Calibration
+    keeps each Hessian as a double-double sum (twice :data:`HESSIAN_BYTES` while a group calibrates).
+
+    With ``distributed=True`` (docs: ``proteus-distributed.md``): each rank streams a contiguous shard of
+    the calibration sequences, and the per-rank double-double Hessian sums are combined in rank order (a
+    send/recv chain, never a float ``all_reduce``), so every Hessian is the float64 rounding of the exact
+    sum, as in one process; within each group the layers are shared out between the ranks (balanced by
+    ``in_features * out_features``) and every rank gets all quantized modules and statistics
+    (``all_gather_object``). The packed words and every stored tensor then equal those of one process
+    (``distributed=False``; the same kind of device and libraries), except where an exact Hessian sum lies
+    within about ``n^2 2^-107`` (``n`` sequences) of its largest partial sum from a float64 rounding
+    boundary, where its last bit may differ (:func:`~icml_compress.quantize.calibration.pair_value`).
+    Distillation (``config.distill_steps``) runs whole on every rank, with the same result on each. Needs at
+    least one calibration sequence per rank when it calibrates (ValueError otherwise, on every rank, before
+    any work); a rank given another text, config or model makes every rank raise ValueError.
+    ``model.icml_quantization["distributed"]`` records the world size, backend and each rank's share; save
+    on one rank (``save_quantized`` on rank 0). Use ``init_process_group(timeout=...)`` longer than the
+    slowest layer's quantization: a rank that dies ends a ``torchrun`` job, the timeout ends other waits.
     """
     linears = _check_model(model, config)
     check_bool(progress, "progress")
+    group = process_group(distributed)  # (rank, world size) or None
+    rank, world = group if group is not None else (0, 1)
     if hessians is not None and config.method != "rtn":
         check_hessians(hessians, linears)
     if config.distill_chat and getattr(tokenizer, "chat_template", None) is None:
@@ -362,30 +395,55 @@ def quantize_model(
     device = next(model.parameters()).device
     if config.method != "rtn":
         quantization_device(config, device)  # a missing CUDA is refused before any work
+    calibrate = config.method != "rtn" and hessians is None
+    if group is not None:
+        if calibrate and len(sequences) < world:
+            raise ValueError(
+                f"distributed=True needs at least one calibration sequence per rank: calibration_texts give "
+                f"{len(sequences)} sequences of config.seq_len={config.seq_len} tokens "
+                f"(config.n_calibration={config.n_calibration}) for {world} ranks"
+            )
+        check_same_call(fingerprint(ids, config.to_dict(), linears, hessians is not None))
     sequences = sequences.to(device)
     t0 = time.perf_counter()
     teacher = copy.deepcopy(model) if config.distill_steps else None
     stats: dict = {}
     new: dict[str, nn.Module] = {}  # swapped in at the end: every group calibrates on the float model
-    bar = tqdm(total=len(linears), desc=f"quantize {config.label}", disable=not progress)
-    calibrate = config.method != "rtn" and hessians is None
-    for group in calibration_groups(linears, HESSIAN_BYTES if calibrate else None):
-        group_h = collect_hessians(model, group, sequences, progress=progress) if calibrate else hessians
-        for name, lin in group.items():
+    shown = progress and rank == 0
+    bar = tqdm(total=len(linears), desc=f"quantize {config.label}", disable=not shown)
+    owners = assign_layers(linears, world)
+    for part in calibration_groups(linears, HESSIAN_BYTES if calibrate else None):
+        if not calibrate:
+            group_h = hessians
+        elif group is None:
+            group_h = collect_hessians(model, part, sequences, progress=shown)
+        else:
+            group_h = collect_hessians_sharded(model, part, sequences, progress=shown)
+        done: dict[str, tuple[nn.Module, dict]] = {}
+        for name, lin in part.items():
+            if owners[name] != rank:
+                continue
             mod: nn.Module
             if config.method == "rtn":
                 mod, st = quantize_linear_rtn(lin, config), {}
             else:
                 assert group_h is not None  # for the type checker: collected or given
                 mod, st = quantize_linear_trellis(lin, group_h[name], config, name)
+            done[name] = (mod, st)
+            bar.update()
+        if group is not None:
+            done = gather_layers(done, list(part))  # every rank's layers, in the model's order
+            bar.update(len(part) - sum(owners[n] == rank for n in part))
+        for name, (mod, st) in done.items():
             new[name] = mod.to(device)
             stats[name] = st
-            bar.update()
         del group_h
     bar.close()
-    for name, done in new.items():
-        set_module(model, name, done)
+    for name, quantized in new.items():
+        set_module(model, name, quantized)
     info: dict = {"config": config.to_dict(), "layers": stats}
+    if group is not None:
+        info["distributed"] = distributed_record(len(sequences) if calibrate else 0, owners)
     if teacher is not None:
         sequences = distillation_set(sequences, teacher, tokenizer, config)
         before = packed_hash(model)
