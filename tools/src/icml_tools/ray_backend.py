@@ -148,6 +148,8 @@ def run_tasks(
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref)  # KeyboardInterrupt in the task: run_one stops its reproduction's process
+            # a few seconds for the tasks to stop their reproductions' processes before Ray shuts down
+            ray.wait(list(pending), num_returns=len(pending), timeout=10)
             raise
     finally:
         if started_here:

@@ -460,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text_table(summary_rows(outcomes), columns=header(outcomes)))
     print(
-        f"\n{len(outcomes)} reproductions in {sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}"
+        f"\n{len(outcomes)} {'runs (reproduction, seed)' if sweep else 'reproductions'} in "
+        f"{sum(o.seconds for o in outcomes):.0f} s; report: {folder / 'report.md'}"
     )
     for o in outcomes:
         if o.undocumented_threads:
