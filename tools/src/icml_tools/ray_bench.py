@@ -1,7 +1,8 @@
 """Benchmark ``repro-ray-sweep``: a seed sweep of a registered reproduction run serially and on a local Ray.
 
-Three runs of ``icml-repro --only proteus-gaussian --seeds ...`` (each its own ``python -m icml_tools.repro``
-process, timed whole: Ray's start included): the serial runner (one reproduction at a time, on the threads
+Three runs of ``icml-repro --only proteus-gaussian --quick --seeds ...`` (its quick budget whatever the
+benchmark's, which sets the number of seeds; each run its own ``python -m icml_tools.repro`` process, timed
+whole: Ray's start included): the serial runner (one reproduction at a time, on the threads
 torch starts with), Ray with the default CPUs per task (the same threads: one task at a time on a 2-core
 machine) and Ray with one CPU per task (as many tasks at once as there are cores). The speed-up is the serial
 time over each Ray time. Correctness first: the default Ray run must write the serial run's verdicts and
@@ -26,8 +27,8 @@ SEEDS = {"quick": "0-3", "full": "0-7"}
 RELATIVE = 1e-6
 
 
-def _run(out: Path, budget: str, seeds: str, extra: list[str]) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "icml_tools.repro", "--only", REPRODUCTION, f"--{budget}", "--seeds", seeds]
+def _run(out: Path, seeds: str, extra: list[str]) -> tuple[float, dict]:
+    cmd = [sys.executable, "-m", "icml_tools.repro", "--only", REPRODUCTION, "--quick", "--seeds", seeds]
     start = time.perf_counter()
     proc = subprocess.run([*cmd, *extra, "--out", str(out)], capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -56,7 +57,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     check_run_args(budget, seed)
     seeds = SEEDS[budget]
     with tempfile.TemporaryDirectory(prefix="repro-ray-sweep-") as tmp:
-        serial_s, serial = _run(Path(tmp) / "serial", budget, seeds, [])
+        serial_s, serial = _run(Path(tmp) / "serial", seeds, [])
         rows = [
             {
                 "runner": "serial",
@@ -70,7 +71,7 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
             ("ray, default CPUs per task", ["--backend", "ray"], 0.0),
             ("ray, 1 CPU per task", ["--backend", "ray", "--cpus-per-task", "1"], RELATIVE),
         ):
-            seconds, got = _run(Path(tmp) / label.replace(" ", "_").replace(",", ""), budget, seeds, extra)
+            seconds, got = _run(Path(tmp) / label.replace(" ", "_").replace(",", ""), seeds, extra)
             agrees = _agree(got, serial, relative)
             rows.append(
                 {
@@ -82,5 +83,5 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
                 }
             )
     for row in rows:
-        row.update(reproduction=REPRODUCTION, budget=budget)
+        row.update(reproduction=f"{REPRODUCTION} --quick", budget=budget)
     return rows
