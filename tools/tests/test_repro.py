@@ -362,6 +362,7 @@ def test_the_ray_backend_refuses_what_it_cannot_use(registry, tmp_path, capsys, 
         ["--seeds", "a"],
         ["--seeds", "0,-1"],
         ["--seeds", "0-5000"],
+        ["--seeds", "0-1000000000000"],  # refused at once, not after building the range
         ["--seed", "1", "--seeds", "0-1"],
     )
     for argv in bad:

@@ -137,9 +137,9 @@ def _seed_list(text: str) -> list[int]:
             first, last = int(low), int(high) if dash else int(low)
             if last < first:
                 raise ValueError
-            seeds += [s for s in range(first, last + 1) if s not in seeds]
-            if len(seeds) > MAX_SEEDS:
+            if len(seeds) + last - first + 1 > MAX_SEEDS:  # checked before the range is built
                 raise argparse.ArgumentTypeError(f"at most {MAX_SEEDS} seeds, got more in {text!r}")
+            seeds += [s for s in range(first, last + 1) if s not in seeds]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"must be seeds >= 0 as A-B (A <= B) or A,B,C, got {text!r}"
