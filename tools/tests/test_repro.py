@@ -283,9 +283,14 @@ def outcomes_by_key(folder: Path) -> dict[tuple[str, int], tuple]:
     return out
 
 
-def test_a_seed_sweep_on_ray_writes_the_serial_runners_verdicts_and_numbers(registry, tmp_path, capsys):
+def test_a_seed_sweep_on_ray_writes_the_serial_runners_verdicts_and_numbers(
+    registry, tmp_path, capsys, monkeypatch
+):
     pytest.importorskip("ray")
     pytest.importorskip("torch")
+    # the serial runner in a new interpreter per reproduction, as on Ray: forked from this test process,
+    # which earlier tests may have left with OpenMP's threads, "seeded" could hang in its first parallel op
+    monkeypatch.setattr(child, "FORK", False)
     registry.update(
         a=FakeEntryPoint("a", "passing"),
         s=FakeEntryPoint("s", "seeded"),
@@ -389,10 +394,13 @@ def test_a_seed_sweep_resumes_by_reproduction_and_seed(registry, tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_registered_reproductions_sweep_through_ray_as_they_run_serially(tmp_path):
+def test_registered_reproductions_sweep_through_ray_as_they_run_serially(tmp_path, monkeypatch):
     """Two registered reproductions of the experiments area (a placeholder and proteus-gaussian, which
     reduces on torch's threads), swept over two seeds: the same verdicts and numbers on Ray as serially."""
     pytest.importorskip("ray")
+    # each serial run in a new interpreter: a child forked from this test process, which earlier tests left
+    # with OpenMP's thread pool, hangs in its first parallel op (icml-repro itself never runs torch ops)
+    monkeypatch.setattr(child, "FORK", False)
     argv = ["--only", "grpo-bandit,proteus-gaussian", "--seeds", "0-1"]
     assert repro.main([*argv, "--out", str(tmp_path / "serial")]) == 0
     assert repro.main([*argv, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
