@@ -298,8 +298,13 @@ def test_a_seed_sweep_on_ray_writes_the_serial_runners_verdicts_and_numbers(
         r=FakeEntryPoint("r", "raising"),
     )
     assert repro.main(["--seeds", "0-2", "--out", str(tmp_path / "serial")]) == 1  # "r" raised
-    assert repro.main(["--seeds", "0,1,2", "--backend", "ray", "--out", str(tmp_path / "ray")]) == 1
-    ((serial,), (ray,)) = ((tmp_path / "serial").iterdir(), (tmp_path / "ray").iterdir())
+    (serial,) = (tmp_path / "serial").iterdir()
+    # the serial runs' torch threads (a fresh interpreter's default); the Ray default would be this test
+    # process's current count, which earlier tests may have changed (icml-repro's process never changes it)
+    threads = str(results(serial)["s"]["env"]["default_threads"])
+    ray_argv = ["--seeds", "0,1,2", "--backend", "ray", "--cpus-per-task", threads]
+    assert repro.main([*ray_argv, "--out", str(tmp_path / "ray")]) == 1
+    (ray,) = (tmp_path / "ray").iterdir()
     got, expected = outcomes_by_key(ray), outcomes_by_key(serial)
     assert list(got) == list(expected) == [(n, s) for n in "asfr" for s in (0, 1, 2)]  # the run's order
     assert got == expected
@@ -403,8 +408,13 @@ def test_registered_reproductions_sweep_through_ray_as_they_run_serially(tmp_pat
     monkeypatch.setattr(child, "FORK", False)
     argv = ["--only", "grpo-bandit,proteus-gaussian", "--seeds", "0-1"]
     assert repro.main([*argv, "--out", str(tmp_path / "serial")]) == 0
-    assert repro.main([*argv, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
-    ((serial,), (ray,)) = ((tmp_path / "serial").iterdir(), (tmp_path / "ray").iterdir())
+    (serial,) = (tmp_path / "serial").iterdir()
+    threads = str(results(serial)["proteus-gaussian"]["env"]["default_threads"])  # as in the test above
+    assert (
+        repro.main([*argv, "--backend", "ray", "--cpus-per-task", threads, "--out", str(tmp_path / "ray")])
+        == 0
+    )
+    (ray,) = (tmp_path / "ray").iterdir()
     got = outcomes_by_key(ray)
     assert list(got) == [(n, s) for n in ("grpo-bandit", "proteus-gaussian") for s in (0, 1)]
     assert got == outcomes_by_key(serial)
