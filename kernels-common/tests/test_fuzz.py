@@ -12,6 +12,13 @@ from hypothesis import strategies as st
 
 import icml_kernels
 from icml_kernels import (
+    block_mask_from_index,
+    block_sparse_attention,
+    block_sparse_attention_flex,
+    block_sparse_attention_reference,
+    dense_block_index,
+    echo_combine,
+    echo_combine_reference,
     fwht,
     fwht_reference,
     hadamard_matrix,
@@ -225,6 +232,166 @@ def test_gemv_refuses_non_finite_x():
     x = torch.randn(2, PACKED.shape[1] * T)
     x[0, 3] = math.nan
     rejects(trellis_gemv, x, PACKED, "1mad", L, K, 1, T, name="x")
+
+
+# --- block-sparse attention ----------------------------------------------------------------------------
+_GEN = torch.Generator().manual_seed(5)
+QKV = {name: torch.randn(1, 2, 40, 8, generator=_GEN) for name in ("q", "k", "v")}  # 3 blocks of 16 (ragged)
+BLOCK_INDEX = torch.tensor([[0, -1], [2, 1], [-1, -1]])  # (NQB, MAXK), the last query block sees nothing
+ATTENTION = {**QKV, "block_index": BLOCK_INDEX, "block_size": 16, "scale": 0.5}
+# an accepted block_size gives 3 query blocks too (14..19): the index then names other keys
+ATTENTION_RELATED = {"block_size": ["block_index"], "q": ["k", "v"], "k": ["q", "v"], "v": ["q", "k"]}
+
+
+def explicit_block_table(block_index, n_blocks: int) -> torch.Tensor:
+    """(..., NQB, NKB) bool, one listed entry at a time."""
+    table = torch.zeros(*block_index.shape[:-1], n_blocks, dtype=torch.bool)
+    for *row, j in (block_index >= 0).nonzero().tolist():
+        table[(*row, int(block_index[(*row, j)]))] = True
+    return table
+
+
+def is_block_sparse_attention(case) -> bool:
+    """The output is the masked softmax attention over the listed blocks, in float64 to the precision of
+    q's dtype; NaN or inf (warned, the fuzz helper checks that) only when a score can overflow it."""
+    kwargs, result = case
+    out = result[0] if kwargs.get("return_lse") else result
+    q, k, v, index, size = kwargs["q"], kwargs["k"], kwargs["v"], kwargs["block_index"], kwargs["block_size"]
+    scale = 1 / math.sqrt(q.shape[-1]) if kwargs["scale"] is None else kwargs["scale"]
+    if not (isinstance(out, torch.Tensor) and out.shape == q.shape and out.dtype == q.dtype):
+        return False
+    if not bool(torch.isfinite(out).all()):
+        bound = (q.double().abs() @ k.double().abs().transpose(-1, -2)).max() * max(1.0, abs(scale))
+        return bool(bound > torch.finfo(q.dtype).max)
+    n = q.shape[2]
+    blocks = -(-n // size)
+    table = explicit_block_table(index, blocks).expand(*q.shape[:2], blocks, blocks)
+    keep = table.repeat_interleave(size, -2).repeat_interleave(size, -1)[..., :n, :n]
+    s = (q.double() @ k.double().transpose(-1, -2) * scale).masked_fill(~keep, -math.inf)
+    p = torch.softmax(s, -1).nan_to_num(0.0)  # a row that sees nothing: zeros
+    expected = p @ v.double()
+    tol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-5
+    if kwargs.get("return_lse"):  # -inf exactly on the rows that see no key
+        lse, expected_lse = result[1], torch.logsumexp(s, -1)
+        finite = expected_lse.isfinite()
+        if not torch.equal(lse.isfinite(), finite):
+            return False
+        if not torch.allclose(lse[finite].double(), expected_lse[finite], rtol=tol, atol=tol):
+            return False
+    return torch.allclose(out.double(), expected, rtol=tol, atol=tol * (1 + float(expected.abs().max())))
+
+
+@FUZZ.covers(block_sparse_attention, block_sparse_attention_reference)
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_block_sparse_attention(data):
+    fn = data.draw(st.sampled_from([block_sparse_attention, block_sparse_attention_reference]), label="fn")
+    lse = data.draw(st.booleans(), label="return_lse")
+    fuzz_call(
+        data,
+        with_inputs(fn),
+        {**ATTENTION, "return_lse": lse},
+        check=is_block_sparse_attention,
+        related=ATTENTION_RELATED,
+        allow_non_finite=lse,  # the lse of a row that sees no key is -inf (checked above)
+    )
+
+
+@FUZZ.covers(block_sparse_attention_flex)
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_block_sparse_attention_flex(data):
+    fuzz_call(
+        data,
+        with_inputs(block_sparse_attention_flex),
+        ATTENTION,
+        check=is_block_sparse_attention,
+        related=ATTENTION_RELATED,
+    )
+
+
+@FUZZ.covers(block_mask_from_index)
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_block_mask_from_index(data):
+    def check(case) -> bool:
+        kwargs, mask = case
+        blocks = -(-kwargs["n"] // kwargs["block_size"])
+        table = explicit_block_table(kwargs["block_index"], blocks)
+        return torch.equal(mask.to_dense().bool(), table.expand(mask.to_dense().shape))
+
+    fuzz_call(
+        data,
+        with_inputs(block_mask_from_index),
+        {"block_index": BLOCK_INDEX, "n": 40, "block_size": 16},
+        check=check,
+        related={"n": ["block_index"], "block_size": ["block_index"]},
+    )
+
+
+@FUZZ.covers(dense_block_index)
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_dense_block_index(data):
+    def check(case) -> bool:
+        kwargs, index = case
+        blocks = -(-kwargs["n"] // kwargs["block_size"])
+        return index.shape == (blocks, blocks) and bool((index == torch.arange(blocks)).all())
+
+    fuzz_call(data, with_inputs(dense_block_index), {"n": 40, "block_size": 16}, check=check)
+
+
+# --- echo combination ----------------------------------------------------------------------------------
+ECHO = {  # B=2, H=2, R=2, F=4, S=3, D=5, Q=3: distinct sizes, so a transposed argument is refused
+    "u": torch.randn(2, 2, 2, 4, 3, 5, generator=_GEN),
+    "vbar": torch.randn(2, 2, 4, 5, generator=_GEN),
+    "a": torch.randn(2, 3, 4, generator=_GEN),
+    "b": torch.randn(2, 3, 4, generator=_GEN),
+    "anchor": torch.tensor([[0, 1, 1], [1, 0, 0]]),
+    "key": (torch.arange(4) - torch.tensor([0, 1, -1])[:, None]).clamp(0, 3).expand(2, 3, 4).clone(),
+}
+
+
+def is_echo_combination(case) -> bool:
+    """The sum of the definition, term by term in float64; NaN or inf (warned) only when a term can
+    overflow u's dtype."""
+    kwargs, out = case
+    u, vbar, a, b, anchor, key = (kwargs[name] for name in ECHO)
+    batch, heads, _, frames, rows, d = u.shape
+    if not (isinstance(out, torch.Tensor) and out.shape == (batch, heads, a.shape[1], rows, d)):
+        return False
+    if out.dtype != u.dtype:
+        return False
+    terms = (
+        a.double().abs().sum() * u.double().abs().max() + b.double().abs().sum() * vbar.double().abs().max()
+    )
+    if not bool(torch.isfinite(out).all()):
+        return bool(terms > torch.finfo(u.dtype).max)
+    expected = torch.zeros(out.shape, dtype=torch.float64)
+    for h in range(heads):
+        for q in range(a.shape[1]):
+            for j in range(frames):
+                expected[:, h, q] += a[h, q, j].double() * u[:, h, anchor[h, q], key[h, q, j]].double()
+                expected[:, h, q] += b[h, q, j].double() * vbar[:, h, j, None].double()
+    tol = 1e-2 if u.dtype in (torch.float16, torch.bfloat16) else 1e-5
+    return torch.allclose(out.double(), expected, rtol=tol, atol=tol * (1 + float(terms)))
+
+
+@FUZZ.covers(echo_combine, echo_combine_reference)
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_echo_combine(data):
+    fn = data.draw(st.sampled_from([echo_combine, echo_combine_reference]), label="fn")
+    result = fuzz_call(
+        data,
+        with_inputs(fn),
+        ECHO,
+        check=is_echo_combination,
+        # u sets B, H, R, F, D for the others and a sets Q: a changed u or a is refused naming either
+        related={"u": ["vbar", "a", "anchor"], "a": ["b", "anchor", "key"]},
+    )
+    assert isinstance(result, tuple | ValueError | TypeError)
 
 
 def test_every_public_api_is_fuzzed():

@@ -1,0 +1,1 @@
+"""Experiments for :mod:`icml_kernels.block_sparse_attention`."""
