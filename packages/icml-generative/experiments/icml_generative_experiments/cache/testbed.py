@@ -90,9 +90,11 @@ class TestbedConfig(BaseTestbedConfig):
     patch_frames: int = 1
     ffn_dim: int = 64
     train_steps: int = 1200
+    background: str = "flat"
 
     def __post_init__(self) -> None:
         check_divisor(self.patch_frames, "patch_frames", self.frames, "frames")
+        check_choice(self.background, "background", BACKGROUNDS)
         super().__post_init__()
 
     def key(self) -> str:
@@ -102,7 +104,10 @@ class TestbedConfig(BaseTestbedConfig):
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
+BACKGROUNDS = ("flat", "texture")
+
 _LATER_FIELDS = {
+    "background": "flat",
     "patch_frames": 1,
     "max_sprites": 2,
     "sprite_sides": (3, 4, 5),
@@ -118,7 +123,10 @@ def moving_sprites(
 
     Each clip holds one to ``max_sprites`` (default ``cfg.max_sprites``) coloured squares (sides from
     ``cfg.sprite_sides``) on a dark background, each moving by a speed from ``cfg.speeds`` pixels per frame in
-    the labelled direction, wrapping around the frame (a torus, so nothing leaves).
+    the labelled direction, wrapping around the frame (a torus, so nothing leaves). With
+    ``cfg.background == "texture"`` (:class:`TestbedConfig` only) the background is a static smooth pattern
+    drawn per clip (three random plane waves of integer frequencies per channel, so it tiles the torus), the
+    frame-to-frame redundancy of real video that EchoAttention exploits.
     """
     check_int(n, "n", 1)
     max_sprites = check_int(cfg.max_sprites if max_sprites is None else max_sprites, "max_sprites", 1)
@@ -126,7 +134,14 @@ def moving_sprites(
     clips = torch.full((n, cfg.channels, cfg.frames, cfg.size, cfg.size), -0.8)
     labels = torch.randint(0, len(DIRECTIONS), (n,), generator=g)
     ys = torch.arange(cfg.size)
+    textured = getattr(cfg, "background", "flat") == "texture"
+    grid = torch.stack(torch.meshgrid(ys, ys, indexing="ij")).float()  # (2, H, W)
     for i in range(n):
+        if textured:
+            freq = torch.randint(-3, 4, (cfg.channels, 3, 2), generator=g).float()
+            phase = torch.rand(cfg.channels, 3, 1, 1, generator=g) * 2 * math.pi
+            waves = torch.cos(2 * math.pi * torch.einsum("ckt,thw->ckhw", freq, grid) / cfg.size + phase)
+            clips[i] = (-0.3 + 0.15 * waves.sum(1))[:, None]
         dy, dx = DIRECTIONS[labels[i]]
         for _ in range(int(torch.randint(1, max_sprites + 1, (1,), generator=g))):
             side = cfg.sprite_sides[int(torch.randint(len(cfg.sprite_sides), (1,), generator=g))]

@@ -1,0 +1,1 @@
+"""EchoAttention: the ``echo-frontier`` reproduction."""
