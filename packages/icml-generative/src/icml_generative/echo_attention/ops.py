@@ -159,7 +159,7 @@ def _block_frames(layout: VideoLayout, block_size: int) -> torch.Tensor:
     return torch.where(starts < layout.text_tokens, torch.tensor(-1), frame)
 
 
-def _forced_blocks(layout: VideoLayout, block_size: int, neighbor_frames: int) -> torch.Tensor:
+def forced_blocks(layout: VideoLayout, block_size: int, neighbor_frames: int) -> torch.Tensor:
     """``(NB, NB)`` bool: key blocks every query block keeps (own and neighbouring frames, text; text query
     blocks keep everything)."""
     frame = _block_frames(layout, block_size)
@@ -214,7 +214,7 @@ def select_key_blocks(
         raise ValueError(f"give exactly one of density and top_p, got density={density!r}, top_p={top_p!r}")
     scores = pooled_block_scores(q, k, block_size)
     nb = scores.shape[-1]
-    forced = _forced_blocks(layout, block_size, neighbor_frames).to(scores.device)
+    forced = forced_blocks(layout, block_size, neighbor_frames).to(scores.device)
     ranked = scores.masked_fill(forced, 2.0)  # forced blocks rank first (scores are <= 1)
     order = ranked.argsort(dim=-1, descending=True, stable=True)
     n_forced = forced.sum(-1)  # (NB,)

@@ -32,6 +32,7 @@ from icml_generative.echo_attention.ops import (
     attention_flops,
     echo_attention,
     echo_tables,
+    forced_blocks,
     group_means,
     sparse_attention,
 )
@@ -283,13 +284,11 @@ class EchoPolicy(torch.nn.Module):
     def sparse_kept_fraction(self, density: float | None = None) -> float:
         """The kept fraction of query–key pairs of a sparse head at ``density`` (top-k counts do not depend
         on the data: ``max(forced, ceil(density · NB))`` key blocks per query block)."""
-        from icml_generative.echo_attention.ops import _forced_blocks
-
         d = self.density if density is None else check_number(density, "density", above=0, maximum=1)
         layout, bs = self.layout, self.block_size
         n = layout.num_tokens
         nb = math.ceil(n / bs)
-        forced = _forced_blocks(layout, bs, self.neighbor_frames)
+        forced = forced_blocks(layout, bs, self.neighbor_frames)
         sizes = torch.full((nb,), float(bs))
         sizes[-1] = n - (nb - 1) * bs
         # blocks kept beyond the forced ones are the highest-scoring: count them at the full block size
