@@ -17,27 +17,12 @@ from icml_kernels import (
     block_sparse_attention_reference,
     dense_block_index,
 )
-from icml_kernels.testing import rel_rms_error
+from icml_kernels.testing import random_block_index, rel_rms_error
 
 
 def qkv(b, h, n, d, dtype=torch.float64, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(b, h, n, d, generator=gen, dtype=dtype) for _ in range(3))
-
-
-def random_block_index(lead, n_blocks, max_k, seed=0):
-    """``lead + (n_blocks, max_k)``: distinct random key blocks per row, padded with -1 at random places
-    (some rows hold none)."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(math.prod(lead) * n_blocks):
-        kept = torch.randperm(n_blocks, generator=gen)[
-            : int(torch.randint(0, max_k + 1, (1,), generator=gen))
-        ]
-        row = torch.full((max_k,), -1)
-        row[torch.randperm(max_k, generator=gen)[: len(kept)]] = kept
-        rows.append(row)
-    return torch.stack(rows).view(*lead, n_blocks, max_k)
 
 
 def dense_masked_attention(q, k, v, block_index, block_size, scale):

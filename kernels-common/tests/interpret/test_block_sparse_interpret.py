@@ -10,24 +10,10 @@ import torch
 
 from icml_kernels import block_sparse_attention, dense_block_index
 from icml_kernels.block_sparse_attention.reference import attention_reference
-from icml_kernels.testing import rel_rms_error
+from icml_kernels.testing import random_block_index, rel_rms_error
 
 pytestmark = pytest.mark.interpret
 tbs = pytest.importorskip("icml_kernels.block_sparse_attention.triton_block_sparse")
-
-
-def random_block_index(lead, n_blocks, max_k, seed):
-    """Distinct random key blocks per row, -1 padding at random places, some rows empty."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(math.prod(lead) * n_blocks):
-        kept = torch.randperm(n_blocks, generator=gen)[
-            : int(torch.randint(0, max_k + 1, (1,), generator=gen))
-        ]
-        row = torch.full((max_k,), -1)
-        row[torch.randperm(max_k, generator=gen)[: len(kept)]] = kept
-        rows.append(row)
-    return torch.stack(rows).view(*lead, n_blocks, max_k)
 
 
 def check(q, k, v, index, block_size, scale, tol):
