@@ -145,7 +145,7 @@ def oracle_critic() -> ScriptedPolicy:
 
 def generic_critic() -> ScriptedPolicy:
     """A fixed generic critic: always "check your work"."""
-    return ScriptedPolicy(lambda prompt, generator=None: [CHECK], eos_token_id=EOS)
+    return ScriptedPolicy(lambda prompt, generator: [CHECK], eos_token_id=EOS)
 
 
 def scripted_reviser(prompt: list[int], generator=None) -> list[int]:

@@ -19,8 +19,9 @@ Every arm is evaluated when its verifier calls reach the same targets and stops 
 Critic arms: ``G = 4`` drafts per prompt, ``K = 4`` feedbacks per draft, ``M = 1`` revision per feedback,
 ``draft_weight = 1``; actor Adam lr 3e-4, critic lr 1e-3, DAPO aggregation, no KL. Evaluation: every
 ``eval_every`` steps, greedy draft -> feedback -> revision on 200 held-out problems (not counted as verifier
-calls). The learning rates and the 200-step budget were chosen on one pilot run of seed 0 before the
-criterion was written; nothing was tuned after it.
+calls); at the end, the final critic's greedy word on each held-out draft is compared with the oracle's (a
+diagnostic: does the critic localise the error, or say one word?). The learning rates and the 200-step
+budget were chosen on one pilot run of seed 0 before the criterion was written; nothing was tuned after it.
 
 Criterion, fixed before the full run. Headroom: (a) over GRPO's first 200 steps >= 80 % of its groups have
 zero reward variance, mean over seeds; (b) the oracle's final revised accuracy is >= 0.30 above GRPO's, mean
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,7 @@ import torch
 
 from icml_agents.binac import BiNACConfig, BiNACTrainer, evaluate
 from icml_agents_experiments.binac import arithmetic as A
+from icml_tools.claims import nested_bootstrap_interval
 from icml_tools.progress import status
 
 SYSTEM = "binac-arithmetic"
@@ -68,7 +71,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
 def make_arm(arm: str, actor, wide_actor, random_critic, seed: int) -> BiNACTrainer:
     """The trainer of ``arm`` over a copy of the warmed-up ``actor`` (``wide_actor`` for GRPO alone) and of the
     random critic."""
-    base = {
+    base: dict[str, Any] = {
         "group_size": G,
         "feedbacks_per_draft": K,
         "revisions_per_feedback": M,
@@ -119,7 +122,12 @@ def run_seed(seed: int, steps: int, eval_every: int) -> dict[str, Any]:
     for arm in ARMS:
         trainer = make_arm(arm, actor, wide, random_critic, seed)
         data = np.random.default_rng(seed)  # the same problems in the same order for every arm
-        draft, revised, calls, at_step, zero_std, useful = [], [], [], [], [], []
+        draft: list[np.ndarray] = []
+        revised: list[np.ndarray] = []
+        calls: list[int] = []
+        at_step: list[int] = []
+        zero_std: list[float] = []
+        useful: list[float] = []
         start = time.perf_counter()
         while True:  # evaluate when the verifier calls reach each target: equal spending on the x axis
             if len(calls) < len(targets) and trainer.ledger.calls >= targets[len(calls)]:
@@ -136,7 +144,18 @@ def run_seed(seed: int, steps: int, eval_every: int) -> dict[str, Any]:
             )
             zero_std.append(stats["frac_zero_std_draft"])
             useful.append(stats.get("useful_feedback", float("nan")))
+        words: list[str] = []  # the final critic's greedy words on the held-out drafts, against the oracle's
+        agreement = float("nan")
+        if trainer.critic is not None:
+            drafts = trainer.actor.generate(eval_prompts, greedy=True).sequences()
+            prompts = [A.TEMPLATE.critic_prompt(p, d) for p, d in zip(eval_prompts, drafts, strict=True)]
+            said = trainer.critic.generate(prompts, greedy=True).sequences()
+            words = [A.WORDS.get(f[0], "<end>") if f else "<end>" for f in said]
+            oracle = [A.WORDS[A.oracle_feedback(p)[0]] for p in prompts]
+            agreement = float(np.mean([w == o for w, o in zip(words, oracle, strict=True)]))
         out[arm] = {
+            "oracle_agreement": agreement,
+            "top_word": Counter(words).most_common(1)[0] if words else None,
             "draft": np.array(draft),  # (evals, N_EVAL)
             "revised": np.array(revised),
             "calls": calls,
@@ -151,20 +170,6 @@ def run_seed(seed: int, steps: int, eval_every: int) -> dict[str, Any]:
             f"({out[arm]['seconds']:.0f} s)"
         )
     return out
-
-
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, reps: int, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of ``a - b`` (``(seeds, problems)`` each) and its 95 % interval, resampling seeds, then problems."""
-    diff = a - b
-    rng = np.random.default_rng(seed)
-    n_s, n_p = diff.shape
-    stats = np.empty(reps)
-    for i in range(reps):
-        s = rng.integers(n_s, size=n_s)
-        p = rng.integers(n_p, size=(n_s, n_p))
-        stats[i] = diff[s[:, None], p].mean()
-    lo, hi = np.percentile(stats, [2.5, 97.5])
-    return float(diff.mean()), float(lo), float(hi)
 
 
 def steps_to(curve: np.ndarray, level: float, steps: list[int]) -> int | None:
@@ -186,7 +191,10 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     stall = float(np.mean([r["grpo"]["zero_std"][:n_stall].mean() for r in runs]))
     headroom = {"stall": stall >= 0.8, "oracle_lift": final["oracle"] - final["grpo"] >= 0.30}
     comparisons = {
-        other: paired_bootstrap(auc["binac"], auc[other], BOOTSTRAP)
+        other: (
+            float((auc["binac"] - auc[other]).mean()),
+            *nested_bootstrap_interval(auc["binac"] - auc[other], BOOTSTRAP),
+        )
         for other in ("grpo", "fixed-random", "fixed-generic")
     }
     checks = {other: lo > 0 for other, (_, lo, _) in comparisons.items()}
@@ -207,6 +215,14 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
                 "useful_feedback": (
                     None if arm == "grpo" else float(np.nanmean([r[arm]["useful_feedback"] for r in runs]))
                 ),
+                "feedback_oracle_agreement": (
+                    None if arm == "grpo" else float(np.mean([r[arm]["oracle_agreement"] for r in runs]))
+                ),
+                "most_common_word_per_seed": (
+                    None
+                    if arm == "grpo"
+                    else [f"{r[arm]['top_word'][0]} ({r[arm]['top_word'][1]}/{N_EVAL})" for r in runs]
+                ),
                 "verifier_calls": int(runs[0][arm]["calls"][-1]),
                 "parameters": int(runs[0][arm]["parameters"]),
                 "seconds": float(np.mean([r[arm]["seconds"] for r in runs])),
@@ -220,7 +236,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     figures = [
         {
             "name": "binac_revised_accuracy",
-            "title": "Revised accuracy (greedy draft -> feedback -> revision) on 200 held-out problems",
+            "title": "Revised accuracy, 200 held-out problems (greedy)",
             "xlabel": "verifier calls",
             "ylabel": "revised accuracy (mean over seeds)",
             "x": calls,
@@ -229,7 +245,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         },
         {
             "name": "binac_draft_accuracy",
-            "title": "Draft accuracy (no feedback) on the same problems",
+            "title": "Draft accuracy (no feedback), the same problems",
             "xlabel": "verifier calls",
             "ylabel": "draft accuracy (mean over seeds)",
             "x": calls,

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from icml_agents.binac.policy import Completions, check_prompts, is_trainable
+from icml_agents.binac.policy import Completions, check_policy, check_prompts, is_trainable
 from icml_agents.rl.grpo import LOSS_TYPES, SCALES, compute_advantages, grpo_loss
-from icml_agents.validation import check_choice, check_int, check_list, check_real
+from icml_agents.validation import check_bool, check_choice, check_int, check_list, check_real
 
 CRITIC_MODES = ("bilevel", "fixed", "supervised")
 CRITIC_REWARDS = ("in_context", "after_adaptation")
@@ -74,6 +74,10 @@ class Template:
 def count_parameters(module) -> int:
     """The number of distinct parameter values of ``module`` (tied weights counted once); 0 for a scripted
     policy."""
+    if not callable(getattr(module, "parameters", None)):
+        raise TypeError(
+            f"module must be a torch module or a policy (with parameters()), got {type(module).__name__}"
+        )
     seen, total = set(), 0
     for p in module.parameters():
         if id(p) not in seen:
@@ -100,13 +104,18 @@ class Ledger:
 
     def verify(self, references: Sequence[Any], completions: Sequence[Sequence[int]]) -> torch.Tensor:
         """Scores ``(N,)`` float64 of ``completions`` against ``references`` (equal lengths)."""
+        references = list(check_list(references, "references"))
+        completions = check_prompts(completions, "completions", allow_empty=True)
         if len(references) != len(completions):
             raise ValueError(
                 f"references must have one entry per completion ({len(completions)}), got {len(references)}"
             )
-        scores = []
-        for ref, comp in zip(references, completions, strict=True):
-            s = self.verifier(ref, list(comp))
+        scores: list[float] = []
+        for i, (ref, comp) in enumerate(zip(references, completions, strict=True)):
+            try:
+                s = self.verifier(ref, list(comp))
+            except (TypeError, ValueError) as err:  # the user's verifier refused the pair: say which one
+                raise type(err)(f"verifier failed on references[{i}] and completions[{i}]: {err}") from err
             if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(float(s)):
                 raise ValueError(f"verifier must return a finite number, got {s!r}")
             scores.append(float(s))
@@ -122,6 +131,19 @@ class Ledger:
         return sum(self.parameters.values())
 
 
+def _rewards(values, name: str) -> torch.Tensor:
+    """Finite real rewards as a 1-D float64 tensor."""
+    try:
+        arr = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+        if arr.dtype.kind not in "biuf" or arr.ndim != 1 or arr.size == 0:
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a non-empty 1-D sequence of real numbers, got {values!r}") from None
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite, got NaN or inf")
+    return torch.from_numpy(arr.astype(np.float64))
+
+
 def improvement_rewards(
     draft_rewards, revision_rewards, feedbacks_per_draft: int, revisions_per_feedback: int = 1
 ) -> torch.Tensor:
@@ -132,8 +154,7 @@ def improvement_rewards(
     """
     k = check_int(feedbacks_per_draft, "feedbacks_per_draft", 1, MAX_GROUP)
     m = check_int(revisions_per_feedback, "revisions_per_feedback", 1, MAX_GROUP)
-    r0 = torch.as_tensor(draft_rewards, dtype=torch.float64).reshape(-1)
-    r1 = torch.as_tensor(revision_rewards, dtype=torch.float64).reshape(-1)
+    r0, r1 = _rewards(draft_rewards, "draft_rewards"), _rewards(revision_rewards, "revision_rewards")
     if r1.numel() != r0.numel() * k * m:
         raise ValueError(
             f"revision_rewards must have len(draft_rewards) * K * M = {r0.numel() * k * m} entries, "
@@ -184,11 +205,12 @@ class BiNACConfig:
                 f"got {self.feedbacks_per_draft}"
             )
         if self.supervised_tokens is not None:
-            self.supervised_tokens = tuple(check_prompts([self.supervised_tokens], "supervised_tokens")[0])
-            if len(self.supervised_tokens) != 2:
+            labels = check_prompts([self.supervised_tokens], "supervised_tokens")[0]
+            if len(labels) != 2:
                 raise ValueError(
                     f"supervised_tokens must be (correct, wrong) token ids, got {self.supervised_tokens}"
                 )
+            self.supervised_tokens = (labels[0], labels[1])
         if self.critic_mode == "supervised" and self.supervised_tokens is None:
             raise ValueError("supervised_tokens (correct, wrong) is required with critic_mode='supervised'")
 
@@ -207,6 +229,14 @@ class Rollout:
     revision_prompts: list[list[int]] = field(default_factory=list)  # (B * G * K * M,)
     revisions: Completions | None = None
     revision_rewards: torch.Tensor | None = None  # (B * G * K * M,)
+
+
+def _check_template(template) -> Template:
+    if template is None:
+        return Template()
+    if not isinstance(template, Template):
+        raise TypeError(f"template must be a Template, got {type(template).__name__}")
+    return template
 
 
 def _grpo_term(policy, prompts, completions: Completions, rewards, group: int, cfg: BiNACConfig):
@@ -230,7 +260,8 @@ def _params(policy) -> list[nn.Parameter]:
 class BiNACTrainer:
     """Train ``actor`` (and ``critic``) with the Bi-NAC loop; ``critic=None`` trains the actor alone by GRPO.
 
-    ``actor`` must be trainable (a :class:`~icml_agents.binac.CausalLMPolicy`); ``critic`` is any policy
+    ``actor`` is a :class:`~icml_agents.binac.CausalLMPolicy` (a scripted actor is kept fixed, to train a
+    critic for it); ``critic`` is any policy
     (:class:`~icml_agents.binac.ScriptedPolicy` for scripted critics) and trainable for the ``"bilevel"`` and
     ``"supervised"`` modes. ``verifier(reference, completion_ids) -> float`` scores answers; it is called
     through :attr:`ledger`, which also records both models' parameters.
@@ -248,19 +279,18 @@ class BiNACTrainer:
         self.config = cfg = config if config is not None else BiNACConfig()
         if not isinstance(cfg, BiNACConfig):
             raise TypeError(f"config must be a BiNACConfig, got {type(cfg).__name__}")
-        if not is_trainable(actor):
-            raise ValueError("actor must be a trainable policy (parameters with requires_grad)")
         if critic is not None and cfg.critic_mode != "fixed" and not is_trainable(critic):
             raise ValueError(f"critic must be trainable with critic_mode={cfg.critic_mode!r}; use 'fixed'")
-        self.template = template if template is not None else Template()
-        if not isinstance(self.template, Template):
-            raise TypeError(f"template must be a Template, got {type(self.template).__name__}")
+        self.template = _check_template(template)
+        check_policy(actor, "actor")
+        if critic is not None:
+            check_policy(critic, "critic")
         self.actor, self.critic = actor, critic
         self.ledger = Ledger(verifier)
         self.ledger.register("actor", actor)
         self.ledger.register("critic", critic if critic is not None else nn.Module())
         self.generator = torch.Generator().manual_seed(check_int(seed, "seed", 0, 2**63 - 1))
-        self.actor_opt = torch.optim.Adam(_params(actor), lr=cfg.actor_lr)
+        self.actor_opt = torch.optim.Adam(_params(actor), lr=cfg.actor_lr) if is_trainable(actor) else None
         self.critic_opt = None
         if critic is not None and cfg.critic_mode != "fixed":
             self.critic_opt = torch.optim.Adam(_params(critic), lr=cfg.critic_lr)
@@ -342,12 +372,14 @@ class BiNACTrainer:
     def lookahead_revisions(self, r: Rollout) -> torch.Tensor:
         """Revision rewards from a copy of the actor after one actor step on ``r`` (the "after adaptation"
         critic reward); the copy is discarded, the live actor and its optimizer are untouched."""
-        look = copy.deepcopy(self.actor)
-        params = _params(look)
-        opt = type(self.actor_opt)(params, **self.actor_opt.defaults)
-        opt.load_state_dict(copy.deepcopy(self.actor_opt.state_dict()))
-        loss, _ = self.actor_loss(r, look)
-        self._apply(loss, opt, params)
+        look = self.actor  # a scripted actor does not adapt: its revisions are drawn again as they are
+        if self.actor_opt is not None:
+            look = copy.deepcopy(self.actor)
+            params = _params(look)
+            opt = type(self.actor_opt)(params, **self.actor_opt.defaults)
+            opt.load_state_dict(copy.deepcopy(self.actor_opt.state_dict()))
+            loss, _ = self.actor_loss(r, look)
+            self._apply(loss, opt, params)
         revisions = look.generate(r.revision_prompts, self.generator)
         m = self.config.group_size * self.config.feedbacks_per_draft * self.config.revisions_per_feedback
         refs = [ref for ref in r.references for _ in range(m)]
@@ -384,7 +416,18 @@ class BiNACTrainer:
         return stats
 
     def actor_update(self, r: Rollout) -> dict[str, float]:
-        """One actor GRPO step on ``r``."""
+        """One actor GRPO step on ``r`` (none for a scripted actor: only its statistics)."""
+        if self.actor_opt is None:
+            g = self.config.group_size
+            stats = {
+                "frac_zero_std_draft": compute_advantages(r.draft_rewards, g, eps=self.config.std_eps)[1]
+            }
+            if r.revision_rewards is not None:
+                gkm = g * self.config.feedbacks_per_draft * self.config.revisions_per_feedback
+                stats["frac_zero_std_revision"] = compute_advantages(
+                    r.revision_rewards, gkm, eps=self.config.std_eps
+                )[1]
+            return stats
         loss, stats = self.actor_loss(r)
         self._apply(loss, self.actor_opt, _params(self.actor))
         return stats
@@ -422,7 +465,11 @@ def evaluate(
     references = list(check_list(references, "references"))
     if len(references) != len(prompts):
         raise ValueError(f"references must have one entry per prompt ({len(prompts)}), got {len(references)}")
-    template = template if template is not None else Template()
+    template = _check_template(template)
+    check_policy(actor, "actor")
+    if critic is not None:
+        check_policy(critic, "critic")
+    check_bool(greedy, "greedy")
     ledger = Ledger(verifier)
     with torch.no_grad():
         drafts = actor.generate(prompts, generator, greedy=greedy).sequences()

@@ -22,8 +22,9 @@ from icml_agents.validation import check_bool, check_int, check_real
 MAX_NEW_TOKENS = 4096  # a cap on one completion's length (int arguments are bounded)
 
 
-def check_prompts(prompts, name: str = "prompts") -> list[list[int]]:
-    """A non-empty sequence of non-empty sequences of non-negative token ids, as lists of ints."""
+def check_prompts(prompts, name: str = "prompts", allow_empty: bool = False) -> list[list[int]]:
+    """A non-empty sequence of non-empty (``allow_empty``: possibly empty) sequences of non-negative token ids,
+    as lists of ints."""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
         raise TypeError(f"{name} must be a sequence of token-id sequences, got {type(prompts).__name__}")
     if len(prompts) == 0:
@@ -32,9 +33,9 @@ def check_prompts(prompts, name: str = "prompts") -> list[list[int]]:
     for i, p in enumerate(prompts):
         if isinstance(p, torch.Tensor):
             p = p.tolist()
-        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or len(p) == 0:
+        if isinstance(p, (str, bytes)) or not isinstance(p, Sequence) or (len(p) == 0 and not allow_empty):
             raise ValueError(f"{name}[{i}] must be a non-empty sequence of token ids, got {p!r}")
-        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in p):
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) and int(t) >= 0 for t in p):
             raise ValueError(f"{name}[{i}] must hold non-negative integer token ids, got {list(p)!r}")
         out.append([int(t) for t in p])
     return out
@@ -63,7 +64,9 @@ class Completions:
     @classmethod
     def from_sequences(cls, sequences: Sequence[Sequence[int]], eos_token_id: int, pad_token_id: int = 0):
         """Pack completions given as token lists (each gets the end token appended) into a batch."""
-        rows = [[*map(int, s), eos_token_id] for s in sequences]
+        eos_token_id = check_int(eos_token_id, "eos_token_id", 0)
+        pad_token_id = check_int(pad_token_id, "pad_token_id", 0)
+        rows = [[*s, eos_token_id] for s in check_prompts(sequences, "sequences", allow_empty=True)]
         width = max(map(len, rows))
         tokens = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in rows], dtype=torch.long)
         mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
@@ -112,16 +115,28 @@ class CausalLMPolicy(nn.Module):
         if position_ids is None:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
-        if cache:
+        if cache and self._cache_arg is not None:
             kwargs.update({self._cache_arg: past, "use_cache": True})
-        out = self.model(**kwargs)
+        try:
+            out = self.model(**kwargs)
+        except IndexError as err:  # an embedding lookup past the vocabulary
+            raise ValueError(
+                f"prompts (or completions) hold a token id outside the model's vocabulary: {err}"
+            ) from err
         logits = out if isinstance(out, torch.Tensor) else out.logits
+        if self.allowed_tokens is not None and self.allowed_tokens[-1] >= logits.shape[-1]:
+            raise ValueError(
+                f"allowed_tokens and eos_token_id must be below the model's vocabulary size {logits.shape[-1]}, "
+                f"got {self.allowed_tokens[-1]}"
+            )
         logits = logits.float() / self.temperature
         if self.allowed_tokens is not None:
             blocked = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
             blocked[self.allowed_tokens] = False
             logits = logits.masked_fill(blocked, float("-inf"))
-        return logits, (getattr(out, self._cache_arg, None) if cache else None)
+        return logits, (
+            getattr(out, self._cache_arg, None) if cache and self._cache_arg is not None else None
+        )
 
     def _left_pad(self, prompts: list[list[int]]):
         width = max(map(len, prompts))
@@ -217,6 +232,15 @@ class ScriptedPolicy:
 
     def parameters(self) -> Iterator[nn.Parameter]:
         return iter(())
+
+
+def check_policy(policy, name: str):
+    """A policy: an object with ``generate`` (a :class:`CausalLMPolicy`, a :class:`ScriptedPolicy`)."""
+    if not callable(getattr(policy, "generate", None)) or not callable(getattr(policy, "parameters", None)):
+        raise TypeError(
+            f"{name} must be a policy (CausalLMPolicy or ScriptedPolicy), got {type(policy).__name__}"
+        )
+    return policy
 
 
 def is_trainable(policy) -> bool:
