@@ -38,8 +38,8 @@ def nested_bootstrap_interval(
     n_s, n_i = d.shape
     means = np.empty(resamples)
     for r in range(resamples):
-        s = rng.integers(n_s, size=n_s)
-        i = rng.integers(n_i, size=(n_s, n_i))
-        means[r] = d[s[:, None], i].mean()
+        seeds = np.asarray(rng.integers(n_s, size=n_s))
+        items = np.asarray(rng.integers(n_i, size=(n_s, n_i)))
+        means[r] = d[seeds[:, None], items].mean()
     tail = round((1 - level) * 50, 12)
     return [float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))]
