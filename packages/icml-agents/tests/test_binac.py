@@ -332,6 +332,26 @@ def test_log_probs_of_sampled_completions_match_the_sampling_distribution():
         assert abs(n / 4000 - p) < 4 * np.sqrt(p * (1 - p) / 4000) + 1e-3
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["bilevel", "after_adaptation", "supervised", "grpo"])
+def test_trainer_runs_on_cuda(mode):
+    prompts, refs = problems(4, seed=3)
+    actor = CausalLMPolicy(tiny_llama(0).cuda(), eos_token_id=EOS, max_new_tokens=4)
+    critic = CausalLMPolicy(tiny_llama(1).cuda(), eos_token_id=EOS, max_new_tokens=1, allowed_tokens=FEEDBACK)
+    cfg = {
+        "bilevel": BiNACConfig(),
+        "after_adaptation": BiNACConfig(critic_reward="after_adaptation"),
+        "supervised": BiNACConfig(critic_mode="supervised", supervised_tokens=(OK, WRONG0)),
+        "grpo": BiNACConfig(),
+    }[mode]
+    trainer = BiNACTrainer(actor, None if mode == "grpo" else critic, dense_verifier, TEMPLATE, cfg)
+    before = state_hash(actor)
+    stats = trainer.step(prompts, refs)
+    assert all(np.isfinite(v) for v in stats.values())
+    assert state_hash(actor) != before
+
+
 # -- bad input -------------------------------------------------------------------------------------------------
 def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="group_size"):

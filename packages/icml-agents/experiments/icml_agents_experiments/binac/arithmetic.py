@@ -143,9 +143,14 @@ def oracle_critic() -> ScriptedPolicy:
     return ScriptedPolicy(oracle_feedback, eos_token_id=EOS)
 
 
+def constant_critic(word: int) -> ScriptedPolicy:
+    """A fixed critic that says ``word`` to every draft."""
+    return ScriptedPolicy(lambda prompt, generator: [word], eos_token_id=EOS)
+
+
 def generic_critic() -> ScriptedPolicy:
     """A fixed generic critic: always "check your work"."""
-    return ScriptedPolicy(lambda prompt, generator: [CHECK], eos_token_id=EOS)
+    return constant_critic(CHECK)
 
 
 def scripted_reviser(prompt: list[int], generator=None) -> list[int]:
@@ -185,7 +190,8 @@ def warm_up(
             targets.append(target)
         comp = Completions.from_sequences(targets, EOS, PAD)
         logp = policy.log_probs(prompts, comp)
-        loss = -(logp * comp.mask).sum() / comp.mask.sum()
+        mask = comp.mask.to(logp.device)
+        loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad()
         loss.backward()
         opt.step()

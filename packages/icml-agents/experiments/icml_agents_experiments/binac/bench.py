@@ -1,5 +1,6 @@
 """Benchmark ``binac-step-time``: wall time per training step of Bi-NAC against GRPO on the actor alone, at the
-same verifier calls per step, on the ``binac-arithmetic`` testbed (tiny Llamas, the reproduction's settings).
+same verifier calls per step, on the ``binac-arithmetic`` testbed (tiny Llamas and the reproduction's loop
+settings; a 100-step warm-up instead of 300, since the time of a step does not depend on it).
 
 Per method: a fresh trainer from the same warm start, a few steps to warm up, then the median over the timed
 steps. Methods: GRPO alone (20 drafts per prompt, the wide actor), Bi-NAC in-context, Bi-NAC after adaptation

@@ -8,6 +8,9 @@ Arms, each at 20 verifier calls per prompt and 8 prompts per step unless said ot
 * ``grpo``: GRPO on the actor alone, 20 drafts per prompt, the actor twice as wide (about the parameters of
   actor + critic); its revised answer is its draft (no critic);
 * ``fixed-random``: the random critic, frozen; ``fixed-generic``: a scripted critic that always says "?";
+* ``fixed-top-digit``: a scripted critic that always says ``d4`` ("the top digit is wrong"), the one word the
+  trained Bi-NAC critics ended up saying; added after the first full run as a diagnostic (does Bi-NAC beat
+  the best constant word it found?), not part of the criterion;
 * ``supervised``: the critic trained by cross-entropy to say ``ok`` / ``?`` for correct / wrong drafts;
 * ``oracle``: a scripted critic naming the lowest wrong digit (the upper bound);
 * ``binac``: the critic trained by GRPO on the in-context improvement ``r(y1) - r(y0)`` (Bi-NAC);
@@ -50,14 +53,23 @@ SYSTEM = "binac-arithmetic"
 CLAIM = (
     "Bi-NAC: a critic trained on the verified improvement its feedback causes (a bilevel actor-critic) "
     "breaks the zero-advantage stall of GRPO under sparse rewards and beats a fixed critic at equal "
-    "verifier calls and parameters."
+    "verifier calls (and parameters: GRPO alone has at least actor + critic's)."
 )
 CRITERION = (
     "headroom: GRPO's zero-variance groups >= 80% over 200 steps and oracle revised accuracy >= GRPO's + 0.30; "
     "then the AUC of revised accuracy of Bi-NAC minus GRPO, fixed-random and fixed-generic, paired bootstrap "
     "over seeds and problems, every 95% interval above 0"
 )
-ARMS = ("grpo", "fixed-random", "fixed-generic", "supervised", "oracle", "binac", "binac-lookahead")
+ARMS = (
+    "grpo",
+    "fixed-random",
+    "fixed-generic",
+    "fixed-top-digit",
+    "supervised",
+    "oracle",
+    "binac",
+    "binac-lookahead",
+)
 PROMPTS_PER_STEP, G, K, M, GRPO_G = 8, 4, 4, 1, 20
 ACTOR_LR, CRITIC_LR, WARMUP_STEPS = 3e-4, 1e-3, 300
 HIDDEN, WIDE = 64, 96  # GRPO alone: hidden 96 has at least the parameters of actor + critic (64 each)
@@ -92,6 +104,10 @@ def make_arm(arm: str, actor, wide_actor, random_critic, seed: int) -> BiNACTrai
         critic, cfg = copy.deepcopy(random_critic), BiNACConfig(critic_mode="fixed", **base)
     elif arm == "fixed-generic":
         critic, cfg = A.generic_critic(), BiNACConfig(critic_mode="fixed", **base)
+    elif (
+        arm == "fixed-top-digit"
+    ):  # a diagnostic added after the first full run: the word Bi-NAC converged to
+        critic, cfg = A.constant_critic(A.WRONG0 + A.N_COLUMNS), BiNACConfig(critic_mode="fixed", **base)
     elif arm == "oracle":
         critic, cfg = A.oracle_critic(), BiNACConfig(critic_mode="fixed", **base)
     elif arm == "supervised":

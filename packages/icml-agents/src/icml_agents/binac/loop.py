@@ -245,7 +245,7 @@ def _grpo_term(policy, prompts, completions: Completions, rewards, group: int, c
     loss, _ = grpo_loss(
         logp,
         logp.detach(),
-        adv.to(logp.dtype),
+        adv.to(device=logp.device, dtype=logp.dtype),
         completions.mask.to(logp.device),
         epsilon=cfg.epsilon,
         loss_type=cfg.loss_type,
