@@ -121,8 +121,8 @@ def make_arm(arm: str, actor, wide_actor, random_critic, seed: int) -> BiNACTrai
     return BiNACTrainer(copy.deepcopy(actor), critic, A.verifier, A.TEMPLATE, cfg, seed=seed)
 
 
-def run_seed(seed: int, steps: int, eval_every: int) -> dict[str, Any]:
-    """Every arm on one seed: curves of greedy draft / revised accuracy per held-out problem, GRPO's
+def run_seed(seed: int, steps: int, eval_every: int, arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+    """Every arm (of ``arms``) on one seed: curves of greedy draft / revised accuracy per held-out problem, GRPO's
     zero-variance fractions, the verifier calls and parameters of each arm."""
     actor = A.actor_policy(A.tiny_llama(hidden=HIDDEN, seed=seed))
     A.warm_up(actor, WARMUP_STEPS, seed=seed)
@@ -135,7 +135,7 @@ def run_seed(seed: int, steps: int, eval_every: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     calls_per_step = PROMPTS_PER_STEP * GRPO_G  # every arm but the look-ahead one spends this per step
     targets = [i * eval_every * calls_per_step for i in range(steps // eval_every + 1)]
-    for arm in ARMS:
+    for arm in arms:
         trainer = make_arm(arm, actor, wide, random_critic, seed)
         data = np.random.default_rng(seed)  # the same problems in the same order for every arm
         draft: list[np.ndarray] = []
