@@ -1,0 +1,1 @@
+"""lt-tuning-reasoning: testbeds, training stages, reproduction and benchmark of LT-Tuning (issue 49)."""
