@@ -511,7 +511,7 @@ def test_bad_input_names_the_argument():
         select_latent_steps([0.5], threshold=1.0)
     with pytest.raises(ValueError, match="thought"):
         generate(tiny_llama(), [[3]], switch=ConfidenceSwitch(), eos_token_id=EOS)
-    with pytest.raises(ValueError, match="first column"):
+    with pytest.raises(ValueError, match="opening a row"):
         latent_forward(tiny_llama(), torch.tensor([[LAT, 3]]), latent_token_id=LAT, thought=HiddenThought())
     with pytest.raises(ValueError, match="latent_token_id"):
         latent_forward(tiny_llama(), torch.tensor([[3, 4]]), latent_token_id=V, thought=HiddenThought())

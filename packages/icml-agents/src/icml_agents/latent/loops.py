@@ -23,6 +23,33 @@ Thought = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 MAX_NEW_TOKENS = 1 << 16
 
 
+INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8)
+MAX_ID = (1 << 63) - 1
+
+
+def _check_ids(ids, name: str, vocab: int | None = None) -> torch.Tensor:
+    """An integer tensor of token ids, inside ``[0, vocab)`` when ``vocab`` is given."""
+    check_tensor(ids, name)
+    if ids.dtype not in INTEGER_DTYPES:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {ids.dtype}")
+    if vocab is not None and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise ValueError(
+            f"{name} must hold token ids in [0, {vocab}), got {int(ids.min())}..{int(ids.max())}"
+        )
+    return ids
+
+
+def _check_thought(fill, rows: int, width: int) -> torch.Tensor:
+    """What a thought builder returned: a finite ``(rows, width)`` float tensor."""
+    if not isinstance(fill, torch.Tensor) or not fill.is_floating_point():
+        raise TypeError(f"thought must return a float tensor, got {type(fill).__name__}")
+    if tuple(fill.shape) != (rows, width):
+        raise ValueError(f"thought must return shape {(rows, width)}, got {tuple(fill.shape)}")
+    if not bool(torch.isfinite(fill).all()):
+        raise ValueError("thought returned NaN or inf (check the model's hidden states and logits)")
+    return fill
+
+
 class LatentLM:
     """A causal LM seen through input embeddings: ``step(embeds, mask, positions, cache)`` gives the logits, the
     last-layer hidden states and the updated key-value cache."""
@@ -53,11 +80,8 @@ class LatentLM:
     def vocab_size(self) -> int:
         return int(self.embedding_weight.shape[0])
 
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
-            raise ValueError(
-                f"token ids must lie in [0, {self.vocab_size}), got {int(ids.min())}..{int(ids.max())}"
-            )
+    def embed(self, ids: torch.Tensor, name: str = "ids") -> torch.Tensor:
+        _check_ids(ids, name, self.vocab_size)
         return self.embedding(ids)
 
     def step(self, embeds, attention_mask, position_ids, cache=None, use_cache: bool = True):
@@ -82,13 +106,22 @@ def left_pad(
     sequences: Sequence[Sequence[int]], pad_token_id: int = 0, device=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into ``(input_ids, attention_mask)``."""
+    return _left_pad(sequences, pad_token_id, device, "sequences")
+
+
+def _left_pad(sequences, pad_token_id, device, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(sequences, (list, tuple)) or not sequences:
-        raise ValueError("sequences must be a non-empty list of token-id lists")
+        raise ValueError(f"{name} must be a non-empty list of token-id lists, got {sequences!r}")
+    pad_token_id = check_int(pad_token_id, "pad_token_id", 0, MAX_ID)
+    try:
+        device = torch.device("cpu") if device is None else torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be a torch device or its name, got {device!r}") from err
     rows = []
     for i, s in enumerate(sequences):
         if not isinstance(s, (list, tuple)) or not s:
-            raise ValueError(f"sequences[{i}] must be a non-empty list of token ids, got {s!r}")
-        rows.append([check_int(t, f"sequences[{i}] token", 0) for t in s])
+            raise ValueError(f"{name}[{i}] must be a non-empty list of token ids, got {s!r}")
+        rows.append([check_int(t, f"{name}[{i}] token", 0, MAX_ID) for t in s])
     width = max(map(len, rows))
     ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
@@ -134,10 +167,9 @@ def latent_forward(
     different columns in different rows; a column is filled in every row that has a slot there."""
     lm = LatentLM(model)
     check_tensor(input_ids, "input_ids", ndim=2)
-    if input_ids.shape[1] == 0 or input_ids.dtype in (torch.bool,) or input_ids.is_floating_point():
-        raise ValueError(
-            f"input_ids must be a non-empty 2-D integer tensor, got {input_ids.dtype} {tuple(input_ids.shape)}"
-        )
+    _check_ids(input_ids, "input_ids", lm.vocab_size)
+    if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must have at least one row and one column, got {tuple(input_ids.shape)}")
     latent_token_id = check_int(latent_token_id, "latent_token_id", 0, lm.vocab_size - 1)
     use_cache = check_bool(use_cache, "use_cache") and lm.cache_arg is not None
     if not callable(thought):
@@ -147,18 +179,26 @@ def latent_forward(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     check_tensor(attention_mask, "attention_mask", shape=tuple(input_ids.shape))
+    if attention_mask.is_complex() or not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError("attention_mask must hold only 0 and 1")
+    attention_mask = attention_mask.long()
     if position_ids is None:
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     check_tensor(position_ids, "position_ids", shape=tuple(input_ids.shape))
     if labels is not None:
         check_tensor(labels, "labels", shape=tuple(input_ids.shape))
+        _check_ids(labels.clamp(min=0), "labels", lm.vocab_size)
+        if bool(((labels < 0) & (labels != -100)).any()):
+            raise ValueError("labels must hold token ids or -100 (ignored)")
     is_slot = (input_ids == latent_token_id) & attention_mask.bool()
-    if bool(is_slot[:, 0].any()):
+    first = attention_mask.argmax(-1)  # each row's first real position
+    if bool(is_slot[torch.arange(len(first)), first].any()):
         raise ValueError(
-            "input_ids: a latent slot needs a position before it (found one in the first column)"
+            "input_ids: a latent slot needs a real token before it (found one opening a row), "
+            f"latent_token_id={latent_token_id}"
         )
     columns = torch.nonzero(is_slot.any(0)).flatten().tolist()
-    embeds = lm.embed(input_ids)
+    embeds = lm.embed(input_ids, "input_ids")
     width = input_ids.shape[1]
     bounds = [*columns, width]
     logits_parts, hidden_parts = [], []
@@ -182,6 +222,7 @@ def latent_forward(
         rows = torch.nonzero(is_slot[:, end]).flatten()
         prev = end - 1 - lo
         fill = thought(hidden[rows, prev], out_logits[rows, prev].float(), lm.embedding_weight)
+        fill = _check_thought(fill, len(rows), embeds.shape[-1])
         embeds = embeds.clone()
         embeds[rows, end] = fill.to(embeds.dtype)
         latents.append((end, rows, fill))
@@ -234,13 +275,15 @@ class ConfidenceSwitch:
     def enter(self, confidence: float, written: int | None = None) -> bool:
         """Whether an explicit-mode step with this confidence starts a latent run, ``written`` explicit tokens
         after the last run ended (None: no run yet)."""
-        if written is not None and written < self.min_explicit:
+        confidence = check_real(confidence, "confidence", "[0, 1]")
+        if written is not None and check_int(written, "written", 0) < self.min_explicit:
             return False
         return self.enter_below is not None and confidence < self.enter_below
 
     def exit(self, confidence: float, run: int) -> bool:
         """Whether a latent run of ``run`` thoughts ends, given the current confidence."""
-        if run >= self.max_latent:
+        confidence = check_real(confidence, "confidence", "[0, 1]")
+        if check_int(run, "run", 0) >= self.max_latent:
             return True
         return run >= self.min_latent and self.exit_above is not None and confidence >= self.exit_above
 
@@ -309,6 +352,8 @@ def generate(
         raise TypeError(
             f"thought must be callable as thought(hidden, logits, embedding_weight), got {thought!r}"
         )
+    if not isinstance(special_token_ids, (list, tuple)):
+        raise ValueError(f"special_token_ids must be a list of token ids, got {special_token_ids!r}")
     special = {check_int(t, "special_token_ids item", 0, vocab - 1) for t in special_token_ids}
     special |= {t for t in (latent_token_id, bot_token_id, eot_token_id) if t is not None}
     ordinary = torch.ones(vocab, dtype=torch.bool, device=_device(lm))
@@ -317,13 +362,22 @@ def generate(
     if not bool(ordinary.any()):
         raise ValueError("special_token_ids leave no ordinary token to write")
 
-    ids, mask = left_pad(prompts, pad_token_id, _device(lm))
+    ids, mask = _left_pad(prompts, pad_token_id, _device(lm), "prompts")
+    if int(ids.max()) >= vocab:
+        raise ValueError(
+            f"prompts must hold token ids below the vocabulary size {vocab}, got {int(ids.max())}"
+        )
     has_slots = latent_token_id is not None and bool(((ids == latent_token_id) & mask.bool()).any())
     if has_slots:
         if thought is None:
             raise ValueError("thought must be given when prompts hold latent slots")
         assert latent_token_id is not None
-        out = latent_forward(lm.model, ids, mask, latent_token_id=latent_token_id, thought=thought)
+        try:
+            out = latent_forward(lm.model, ids, mask, latent_token_id=latent_token_id, thought=thought)
+        except ValueError as err:
+            if "input_ids" in str(err):
+                raise ValueError(str(err).replace("input_ids", "prompts")) from None
+            raise
         logits, hidden, cache = out.logits[:, -1].float(), out.last_hidden[:, -1], out.cache
         prompt_latents = [out.latents]
     else:
@@ -399,6 +453,7 @@ def generate(
         if bool(use_latent.any()):
             rows = torch.nonzero(use_latent).flatten()
             fill = thought(hidden[rows], logits[rows], lm.embedding_weight)  # type: ignore[misc]
+            fill = _check_thought(fill, len(rows), step_embeds.shape[-1])
             step_embeds = step_embeds.clone()
             step_embeds[rows] = fill.to(step_embeds.dtype)
             fed_latents.append(fill)
