@@ -515,8 +515,19 @@ def test_bad_input_names_the_argument():
         latent_forward(tiny_llama(), torch.tensor([[LAT, 3]]), latent_token_id=LAT, thought=HiddenThought())
     with pytest.raises(ValueError, match="latent_token_id"):
         latent_forward(tiny_llama(), torch.tensor([[3, 4]]), latent_token_id=V, thought=HiddenThought())
-    with pytest.raises(ValueError, match="token ids"):
+    with pytest.raises(ValueError, match="prompts"):
         generate(tiny_llama(), [[3, V + 1]], eos_token_id=EOS)
+    ids, mask, labels, _ = coconut_batch()
+    with pytest.raises(ValueError, match="thought must return shape"):
+        latent_forward(tiny_llama(), ids, mask, latent_token_id=LAT, thought=lambda h, z, e: h[:, :1])
+    with pytest.raises(ValueError, match="attention_mask"):
+        latent_forward(tiny_llama(), ids, 2 * mask, latent_token_id=LAT, thought=HiddenThought())
+    with pytest.raises(TypeError, match="labels"):
+        latent_forward(
+            tiny_llama(), ids, mask, latent_token_id=LAT, thought=HiddenThought(), labels=labels.float()
+        )
+    with pytest.raises(ValueError, match="prompts"):  # a slot opening a prompt has nothing before it
+        generate(tiny_llama(), [[LAT, 3]], thought=HiddenThought(), latent_token_id=LAT, eos_token_id=EOS)
 
 
 @pytest.mark.slow

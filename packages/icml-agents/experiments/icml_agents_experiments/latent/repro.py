@@ -39,7 +39,7 @@ counts on pilot runs (seed 0, test problems drawn from a seed the full run does 
 at the same ones: latent lr 1e-3 against 3e-3, ``c`` = 1 or 2, 200 or 300 steps a stage), and the switch's
 ``min_explicit`` rule after a pilot where the switch re-entered latent mode right after every run. The pilots
 had Coconut and LT-Tuning far below explicit CoT on arithmetic (about 0.25 against 1.0) and near chance on
-the graph (about 0.55): the criterion below was written knowing that.
+the graph (about 0.55): the criterion above was written knowing that.
 """
 
 from __future__ import annotations
