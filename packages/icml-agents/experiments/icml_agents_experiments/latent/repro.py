@@ -58,9 +58,9 @@ from icml_agents_experiments.latent.train import (
     Sizes,
     build_model,
     coconut_steps,
-    confident_steps,
     diagnostics,
     evaluate,
+    least_confident_steps,
     sequence,
     soft_kwargs,
     switch_kwargs,
@@ -125,7 +125,7 @@ def lt_tuning_arm(cot_model, testbed: str, sizes: Sizes, rng: np.random.Generato
     model = copy.deepcopy(cot_model)
 
     def pairs(items, k):
-        chosen = confident_steps(cot_model, items, k)
+        chosen = least_confident_steps(cot_model, items, k)
         return [
             sequence(it, "latent", c, sizes, labels="switch") for it, c in zip(items, chosen, strict=False)
         ]

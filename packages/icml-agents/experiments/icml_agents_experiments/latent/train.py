@@ -11,8 +11,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from icml_agents.latent import (
     ConfidenceSwitch,
-    ContextPredictionFusion,
-    HiddenThought,
     LatentTokens,
     SoftThought,
     build_sequence,
@@ -109,7 +107,7 @@ def coconut_steps(item: Item, stage: int) -> list[int]:
     return list(range(min(stage, len(item.steps))))
 
 
-def confident_steps(model, items: list[Item], stage: int) -> list[list[int]]:
+def least_confident_steps(model, items: list[Item], stage: int) -> list[list[int]]:
     """LT-Tuning's stage-2 rule (our reconstruction): per item, the ``stage`` steps of lowest mean token
     confidence under the explicit-CoT ``model``."""
     seqs = [sequence(it, "cot")[0] for it in items]
@@ -233,20 +231,3 @@ def diagnostics(result: ArmResult, model) -> dict:
         "norm_ratio": d.norm_ratio,
         "n": d.n,
     }
-
-
-__all__ = [
-    "ArmResult",
-    "ContextPredictionFusion",
-    "HiddenThought",
-    "Sizes",
-    "build_model",
-    "coconut_steps",
-    "confident_steps",
-    "diagnostics",
-    "evaluate",
-    "sequence",
-    "soft_kwargs",
-    "switch_kwargs",
-    "train",
-]
