@@ -1,0 +1,1 @@
+"""DLMRs testbed, frozen base, training stages and reproduction ``dlmr-chains``."""
