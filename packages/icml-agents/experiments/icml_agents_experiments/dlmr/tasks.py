@@ -31,7 +31,6 @@ RESULT0 = TAG0 + MAX_STEPS  # result tokens f(t, v) = RESULT0 + 10 (t - 1) + v
 VOCAB_SIZE = RESULT0 + 10 * MAX_STEPS
 IMAGE_LEN = 1 + CELLS  # BOS and the patch tokens
 STEP_LEN = 3
-STEP_TYPES = ("visual", "reasoning")
 
 
 def patch(k: int, d: int) -> int:
@@ -115,12 +114,6 @@ def make_chain(length: int, rng: np.random.Generator, p_reasoning: float = 0.5, 
             types.append("visual")
             results.append(grid[k])
     return Chain(grid, tuple(operands), tuple(types), tuple(results))
-
-
-def make_chains(n: int, lengths, rng: np.random.Generator) -> list[Chain]:
-    """``n`` chains, their lengths drawn uniformly from ``lengths``."""
-    lengths = list(lengths)
-    return [make_chain(int(lengths[int(rng.integers(len(lengths)))]), rng) for _ in range(n)]
 
 
 def tag_positions(length: int) -> list[int]:
