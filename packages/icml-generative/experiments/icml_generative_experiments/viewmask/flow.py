@@ -5,10 +5,10 @@ Each view is cut into ``cell x cell`` pixel patches (one per token position of t
 sequence, the view and 2-D position embeddings and the transformer blocks (:class:`ViewBackbone`, full
 attention across views) are those of :class:`~icml_generative.viewmask.MultiViewTransformer`; only the
 token embedding and the output head differ (a linear patch projection in and out, plus a flow-time
-embedding), and a linear skip from each noisy patch to its velocity: the backbone's final LayerNorm removes
-the scale of its input, which a velocity model needs (without the skip, a development run's denoising
-error at t = 0.5 was 13x that with it, and its samples were noise). The skip gives the baseline about 37k
-more parameters than ViewMask. The network predicts the clean patches (x-prediction; the velocity is
+embedding), and a linear skip from each noisy patch to the output: the backbone's final LayerNorm removes
+the scale of its input, which a denoiser needs (without the skip, a development run's denoising error at
+t = 0.5 was 13x that with it). The skip adds 37k parameters; in all the baseline has 221,184 against
+ViewMask's 159,168. The network predicts the clean patches (x-prediction; the velocity is
 ``(x_hat - x_t) / (1 - t)``, ``1 - t`` at least :data:`MIN_GAP`) and trains on the velocity error: a
 development run that predicted the velocity directly left noise in every sample. Training:
 ``x_t = (1 - t) noise + t x``, the velocity target ``x - noise``; sampling: Euler steps from noise, one
