@@ -21,7 +21,9 @@ from icml_kernels import (
     echo_combine_reference,
     fwht,
     fwht_reference,
+    gaussian_rasterize_reference,
     hadamard_matrix,
+    rasterize_gaussians,
     select_impl,
     trellis_decode,
     trellis_gemv,
@@ -390,6 +392,85 @@ def test_echo_combine(data):
         check=is_echo_combination,
         # u sets B, H, R, F, D for the others and a sets Q: a changed u or a is refused naming either
         related={"u": ["vbar", "a", "anchor"], "a": ["b", "anchor", "key"]},
+    )
+    assert isinstance(result, tuple | ValueError | TypeError)
+
+
+# --- Gaussian rasterization ----------------------------------------------------------------------------
+_GGEN = torch.Generator().manual_seed(8)
+RASTER = {  # N = 5 Gaussians, C = 3 channels, a 6 x 4 image: distinct sizes, so a transposed argument is refused
+    "means2d": torch.rand(5, 2, generator=_GGEN) * torch.tensor([6.0, 4.0]),
+    "conics": torch.tensor(
+        [[0.5, 0.1, 0.4], [1.0, -0.3, 0.8], [0.2, 0.0, 0.3], [2.0, 0.5, 1.0], [0.6, 0.2, 0.9]]
+    ),
+    "colors": torch.rand(5, 3, generator=_GGEN),
+    "opacities": torch.tensor([0.9, 0.5, 0.99, 0.3, 0.002]),
+    "width": 6,
+    "height": 4,
+    "background": torch.tensor([0.1, 0.5, 0.9]),
+    "tile_size": 8,
+}
+
+
+def is_rasterization(case) -> bool:
+    """An ``(image, alpha)`` of the right shapes and dtype, ``alpha`` in ``[0, 1)``, equal to the rules
+    applied one Gaussian at a time in float64 at a few pixels (all of them in small images); NaN or inf
+    (warned) only when the colors or background are near the top of their dtype's range."""
+    kwargs, result = case
+    m, q, col, op = (kwargs[name] for name in ("means2d", "conics", "colors", "opacities"))
+    width, height, bg = kwargs["width"], kwargs["height"], kwargs["background"]
+    c = col.shape[1]
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return False
+    image, alpha = result
+    if image.shape != (height, width, c) or alpha.shape != (height, width) or image.dtype != m.dtype:
+        return False
+    if not bool(torch.isfinite(image).all()):
+        top = max(
+            float(col.abs().max()) if col.numel() else 0.0, float(bg.abs().max()) if bg is not None else 0.0
+        )
+        return top > torch.finfo(m.dtype).max / 4
+    if not bool(((alpha >= 0) & (alpha < 1)).all()):
+        return False
+    bgd = [0.0] * c if bg is None else bg.double().tolist()
+    pixels = [(i, j) for i in range(height) for j in range(width)]
+    for i, j in pixels if len(pixels) <= 64 else pixels[:: len(pixels) // 32]:
+        t, color = 1.0, [0.0] * c
+        for g in range(len(m)):
+            dx, dy = j + 0.5 - float(m[g, 0]), i + 0.5 - float(m[g, 1])
+            a, b, cc = q[g].double().tolist()
+            power = -0.5 * (a * dx * dx + cc * dy * dy) - b * dx * dy
+            alpha_g = min(0.99, float(op[g]) * math.exp(power)) if power <= 0 else 0.0
+            if alpha_g < 1 / 255:
+                continue
+            if t * (1 - alpha_g) <= 1e-4:
+                break
+            color = [color[k] + float(col[g, k]) * alpha_g * t for k in range(c)]
+            t *= 1 - alpha_g
+        expected = torch.tensor([color[k] + t * bgd[k] for k in range(c)], dtype=torch.float64)
+        scale = 1 + float(expected.abs().max())
+        if not torch.allclose(image[i, j].double(), expected, rtol=1e-4, atol=1e-4 * scale):
+            return False
+        if abs(float(alpha[i, j]) - (1 - t)) > 1e-4:
+            return False
+    return True
+
+
+@FUZZ.covers(rasterize_gaussians, gaussian_rasterize_reference)
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_rasterize_gaussians(data):
+    fn = data.draw(st.sampled_from([rasterize_gaussians, gaussian_rasterize_reference]), label="fn")
+    result = fuzz_call(
+        data,
+        with_inputs(fn),
+        RASTER,
+        check=is_rasterization,
+        # means2d sets N and the dtype for the others, colors sets C for background
+        related={
+            "means2d": ["conics", "colors", "opacities", "background"],
+            "colors": ["background"],
+        },
     )
     assert isinstance(result, tuple | ValueError | TypeError)
 

@@ -16,6 +16,7 @@ from icml_kernels.block_sparse_attention import (
 )
 from icml_kernels.echo_combine import echo_combine, echo_combine_reference
 from icml_kernels.fwht import fwht, fwht_reference, hadamard_matrix
+from icml_kernels.gaussian_rasterize import gaussian_rasterize_reference, rasterize_gaussians
 from icml_kernels.trellis import trellis_decode, trellis_gemv
 
 __version__ = _version("icml-kernels")
@@ -30,7 +31,9 @@ __all__ = [
     "echo_combine_reference",
     "fwht",
     "fwht_reference",
+    "gaussian_rasterize_reference",
     "hadamard_matrix",
+    "rasterize_gaussians",
     "select_impl",
     "trellis_decode",
     "trellis_gemv",

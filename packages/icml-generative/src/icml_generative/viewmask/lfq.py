@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from icml_generative._io import load_module, save_module
 from icml_generative.validation import (
     check_choice,
     check_instance,
@@ -39,7 +40,6 @@ from icml_generative.validation import (
     check_number,
     check_tensor,
 )
-from icml_generative.viewmask._io import load_module, save_module
 
 MAX_BITS = 16
 MAX_STEPS = 1_000_000

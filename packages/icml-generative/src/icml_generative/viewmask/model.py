@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from icml_generative._io import load_module, save_module
 from icml_generative.validation import check_choice, check_int, check_number, check_tensor
-from icml_generative.viewmask._io import load_module, save_module
 
 ATTENTION = ("full", "independent")
 OBJECTIVES = ("maskgit", "elbo")

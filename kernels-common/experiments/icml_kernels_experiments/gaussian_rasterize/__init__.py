@@ -1,0 +1,1 @@
+"""Experiments for :mod:`icml_kernels.gaussian_rasterize`."""

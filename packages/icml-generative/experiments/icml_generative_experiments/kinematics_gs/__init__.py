@@ -1,0 +1,1 @@
+"""Kinematics-GS: the blurry-video testbed, the reproduction ``kinematics-gs-blur`` and the renderer benchmark."""
