@@ -32,6 +32,7 @@ ARCHS = ("topk", "batchtopk", "relu", "jumprelu")
 LOSS_RTOL = 1e-5  # per-step loss, fvu, aux: the permuted-rows floor is <= 1e-6
 PARAM_RTOL = 1e-3  # largest parameter difference / the tensor's largest entry (floor: 1e-4, see above)
 BULK_RTOL = 1e-5  # ... which all but a few latents meet
+TEARDOWN_ABORT = "terminate called without an active exception"
 
 
 def torchrun(out: Path, nproc: int = 2, timeout: float = 240, **env) -> subprocess.CompletedProcess:
@@ -66,6 +67,10 @@ SMALL = {"d_in": 16, "d_sae": 64, "k": 3, "batch_size": 64, "total_tokens": 64 *
 def test_two_processes_train_the_same_sae_as_one(tmp_path):
     out = tmp_path / "result"
     run = torchrun(out)
+    if run.returncode != 0 and TEARDOWN_ABORT in run.stderr and Path(f"{out}.rank1").exists():
+        # a rank aborted in gloo's teardown after saving its results (a torch bug seen about once in 20-60
+        # runs on 2 cores, not a training failure): run the job once more
+        run = torchrun(out)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rank0 = torch.load(f"{out}.rank0", weights_only=False)
     rank1 = torch.load(f"{out}.rank1", weights_only=False)
