@@ -20,10 +20,10 @@ Our reconstruction of Kinematics-GS from its abstract (the paper's text was not 
   sharp frames across the exposure and averages them (the higher-cost alternative); ``blur="none"`` renders
   the sharp frame.
 - **Kinematic prior.** With ``motion_aligned=True`` a dynamic Gaussian's rotation frame is built from its
-  motion: first axis ``v/‖v‖``, second axis a learned vector made orthogonal to it (Gram–Schmidt), third
-  their cross product; its quaternion and scales are learned in that frame (``R = F(v)·R(q)``), so its shape
-  follows its direction of motion. Static Gaussians (and those that barely move)
-  keep their learned quaternion. :meth:`KinematicsGS.anisotropy` (largest / smallest sharp scale) is the
+  motion: first axis the axis of motion ``±v/‖v‖`` (the same for ``v`` and ``−v``, so a Gaussian moving back
+  and forth keeps its frame), second axis a learned vector made orthogonal to it (Gram–Schmidt), third their
+  cross product; its quaternion and scales are learned in that frame (``R = F(v)·R(q)``), so its shape
+  follows its direction of motion. Static Gaussians (and those that barely move) use ``R(q)`` alone. :meth:`KinematicsGS.anisotropy` (largest / smallest sharp scale) is the
   quantity the anisotropy regularizer of :func:`~icml_generative.kinematics_gs.train.train_kinematics_gs`
   bounds.
 - **Static/dynamic split.** :meth:`KinematicsGS.split_static_dynamic` sets ``m_i`` from the temporal
@@ -40,16 +40,23 @@ import torch
 from torch import nn
 
 from icml_generative._io import load_module, save_module
+from icml_generative.kinematics_gs._geometry import (
+    covariance_from_rotation_unchecked,
+    project_gaussians_unchecked,
+    quat_to_rotmat_unchecked,
+)
 from icml_generative.kinematics_gs.render import (
-    covariance_from_rotation,
-    project_gaussians,
-    quat_to_rotmat,
+    MAX_SIDE,
+    check_background,
+    check_camera,
     rasterization,
 )
-from icml_generative.validation import check_choice, check_int, check_number
+from icml_generative.validation import as_real_tensor, check_choice, check_int, check_number, check_tensor
 
 BLUR_MODES = ("none", "kinematic", "subframe")
 MAX_GAUSSIANS = 1_000_000
+# |t| and the exposure at most this (the basis sin(2πkt) stays finite, and meaningful, in float32)
+MAX_TIME = 1e6
 MOVING_SPEED = 1e-4  # |v| below this (world units per unit time): the quaternion frame, not the motion frame
 _DT = 1e-3  # the central difference's half step for velocities
 _AXIS_REFERENCE = (0.36, 0.48, 0.8)  # orients the motion axis (any fixed unit vector)
@@ -57,7 +64,17 @@ _ENCODING = (0.5, 1.0, 2.0)  # the motion field's positional-encoding frequencie
 
 
 def _check_time(t: Any) -> float:
-    return check_number(t, "t")
+    return check_number(t, "t", -MAX_TIME, MAX_TIME)
+
+
+def _check_times(times: Any) -> torch.Tensor:
+    """At least 2 finite times within ``±MAX_TIME`` (a tensor, an array or a sequence), as float64 ``(m,)``."""
+    times = as_real_tensor(times, "times").flatten()
+    if times.numel() < 2:
+        raise ValueError("times must hold at least 2 times")
+    if not bool((torch.isfinite(times) & (times.abs() <= MAX_TIME)).all()):
+        raise ValueError(f"times must be finite and within ±{MAX_TIME:g}")
+    return times
 
 
 class KinematicsGS(nn.Module):
@@ -94,7 +111,7 @@ class KinematicsGS(nn.Module):
         self.frequencies = check_int(frequencies, "frequencies", 1, 16)
         self.hidden = check_int(hidden, "hidden", 0, 1024)
         self.blur = check_choice(blur, "blur", BLUR_MODES)
-        self.exposure = check_number(exposure, "exposure", minimum=0)
+        self.exposure = check_number(exposure, "exposure", minimum=0, maximum=MAX_TIME)
         self.subframes = check_int(subframes, "subframes", 1, 256)
         if not isinstance(motion_aligned, bool):
             raise TypeError(f"motion_aligned must be a bool, got {motion_aligned!r}")
@@ -146,30 +163,56 @@ class KinematicsGS(nn.Module):
         the per-Gaussian deformation coefficients (point tracks' role; default: no motion)."""
         if not isinstance(points, torch.Tensor) or points.shape != (self.n, 3):
             raise ValueError(f"points must be a tensor ({self.n}, 3), got {getattr(points, 'shape', points)}")
+        if points.is_complex():
+            raise TypeError(f"points must hold real numbers, got dtype {points.dtype}")
         if not bool(torch.isfinite(points).all()):
             raise ValueError("points must be finite")
-        self.means.copy_(points)
         if colors is not None:
             if not isinstance(colors, torch.Tensor) or colors.shape != (self.n, self.channels):
                 raise ValueError(f"colors must be a tensor ({self.n}, {self.channels})")
+            check_tensor(colors, "colors", floating=True, finite=True)
+        if motion is not None:
+            if not isinstance(motion, torch.Tensor) or motion.shape != self.coefficients.shape:
+                raise ValueError(f"motion must be a tensor {tuple(self.coefficients.shape)}")
+            if motion.is_complex():
+                raise TypeError(f"motion must hold real numbers, got dtype {motion.dtype}")
+            if not bool(torch.isfinite(motion).all()):
+                raise ValueError("motion must be finite")
+        if scale is None:
+            k = min(3, self.n - 1)
+            # cdist has float32 and float64 kernels only: other dtypes (exact in float64) are measured there
+            pts = points if points.dtype in (torch.float32, torch.float64) else points.double()
+            dist = torch.cdist(pts, pts) + torch.eye(self.n) * 1e9
+            scale = float(dist.topk(k, largest=False).values.mean()) if k else 0.1
+            if not self._representable(scale):
+                raise ValueError(
+                    f"points give no usable default scale (mean distance to the nearest points {scale}): "
+                    "pass distinct points of moderate size, or scale"
+                )
+        scale = check_number(scale, "scale", above=0)
+        if not self._representable(scale):
+            raise ValueError(
+                f"scale must have a square that is positive and finite in {self.means.dtype}, got {scale}"
+            )
+        self.means.copy_(points)
+        if colors is not None:
             self.color_logits.copy_(torch.logit(colors.clamp(0.02, 0.98)))
         else:
             self.color_logits.zero_()
-        if scale is None:
-            k = min(3, self.n - 1)
-            dist = torch.cdist(points, points) + torch.eye(self.n) * 1e9
-            scale = float(dist.topk(k, largest=False).values.mean()) if k else 0.1
-        scale = check_number(scale, "scale", above=0)
         self.log_scales.fill_(math.log(scale))
         self.opacity_logits.zero_()
         self.coefficients.zero_()
         if motion is not None:
-            if not isinstance(motion, torch.Tensor) or motion.shape != self.coefficients.shape:
-                raise ValueError(f"motion must be a tensor {tuple(self.coefficients.shape)}")
-            if not bool(torch.isfinite(motion).all()):
-                raise ValueError("motion must be finite")
             self.coefficients.copy_(motion)
         self.dynamic.fill_(1.0)
+
+    def _representable(self, scale: float) -> bool:
+        """Whether ``exp(2·log(scale))`` (the variance of a Gaussian of that scale) is positive and finite in
+        the model's dtype."""
+        if not (math.isfinite(scale) and scale > 0):
+            return False
+        variance = torch.tensor(2 * math.log(scale), dtype=self.log_scales.dtype).exp()
+        return bool(torch.isfinite(variance) & (variance > 0))
 
     # -------------------------------------------------------------------------------------- deformation
     def _basis(self, t: float | torch.Tensor) -> torch.Tensor:
@@ -196,22 +239,28 @@ class KinematicsGS(nn.Module):
             coefficients = coefficients * keep
         return coefficients
 
+    # The public methods check their arguments and call the unchecked ``_positions``, ``_velocities``,
+    # ``_motion_frames``, ``_rotations`` and ``_covariances``, which render (every training step) uses.
     def positions(self, t: float) -> torch.Tensor:
         """Means ``(n, 3)`` at time ``t``."""
+        return self._positions(_check_time(t))
+
+    def _positions(self, t: float) -> torch.Tensor:
         offset = torch.einsum("k,nkd->nd", self._basis(t), self.motion_coefficients())
         return self.means + self.dynamic[:, None] * offset
 
     def velocities(self, t: float) -> torch.Tensor:
         """``dμ/dt (n, 3)`` at time ``t`` (central difference)."""
-        return (self.positions(t + _DT) - self.positions(t - _DT)) / (2 * _DT)
+        return self._velocities(_check_time(t))
+
+    def _velocities(self, t: float) -> torch.Tensor:
+        return (self._positions(t + _DT) - self._positions(t - _DT)) / (2 * _DT)
 
     def deformation_variance(self, times: torch.Tensor) -> torch.Tensor:
         """``Var_t[μ_i(t)]`` summed over x, y, z ``(n,)``, over the times ``(m,)`` (the split's statistic)."""
-        times = torch.as_tensor(times, dtype=torch.float64).flatten()
-        if times.numel() < 2:
-            raise ValueError("times must hold at least 2 times")
+        times = _check_times(times)
         with torch.no_grad():
-            track = torch.stack([self.positions(float(t)) for t in times])
+            track = torch.stack([self._positions(float(t)) for t in times])
         return track.var(0, unbiased=False).sum(-1)
 
     @torch.no_grad()
@@ -223,7 +272,7 @@ class KinematicsGS(nn.Module):
         variance = self.deformation_variance(times)
         dynamic = variance > threshold
         if bool((~dynamic).any()):
-            track = torch.stack([self.positions(float(t)) for t in torch.as_tensor(times).flatten()])
+            track = torch.stack([self._positions(float(t)) for t in torch.as_tensor(times).flatten()])
             self.means[~dynamic] = track.mean(0)[~dynamic]
             self.coefficients[~dynamic] = 0.0
         self.dynamic.copy_(dynamic.to(self.dynamic))
@@ -248,6 +297,19 @@ class KinematicsGS(nn.Module):
         """``(frames (n, 3, 3), moving (n,) bool)``: each Gaussian's motion frame (columns: ``±v/‖v‖``, the
         learned frame vector made orthogonal to it, their cross product) and whether it is a dynamic Gaussian
         that moves (the identity elsewhere)."""
+        return self._motion_frames(self._check_velocities(velocities))
+
+    def _check_velocities(self, velocities: Any) -> torch.Tensor:
+        check_tensor(velocities, "velocities", (self.n, 3), floating=True, finite=True)
+        if velocities.dtype != self.means.dtype:
+            raise TypeError(
+                f"velocities must have the model's dtype {self.means.dtype}, got {velocities.dtype}"
+            )
+        if not bool(torch.isfinite(velocities.norm(dim=-1)).all()):
+            raise ValueError(f"velocities are too large: their lengths overflow {velocities.dtype}")
+        return velocities
+
+    def _motion_frames(self, velocities: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         speed = velocities.norm(dim=-1, keepdim=True)
         moving = (speed[:, 0] > MOVING_SPEED) & (self.dynamic > 0)
         e1 = velocities / speed.clamp_min(MOVING_SPEED)
@@ -270,25 +332,38 @@ class KinematicsGS(nn.Module):
         """Rotation matrices ``(n, 3, 3)``: with ``motion_aligned``, the quaternion's rotation expressed in
         the motion frame (``F(v) R(q)``) for moving dynamic Gaussians, so their shape turns with their
         direction of motion; the quaternion's rotation ``R(q)`` otherwise."""
-        R = quat_to_rotmat(self.quats)
+        return self._rotations(self._check_velocities(velocities))
+
+    def _rotations(self, velocities: torch.Tensor) -> torch.Tensor:
+        R = quat_to_rotmat_unchecked(self.quats)
         if not self.motion_aligned:
             return R
-        frames, moving = self.motion_frames(velocities)
+        frames, moving = self._motion_frames(velocities)
         return R if not bool(moving.any()) else frames @ R
 
     def covariances(self, t: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(means (n, 3), sharp covariances (n, 3, 3), velocities (n, 3))`` at time ``t``."""
-        t = _check_time(t)
-        means = self.positions(t)
-        v = self.velocities(t)
-        return means, covariance_from_rotation(self.rotations(v), self.scales()), v
+        return self._covariances(_check_time(t))
+
+    def _covariances(self, t: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        means = self._positions(t)
+        v = self._velocities(t)
+        return means, covariance_from_rotation_unchecked(self._rotations(v), self.scales()), v
 
     def blur_covariances(
         self, t: float, exposure: float | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(means, Σ, Σ_blur = Σ + (T²/12)·v vᵀ)`` at time ``t`` for the exposure ``T`` (default: the model's)."""
-        T = self.exposure if exposure is None else check_number(exposure, "exposure", minimum=0)
-        means, sigma, v = self.covariances(t)
+        t = _check_time(t)
+        if exposure is not None:
+            exposure = check_number(exposure, "exposure", minimum=0, maximum=MAX_TIME)
+        return self._blur_covariances(t, exposure)
+
+    def _blur_covariances(
+        self, t: float, exposure: float | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        T = self.exposure if exposure is None else exposure
+        means, sigma, v = self._covariances(t)
         return means, sigma, sigma + (T * T / 12) * v[:, :, None] * v[:, None, :]
 
     # ------------------------------------------------------------------------------------------ render
@@ -308,29 +383,65 @@ class KinematicsGS(nn.Module):
         if not isinstance(sharp, bool):
             raise TypeError(f"sharp must be a bool, got {sharp!r}")
         t = _check_time(t)
+        check_camera(viewmat, K)
+        width = check_int(width, "width", 1, MAX_SIDE)
+        height = check_int(height, "height", 1, MAX_SIDE)
+        if background is not None:
+            check_background(background, "background", self.channels, 1)
+        return self._render(viewmat, K, t, width, height, sharp, background)
+
+    def _render(
+        self,
+        viewmat: torch.Tensor,
+        K: torch.Tensor,
+        t: float,
+        width: int,
+        height: int,
+        sharp: bool = False,
+        background: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         mode = "none" if sharp or self.exposure == 0 else self.blur
         colors, opacities = self.colors(), self.opacities()
         vm, k = viewmat[None], K[None]
 
         def draw(means: torch.Tensor, covars: torch.Tensor, opac: torch.Tensor) -> torch.Tensor:
-            image, _, _ = rasterization(
-                means, None, None, opac, colors, vm, k, width, height, covars=covars, backgrounds=background
-            )
+            try:
+                image, _, _ = rasterization(
+                    means,
+                    None,
+                    None,
+                    opac,
+                    colors,
+                    vm,
+                    k,
+                    width,
+                    height,
+                    covars=covars,
+                    backgrounds=background,
+                )
+            except (ValueError, TypeError) as err:  # the arguments are valid: the Gaussians seen are not
+                raise ValueError(
+                    f"the model's Gaussians at time t seen by viewmat and K cannot be rendered: {err}"
+                ) from err
             return image[0]
 
         if mode == "none":
-            means, sigma, _ = self.covariances(t)
+            means, sigma, _ = self._covariances(t)
             return draw(means, sigma, opacities)
         if mode == "kinematic":
-            means, sigma, blurred = self.blur_covariances(t)
-            _, sharp2d, _ = project_gaussians(means, sigma, vm[0].to(means), k[0].to(means), width, height)
-            _, blur2d, _ = project_gaussians(means, blurred, vm[0].to(means), k[0].to(means), width, height)
+            means, sigma, blurred = self._blur_covariances(t)
+            _, sharp2d, _ = project_gaussians_unchecked(
+                means, sigma, vm[0].to(means), k[0].to(means), width, height
+            )
+            _, blur2d, _ = project_gaussians_unchecked(
+                means, blurred, vm[0].to(means), k[0].to(means), width, height
+            )
             ratio = torch.linalg.det(sharp2d) / torch.linalg.det(blur2d)
             return draw(means, blurred, opacities * ratio.clamp(0, 1).sqrt())
         offsets = (torch.arange(self.subframes, dtype=torch.float64) + 0.5) / self.subframes - 0.5
         frames = []
         for dt in offsets.tolist():
-            means, sigma, _ = self.covariances(t + dt * self.exposure)
+            means, sigma, _ = self._covariances(t + dt * self.exposure)
             frames.append(draw(means, sigma, opacities))
         return torch.stack(frames).mean(0)
 

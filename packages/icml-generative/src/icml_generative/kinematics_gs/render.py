@@ -30,29 +30,119 @@ from typing import Any
 import numpy as np
 import torch
 
-from icml_generative.validation import check_int, check_number
+from icml_generative.kinematics_gs._geometry import (
+    covariance_from_rotation_unchecked,
+    project_gaussians_unchecked,
+    quat_to_rotmat_unchecked,
+)
+from icml_generative.validation import check_int, check_number, check_tensor
 from icml_kernels.gaussian_rasterize import rasterize_gaussians
 
 MAX_SIDE = 8192  # width and height cap (the kernel's cap)
+ROTATION_TOLERANCE = 1e-2  # rotmat_to_quat: the largest entry of R Rᵀ − I it takes for a rotation
+
+
+# ----------------------------------------------------------------------------------------- validation
+# The public functions below check their arguments and call their unchecked twins in ``_geometry``, which
+# rasterization and the model call every step.
+def _check_floats(value: Any, name: str, tail: tuple[int, ...], *, ndim: int | None = None) -> torch.Tensor:
+    """A finite floating-point tensor ``(..., *tail)`` (with exactly ``ndim`` axes if given)."""
+    check_tensor(value, name, floating=True)
+    k = len(tail)
+    if (
+        value.ndim < k
+        or tuple(value.shape[value.ndim - k :]) != tail
+        or (ndim is not None and value.ndim != ndim)
+    ):
+        lead = "..., " if ndim is None else "N, " * (ndim - k)
+        raise ValueError(f"{name} must be a tensor ({lead}{', '.join(map(str, tail))}), got {_shape(value)}")
+    if not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{name} must be finite (it holds NaN or inf)")
+    return value
+
+
+def _check_quats(quats: torch.Tensor) -> None:
+    """Nonzero quaternions whose norm does not overflow (``quats`` already a finite tensor)."""
+    norm = quats.detach().norm(dim=-1)
+    if bool((norm <= 1e-12).any()):
+        raise ValueError("quats must be nonzero (a quaternion of norm 0 has no rotation)")
+    if not bool(torch.isfinite(norm).all()):
+        raise ValueError(f"quats must have a finite norm in {quats.dtype} (entries too large)")
+
+
+def _check_scales(scales: Any, like: torch.Tensor, batch: tuple[int, ...], batch_name: str) -> None:
+    """Positive finite scales ``(..., 3)`` on ``like``'s device whose leading axes broadcast with ``batch``
+    (those of ``batch_name``)."""
+    _check_floats(scales, "scales", (3,))
+    if scales.device != like.device:
+        raise TypeError(f"scales must be on {batch_name}' device {like.device}, got {scales.device}")
+    if bool((scales <= 0).any()):
+        raise ValueError("scales must be positive")
+    try:
+        torch.broadcast_shapes(tuple(scales.shape[:-1]), batch)
+    except RuntimeError:
+        raise ValueError(
+            f"scales must be a tensor (N, 3) for {batch_name} (N, ...), got {_shape(scales)} and N = {batch}"
+        ) from None
+
+
+def _check_overflow(value: torch.Tensor, names: str) -> torch.Tensor:
+    """``value`` if finite; a ValueError naming the arguments ``names`` that made it overflow otherwise."""
+    if not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{names} are too large for {value.dtype}: the result overflows (NaN or inf)")
+    return value
+
+
+def _check_real(value: torch.Tensor, name: str) -> None:
+    """A tensor of real numbers (``TypeError`` for complex) with no NaN or inf."""
+    if value.is_complex():
+        raise TypeError(f"{name} must hold real numbers, got dtype {value.dtype}")
+    if not bool(torch.isfinite(value).all()):
+        raise ValueError(f"{name} must be finite")
+
+
+def check_camera(viewmat: Any, K: Any, names: tuple[str, str] = ("viewmat", "K")) -> None:
+    """One camera: a real finite world-to-camera ``viewmat (4, 4)`` and intrinsics ``K (3, 3)`` with positive
+    focal lengths (``names``: how the messages call them). Errors name the argument."""
+    for name, value, shape in ((names[0], viewmat, (4, 4)), (names[1], K, (3, 3))):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            raise ValueError(f"{name} must be a tensor ({shape[0]}, {shape[1]}), got {_shape(value)}")
+        _check_real(value, name)
+    if not (bool(K[0, 0] > 0) and bool(K[1, 1] > 0)):
+        raise ValueError(f"{names[1]} must have positive focal lengths fx = K[0, 0] and fy = K[1, 1]")
+
+
+def check_background(value: Any, name: str, d: int, cameras: int | None = None) -> None:
+    """A real finite background color ``(d,)`` (or ``(cameras, d)`` when ``cameras`` is given)."""
+    shapes = [(d,)] if cameras is None else [(d,), (cameras, d)]
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) not in shapes:
+        wanted = " or ".join(f"({', '.join(map(str, s))}{',' if len(s) == 1 else ''})" for s in shapes)
+        raise ValueError(f"{name} must be a tensor {wanted}, got {_shape(value)}")
+    _check_real(value, name)
 
 
 # ------------------------------------------------------------------------------------------- geometry
 def quat_to_rotmat(quats: torch.Tensor) -> torch.Tensor:
     """Rotation matrices ``(..., 3, 3)`` of quaternions ``(..., 4)`` in ``(w, x, y, z)`` order (normalised
     here; gsplat's convention)."""
-    q = quats / quats.norm(dim=-1, keepdim=True)
-    w, x, y, z = q.unbind(-1)
-    rows = [
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-    ]  # fmt: skip
-    return torch.stack(rows, -1).reshape(*q.shape[:-1], 3, 3)
+    _check_floats(quats, "quats", (4,))
+    _check_quats(quats)
+    return quat_to_rotmat_unchecked(quats)
 
 
 def rotmat_to_quat(rotations: torch.Tensor) -> torch.Tensor:
     """Unit quaternions ``(..., 4)`` ``(w, x, y, z)`` with ``w >= 0`` of rotation matrices ``(..., 3, 3)``
-    (the inverse of :func:`quat_to_rotmat`; Shepperd's method: the largest of the four candidates)."""
+    (the inverse of :func:`quat_to_rotmat`; Shepperd's method: the largest of the four candidates). The
+    matrices must be rotations to ``ROTATION_TOLERANCE`` (``R Rᵀ = I``, ``det R > 0``)."""
+    _check_floats(rotations, "rotations", (3, 3))
+    r = rotations.detach().double()
+    if r.numel() and not (
+        bool(((r @ r.transpose(-1, -2) - torch.eye(3, dtype=r.dtype)).abs() <= ROTATION_TOLERANCE).all())
+        and bool((torch.linalg.det(r) > 0).all())
+    ):
+        raise ValueError(
+            f"rotations must be rotation matrices (orthonormal to {ROTATION_TOLERANCE}, determinant +1)"
+        )
     m = rotations
     trace = m[..., 0, 0] + m[..., 1, 1] + m[..., 2, 2]
     candidates = torch.stack(
@@ -106,14 +196,21 @@ def rotmat_to_quat(rotations: torch.Tensor) -> torch.Tensor:
 
 
 def covariance_from_rotation(rotations: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """``R diag(s²) Rᵀ`` for rotations ``(N, 3, 3)`` and scales ``(N, 3)``."""
-    m = rotations * scales[..., None, :]
-    return m @ m.transpose(-1, -2)
+    """``R diag(s²) Rᵀ`` for rotations ``(N, 3, 3)`` and scales ``(N, 3)`` (positive)."""
+    _check_floats(rotations, "rotations", (3, 3))
+    _check_scales(scales, rotations, tuple(rotations.shape[:-2]), "rotations")
+    return _check_overflow(covariance_from_rotation_unchecked(rotations, scales), "rotations and scales")
 
 
 def quat_scale_to_covar(quats: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """3-D covariances ``(N, 3, 3)`` of Gaussians with quaternions ``(N, 4)`` and scales ``(N, 3)``."""
-    return covariance_from_rotation(quat_to_rotmat(quats), scales)
+    """3-D covariances ``(N, 3, 3)`` of Gaussians with quaternions ``(N, 4)`` (nonzero) and scales ``(N, 3)``
+    (positive)."""
+    _check_floats(quats, "quats", (4,))
+    _check_quats(quats)
+    _check_scales(scales, quats, tuple(quats.shape[:-1]), "quats")
+    return _check_overflow(
+        covariance_from_rotation_unchecked(quat_to_rotmat_unchecked(quats), scales), "quats and scales"
+    )
 
 
 def check_gaussians(
@@ -164,8 +261,7 @@ def check_gaussians(
         raise ValueError("opacities must lie in [0, 1]")
     if covars is None:
         assert quats is not None and scales is not None
-        if bool((quats.norm(dim=-1) <= 1e-12).any()):
-            raise ValueError("quats must be nonzero (a quaternion of norm 0 has no rotation)")
+        _check_quats(quats)
         if bool((scales <= 0).any()):
             raise ValueError("scales must be positive")
     else:
@@ -183,12 +279,13 @@ def _want(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join("N" if i == 0 else ("D" if s == -1 else str(s)) for i, s in enumerate(shape)) + ")"
 
 
-def _check_cameras(viewmats: Any, Ks: Any, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def check_cameras(viewmats: Any, Ks: Any, means: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate cameras ``viewmats (C, 4, 4)`` and ``Ks (C, 3, 3)`` (finite, positive focal lengths); returns
+    them in ``means``' dtype and device."""
     for name, value, tail in (("viewmats", viewmats, (4, 4)), ("Ks", Ks, (3, 3))):
         if not isinstance(value, torch.Tensor) or value.ndim != 3 or tuple(value.shape[1:]) != tail:
             raise ValueError(f"{name} must be a tensor (C, {tail[0]}, {tail[1]}), got {_shape(value)}")
-        if not bool(torch.isfinite(value).all()):
-            raise ValueError(f"{name} must be finite")
+        _check_real(value, name)
     if viewmats.shape[0] != Ks.shape[0]:
         raise ValueError(
             f"viewmats and Ks must have the same number of cameras, got {viewmats.shape[0]}, {Ks.shape[0]}"
@@ -209,26 +306,23 @@ def project_gaussians(
     eps2d: float = 0.3,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Image-plane means ``(N, 2)``, EWA covariances ``(N, 2, 2)`` (``eps2d`` added on the diagonal) and
-    camera depths ``(N,)`` of Gaussians seen by one camera (``viewmat (4, 4)`` world to camera, ``K (3, 3)``).
-    No checks: :func:`rasterization` validates."""
-    R, t = viewmat[:3, :3], viewmat[:3, 3]
-    cam = means @ R.T + t
-    x, y, z = cam.unbind(-1)
-    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
-    zs = z.clamp_min(1e-6)
-    means2d = torch.stack([fx * x / zs + cx, fy * y / zs + cy], -1)
-    # x/z and y/z clamped to the image's extent plus 30 % of its half-width (1.3 × tan(fov/2) for a centred
-    # principal point), in the Jacobian only
-    tx = torch.minimum(torch.maximum(x / zs, -(cx + 0.15 * width) / fx), (1.15 * width - cx) / fx)
-    ty = torch.minimum(torch.maximum(y / zs, -(cy + 0.15 * height) / fy), (1.15 * height - cy) / fy)
-    zero = torch.zeros_like(z)
-    J = torch.stack(
-        [torch.stack([fx / zs, zero, -fx * tx / zs], -1), torch.stack([zero, fy / zs, -fy * ty / zs], -1)], -2
-    )  # (N, 2, 3)
-    cov_cam = R @ covars @ R.T
-    cov2d = J @ cov_cam @ J.transpose(-1, -2)
-    cov2d = cov2d + eps2d * torch.eye(2, dtype=means.dtype, device=means.device)
-    return means2d, cov2d, z
+    camera depths ``(N,)`` of Gaussians seen by one camera (``viewmat (4, 4)`` world to camera, ``K (3, 3)``,
+    both taken in the dtype of ``means``)."""
+    _check_floats(means, "means", (3,), ndim=2)
+    _check_floats(covars, "covars", (means.shape[0], 3, 3), ndim=3)
+    if covars.dtype != means.dtype or covars.device != means.device:
+        raise TypeError(
+            f"covars must have means' dtype and device ({means.dtype}, {means.device}), "
+            f"got {covars.dtype}, {covars.device}"
+        )
+    check_camera(viewmat, K)
+    width = check_int(width, "width", 1, MAX_SIDE)
+    height = check_int(height, "height", 1, MAX_SIDE)
+    eps2d = check_number(eps2d, "eps2d", minimum=0)
+    out = project_gaussians_unchecked(means, covars, viewmat.to(means), K.to(means), width, height, eps2d)
+    for value in out:
+        _check_overflow(value, "means, covars, viewmat, K and eps2d")
+    return out
 
 
 def conics_of(cov2d: torch.Tensor) -> torch.Tensor:
@@ -268,22 +362,21 @@ def rasterization(
     height = check_int(height, "height", 1, MAX_SIDE)
     near_plane = check_number(near_plane, "near_plane", above=0)
     eps2d = check_number(eps2d, "eps2d", minimum=0)
-    viewmats, Ks = _check_cameras(viewmats, Ks, means)
+    viewmats, Ks = check_cameras(viewmats, Ks, means)
     d = colors.shape[1]
     n_cams = viewmats.shape[0]
     if backgrounds is not None:
-        if not isinstance(backgrounds, torch.Tensor) or backgrounds.shape not in ((d,), (n_cams, d)):
-            raise ValueError(
-                f"backgrounds must be a tensor ({d},) or ({n_cams}, {d}), got {_shape(backgrounds)}"
-            )
+        check_background(backgrounds, "backgrounds", d, n_cams)
         backgrounds = backgrounds.to(means).expand(n_cams, d)
     if covars is None:
         assert quats is not None and scales is not None
-        covars = quat_scale_to_covar(quats, scales)
+        covars = covariance_from_rotation_unchecked(quat_to_rotmat_unchecked(quats), scales)
     images, alphas = [], []
     meta: dict[str, Any] = {"means2d": [], "depths": [], "conics": [], "order": []}
     for c in range(n_cams):
-        means2d, cov2d, depth = project_gaussians(means, covars, viewmats[c], Ks[c], width, height, eps2d)
+        means2d, cov2d, depth = project_gaussians_unchecked(
+            means, covars, viewmats[c], Ks[c], width, height, eps2d
+        )
         keep = depth > near_plane
         if n and eps2d == 0:  # a degenerate (flat) Gaussian seen edge-on has a singular image covariance
             det = cov2d[:, 0, 0] * cov2d[:, 1, 1] - cov2d[:, 0, 1] ** 2
@@ -291,9 +384,15 @@ def rasterization(
         order = torch.argsort(torch.where(keep, depth, torch.inf), stable=True)[: int(keep.sum())]
         conics = conics_of(cov2d[order])
         bg = None if backgrounds is None else backgrounds[c]
-        image, alpha = rasterize_gaussians(
-            means2d[order], conics, colors[order], opacities[order], width, height, bg
-        )
+        try:
+            image, alpha = rasterize_gaussians(
+                means2d[order], conics, colors[order], opacities[order], width, height, bg
+            )
+        except (ValueError, TypeError) as err:  # the arguments are valid: their projection is not
+            raise ValueError(
+                f"the projection of means, quats and scales (or covars) by viewmats, Ks and eps2d into camera "
+                f"{c} is out of range for {means.dtype}: {err}"
+            ) from err
         images.append(image)
         alphas.append(alpha[..., None])
         for key, value in (("means2d", means2d), ("depths", depth), ("conics", conics), ("order", order)):
@@ -318,6 +417,14 @@ def naive_rasterization(
     """The same render computed pixel by pixel in Python (float64 NumPy), written from the 3DGS rules
     independently of :func:`rasterization`: slow (``H·W·N`` Python steps), for tests and as the benchmark's
     baseline. One camera; returns the image ``(H, W, D)``."""
+    check_gaussians(means, None, None, opacities, colors, covars)
+    check_camera(viewmat, K)
+    width = check_int(width, "width", 1, MAX_SIDE)
+    height = check_int(height, "height", 1, MAX_SIDE)
+    near_plane = check_number(near_plane, "near_plane", above=0)
+    eps2d = check_number(eps2d, "eps2d", minimum=0)
+    if background is not None:
+        check_background(background, "background", colors.shape[1])
     mu = means.detach().double().numpy()
     cov = covars.detach().double().numpy()
     op = opacities.detach().double().numpy()
@@ -363,13 +470,17 @@ def naive_rasterization(
 def look_at(eye: Any, target: Any, up: Any = (0.0, -1.0, 0.0)) -> torch.Tensor:
     """A world-to-camera matrix ``(4, 4)`` (OpenCV axes: x right, y down, z forward) for a camera at ``eye``
     looking at ``target``; ``up`` is the world direction drawn upwards in the image (default ``-y``)."""
-    eye_t = torch.as_tensor(eye, dtype=torch.float64)
-    forward = torch.as_tensor(target, dtype=torch.float64) - eye_t
+    eye_t = _point(eye, "eye")
+    forward = _point(target, "target") - eye_t
     if float(forward.norm()) == 0:
         raise ValueError("eye and target must differ")
+    if not math.isfinite(float(forward.norm())):
+        raise ValueError("eye and target are too far apart: the length of target - eye overflows")
     forward = forward / forward.norm()
-    down = -torch.as_tensor(up, dtype=torch.float64)
+    down = -_point(up, "up")
     right = torch.linalg.cross(down, forward)
+    if not math.isfinite(float(right.norm())):
+        raise ValueError("up is too large: its length overflows")
     if float(right.norm()) < 1e-9:
         raise ValueError("up must not be parallel to the viewing direction target - eye")
     right = right / right.norm()
@@ -378,7 +489,31 @@ def look_at(eye: Any, target: Any, up: Any = (0.0, -1.0, 0.0)) -> torch.Tensor:
     out = torch.eye(4, dtype=torch.float64)
     out[:3, :3] = R
     out[:3, 3] = -R @ eye_t
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError("eye is too large: the camera's translation overflows")
     return out
+
+
+def _point(value: Any, name: str) -> torch.Tensor:
+    """``value`` (3 real numbers: a sequence, an array or a tensor) as a float64 tensor ``(3,)``."""
+    if isinstance(value, torch.Tensor):
+        if value.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {value.dtype}")
+    else:
+        try:
+            kind = np.asarray(value).dtype.kind
+        except (TypeError, ValueError):  # ragged or otherwise not numbers
+            kind = "O"
+        if kind not in "biuf":
+            raise TypeError(
+                f"{name} must be 3 real numbers (x, y, z), got {type(value).__name__} {value!r:.60}"
+            )
+    point = torch.as_tensor(value, dtype=torch.float64)
+    if tuple(point.shape) != (3,):
+        raise ValueError(f"{name} must be 3 numbers (x, y, z), got shape {tuple(point.shape)}")
+    if not bool(torch.isfinite(point).all()):
+        raise ValueError(f"{name} must be finite, got {point.tolist()}")
+    return point
 
 
 def intrinsics(width: int, height: int, fov_degrees: float = 50.0) -> torch.Tensor:
@@ -387,5 +522,8 @@ def intrinsics(width: int, height: int, fov_degrees: float = 50.0) -> torch.Tens
     width = check_int(width, "width", 1, MAX_SIDE)
     height = check_int(height, "height", 1, MAX_SIDE)
     fov = check_number(fov_degrees, "fov_degrees", above=0, below=180)
-    f = 0.5 * width / math.tan(math.radians(fov) / 2)
+    half = math.tan(math.radians(fov) / 2)
+    if not (half > 0 and math.isfinite(0.5 * width / half)):
+        raise ValueError(f"fov_degrees is too small for a finite focal length, got {fov_degrees!r}")
+    f = 0.5 * width / half
     return torch.tensor([[f, 0.0, width / 2], [0.0, f, height / 2], [0.0, 0.0, 1.0]], dtype=torch.float64)

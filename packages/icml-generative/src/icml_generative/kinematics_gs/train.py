@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from icml_generative.cache.metrics import ssim_map
-from icml_generative.kinematics_gs.model import KinematicsGS
-from icml_generative.validation import check_instance, check_int, check_number
+from icml_generative.kinematics_gs.model import MAX_TIME, KinematicsGS
+from icml_generative.kinematics_gs.render import MAX_SIDE, check_background, check_cameras
+from icml_generative.validation import check_instance, check_int, check_number, check_tensor
 
 
 @dataclass
@@ -39,7 +40,7 @@ class TrainConfig:
     lr_quats: float = 1e-2
     lr_opacities: float = 5e-2
     lr_colors: float = 2e-2
-    lr_motion: float = 1e-2
+    lr_motion: float = 2e-3
     lr_field: float = 3e-3
     ssim_weight: float = 0.2
     anisotropy_weight: float = 0.0
@@ -88,9 +89,8 @@ def check_video(
     f = images.shape[0]
     if images.shape[-1] != channels:
         raise ValueError(f"images must have the model's {channels} channels, got {images.shape[-1]}")
-    if not bool(torch.isfinite(images).all()):
-        raise ValueError("images must be finite")
     for name, value, shape in (
+        ("images", images, tuple(images.shape)),
         ("viewmats", viewmats, (f, 4, 4)),
         ("Ks", Ks, (f, 3, 3)),
         ("times", times, (f,)),
@@ -99,14 +99,40 @@ def check_video(
             raise ValueError(
                 f"{name} must be a tensor {shape} (one per frame), got {getattr(value, 'shape', value)}"
             )
+        if value.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got dtype {value.dtype}")
         if not bool(torch.isfinite(value).all()):
             raise ValueError(f"{name} must be finite")
+    if images.numel() == 0:
+        raise ValueError(f"images must not be empty, got shape {tuple(images.shape)}")
+    if bool((times.double().abs() > MAX_TIME).any()):
+        raise ValueError(f"times must lie within ±{MAX_TIME:g}")
+    check_cameras(viewmats, Ks, images)  # positive focal lengths
     return f
 
 
 def photometric_loss(render: torch.Tensor, target: torch.Tensor, ssim_weight: float) -> torch.Tensor:
     """``(1 − λ)·L1 + λ·(1 − SSIM)`` of images ``(H, W, C)`` in ``[0, 1]`` (SSIM window 7, or the image's
     smaller side when that is smaller)."""
+    check_tensor(render, "render", ("H", "W", "C"), floating=True, finite=True)
+    check_tensor(target, "target", ("H", "W", "C"), floating=True, finite=True)
+    if render.shape != target.shape or render.numel() == 0:
+        raise ValueError(
+            f"render and target must be non-empty images of the same shape (H, W, C), "
+            f"got {tuple(render.shape)} and {tuple(target.shape)}"
+        )
+    if render.dtype != target.dtype:
+        raise TypeError(f"render and target must have the same dtype, got {render.dtype} and {target.dtype}")
+    ssim_weight = check_number(ssim_weight, "ssim_weight", 0, 1)
+    loss = _photometric_loss(render, target, ssim_weight)
+    if not bool(torch.isfinite(loss)):
+        raise ValueError(
+            f"render and target are too large for {render.dtype}: the loss overflows (expected [0, 1])"
+        )
+    return loss
+
+
+def _photometric_loss(render: torch.Tensor, target: torch.Tensor, ssim_weight: float) -> torch.Tensor:
     l1 = (render - target).abs().mean()
     if ssim_weight == 0:
         return l1
@@ -132,7 +158,13 @@ def train_kinematics_gs(
     cfg = TrainConfig() if config is None else check_instance(config, "config", TrainConfig)
     dataclasses.replace(cfg)  # __post_init__'s checks, also for a config edited after construction
     n_frames = check_video(images, viewmats, Ks, times, model.channels)
+    if background is not None:
+        check_background(background, "background", model.channels, 1)
     height, width = images.shape[1:3]
+    height, width = (
+        check_int(height, "images' height", 1, MAX_SIDE),
+        check_int(width, "images' width", 1, MAX_SIDE),
+    )
     dtype = model.means.dtype
     images, viewmats, Ks = images.to(dtype), viewmats.to(dtype), Ks.to(dtype)
     groups = [
@@ -175,15 +207,28 @@ def train_kinematics_gs(
                 model.stage.fill_(2)
             if step == split_step:
                 log.dynamic = model.split_static_dynamic(times, cfg.split_threshold)
-            render = model.render(viewmats[f], Ks[f], float(times[f]), width, height, background=background)
-            loss = photometric_loss(render, images[f], cfg.ssim_weight)
+            try:  # the arguments are checked above: the unchecked render
+                render = model._render(
+                    viewmats[f], Ks[f], float(times[f]), width, height, background=background
+                )
+            except ValueError as err:  # the model (or a frame's camera) is out of range
+                raise ValueError(
+                    f"step {step}: frame {f} (viewmats, Ks, times) cannot be rendered: {err}"
+                ) from err
+            loss = _photometric_loss(render, images[f], cfg.ssim_weight)
             if cfg.anisotropy_weight > 0:
                 excess = (model.anisotropy() - cfg.anisotropy_max).relu() * model.dynamic
                 loss = loss + cfg.anisotropy_weight * excess.sum() / model.dynamic.sum().clamp_min(1)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"step {step}: the loss is {value} on frame {f}: images must lie in [0, 1] and the learning "
+                    "rates of config must keep the fit stable"
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            log.loss.append(float(loss.detach()))
+            log.loss.append(value)
     finally:
         model.eval()
     if coarse_steps >= cfg.steps:
