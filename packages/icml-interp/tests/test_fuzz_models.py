@@ -49,6 +49,7 @@ from icml_interp.patching import (
     faithfulness,
     find_circuit,
     logit_diff,
+    logit_margin,
     neuron_attribution_patching,
     normalized_effect,
     patch_hooks,
@@ -58,12 +59,14 @@ from icml_interp.patching import (
 )
 from icml_interp.perplexity import split_perplexity, split_perplexity_over_checkpoints, token_nll
 from icml_interp.steering import (
+    KeyScalingTest,
     add_steering_vector,
     default_layers,
     difference_of_means,
     difference_vectors,
     direction_from_activations,
     generate_steered,
+    key_scaling_test,
     last_token_activations,
     neuron_scores,
     random_neurons,
@@ -80,6 +83,7 @@ FUZZ.exempt(
 )
 for _container in (Circuit, EdgeScores, Graph, NeuronScores):
     FUZZ.exempt(_container, "a result container the edge attribution functions (fuzzed) build")
+FUZZ.exempt(KeyScalingTest, "the result container key_scaling_test (fuzzed) builds")
 FUZZ.exempt(
     PatchingResult, "the result table the patching scans build; its rows are checked in their fuzz tests"
 )
@@ -435,6 +439,40 @@ def test_random_neurons(data):
     assert ok(random_neurons(10, 3, exclude=[1, 2], seed=5))
 
 
+@FUZZ.covers(key_scaling_test)
+@FEW
+@given(data=st.data())
+def test_key_scaling_test(zoo, data):
+    m = models(zoo)
+
+    def ok(r):
+        return (
+            isinstance(r, dict)
+            and all(isinstance(t, KeyScalingTest) and t.null.ndim == 1 and finite(t.null) for t in r.values())
+            and all(0 < t.p_lower <= 1 and 0 < t.p_upper <= 1 for t in r.values())
+        )
+
+    bad_neurons = st.sampled_from(
+        [None, {}, {0: []}, {5: [1]}, {0: [999]}, {0: [1, 1]}, {0: [0.5]}, {0: list(range(D_MLP))}, [1, 2]]
+    )
+    fuzz_call(
+        data,
+        key_scaling_test,
+        {
+            "model": m.a,
+            "input_ids": IDS,
+            "neurons": {1: [3, 7]},
+            "metric": logit_margin([9, 12]),
+            "factors": (0.0, 2.0),
+            "n_random": 5,
+            "seed": 0,
+        },
+        strategies={"model": NOT_MODELS, "neurons": bad_neurons, "metric": BAD_METRICS},
+        related={"input_ids": ["target"], "metric": ["target"]},  # one target per prompt, in the vocabulary
+        check=ok,
+    )
+
+
 @FUZZ.covers(scale_mlp_keys)
 @FEW
 @given(data=st.data())
@@ -653,7 +691,7 @@ def _ok_result(n_rows):
     return ok
 
 
-@FUZZ.covers(logit_diff, answer_logprob)
+@FUZZ.covers(logit_diff, answer_logprob, logit_margin)
 @CHEAP
 @given(st.data())
 def test_token_metrics(data):
@@ -682,6 +720,21 @@ def test_token_metrics(data):
 
     fuzz_call(data, logit_diff, {"correct": [42, 7], "wrong": 9, "position": -1}, check=ok_diff)
     fuzz_call(data, answer_logprob, {"target": 42, "position": -2}, check=ok_logprob)
+
+    def ok_margin(metric):
+        if fits(metric):
+            rows, pos = torch.arange(2), metric.position
+            t = metric.ids["target"].expand(2)
+            last = logits[:, pos]
+            best_other = torch.stack(
+                [torch.cat([last[i, : t[i]], last[i, t[i] + 1 :]]).max() for i in range(2)]
+            )
+            value = metric(logits)
+            return value.shape == () and torch.allclose(value, (last[rows, t] - best_other).mean())
+        rejects(metric, logits, name=["target", "position"])
+        return True
+
+    fuzz_call(data, logit_margin, {"target": [42, 7], "position": -1}, check=ok_margin)
 
 
 @FUZZ.covers(normalized_effect)

@@ -111,11 +111,16 @@ def test_repro_quick_follows_the_protocol_and_its_verdict():
         row["scan_top_layer"] == row["layer_star"] and row["scan_top_component"] == "mlp_out"
     )
     assert row["effect_mlp_at_l*"] == pytest.approx(1.0, abs=0.05)  # B's MLP output at l* makes A into B
+    tests = result["permutation_tests"]
+    assert (
+        row["max_clean_logit_change_planted_x0"] == 0.0
+    )  # the anchor keys are exactly silent on clean prompts
     assert result["passed"] == (
         row["scan_found"]
         and row["answer_ppl_B"] < row["answer_ppl_A"]
-        and -row["d_leaked_top_x0"] >= 0.3
-        and row["d_leaked_top_x2"] > 0
-        and max(abs(row["d_clean_top_x0"]), abs(row["d_clean_top_x2"])) <= 0.05
-        and max(abs(row[f"d_{s}_random_x{f}"]) for s in ("leaked", "clean") for f in ("0", "2")) <= 0.02
+        and row["anchors_in_top"] >= 7
+        and tests["planted_x0"]["observed"] < tests["planted_x0"]["null_q01"]
+        and tests["planted_x2"]["observed"] > tests["planted_x2"]["null_q99"]
+        and max(row["max_clean_logit_change_planted_x0"], row["max_clean_logit_change_planted_x2"]) <= 1e-6
     )
+    assert tests["planted_x0"]["observed"] == row["d_margin_planted_x0"]  # one seed: the mean is the seed

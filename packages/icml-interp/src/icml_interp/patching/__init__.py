@@ -20,7 +20,13 @@ from icml_interp.patching.edges import (
     neuron_attribution_patching,
 )
 from icml_interp.patching.path import path_patching
-from icml_interp.patching.result import PatchingResult, answer_logprob, logit_diff, normalized_effect
+from icml_interp.patching.result import (
+    PatchingResult,
+    answer_logprob,
+    logit_diff,
+    logit_margin,
+    normalized_effect,
+)
 
 __all__ = [
     "Circuit",
@@ -39,6 +45,7 @@ __all__ = [
     "faithfulness",
     "find_circuit",
     "logit_diff",
+    "logit_margin",
     "neuron_attribution_patching",
     "normalized_effect",
     "patch_hooks",

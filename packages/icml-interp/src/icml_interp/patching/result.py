@@ -160,6 +160,31 @@ def logit_diff(correct, wrong, position: int = -1) -> Metric:
     return TokenMetric(metric, {"correct": correct_t, "wrong": wrong_t}, position, description)
 
 
+def logit_margin(target, position: int = -1) -> Metric:
+    """Metric: mean over prompts of ``logit[target] - max(logit[t] for t != target)`` at ``position``.
+
+    Positive where ``target`` is the argmax, by how much; a continuous stand-in for "is the answer recalled"
+    that moves with an intervention even where the argmax does not flip. ``target`` is one id or one per
+    prompt; checked as in :func:`logit_diff`.
+    """
+    target_t = _metric_ids(target, "target")
+    check_int(position, "position")
+
+    def metric(logits: torch.Tensor) -> torch.Tensor:
+        last = logits[:, position]  # (n, vocab)
+        if last.shape[-1] < 2:
+            raise ValueError(
+                f"logits must have a vocabulary of >= 2 tokens for a margin, got {last.shape[-1]}"
+            )
+        rows, t = torch.arange(last.shape[0]), target_t.expand(last.shape[0])
+        other = last.clone()
+        other[rows, t] = -torch.inf
+        return (last[rows, t] - other.max(-1).values).mean()
+
+    description = f"logit_margin(target={target!r}, position={position})"
+    return TokenMetric(metric, {"target": target_t}, position, description)
+
+
 def answer_logprob(target, position: int = -1) -> Metric:
     """Metric: mean over prompts of ``log p(target)`` at ``position`` (one id, or one per prompt). Checked as
     in :func:`logit_diff`."""

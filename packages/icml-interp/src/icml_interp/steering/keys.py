@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from icml_interp.hooks import act_name, wrap
 from icml_interp.lens import mlp_value_lens
+from icml_interp.patching.result import check_metric, metric_value
 from icml_interp.validation import check_finite, check_int, check_number, check_tensor
 
 OVERLAP_WEIGHT = 10.0
@@ -167,3 +169,115 @@ def scale_mlp_keys(model, neurons: Mapping[int, Sequence[int]], factor: float):
         hooks.append((act_name("post", layer), scale))
     with hooked.hooks(hooks):
         yield hooked
+
+
+@dataclass(frozen=True)
+class KeyScalingTest:
+    """One factor of :func:`key_scaling_test`: the metric's change when the tested neurons' keys are scaled
+    (``observed``) against its change for each random neuron set of the same size (``null``), both relative to
+    the unscaled model (``base``)."""
+
+    factor: float
+    base: float
+    observed: float
+    null: torch.Tensor  # (n_random,)
+
+    @property
+    def p_lower(self) -> float:
+        """One-sided permutation p-value for "scaling lowers the metric more than random sets do":
+        ``(1 + #{null <= observed}) / (n_random + 1)``."""
+        return (1 + int((self.null <= self.observed).sum())) / (self.null.numel() + 1)
+
+    @property
+    def p_upper(self) -> float:
+        """One-sided permutation p-value for "scaling raises the metric more than random sets do"."""
+        return (1 + int((self.null >= self.observed).sum())) / (self.null.numel() + 1)
+
+    def quantile(self, q: float) -> float:
+        """The null's ``q``-quantile (linear interpolation, ``torch.quantile``)."""
+        return float(torch.quantile(self.null, check_number(q, "q", minimum=0.0, maximum=1.0)))
+
+
+def _neuron_lists(neurons, d_mlp: int, n_layers: int) -> dict[int, list[int]]:
+    """``neurons`` as ``{layer: sorted distinct indices}``, checked (one set for every prompt)."""
+    if not isinstance(neurons, Mapping) or not neurons:
+        raise TypeError(f"neurons must be a non-empty {{layer: neuron indices}} mapping, got {neurons!r}")
+    out = {}
+    for layer, idx in neurons.items():
+        check_int(layer, "neurons (layer key)", minimum=0, maximum=n_layers - 1)
+        if (
+            isinstance(idx, torch.Tensor)
+            and idx.ndim == 1
+            and not (idx.is_floating_point() or idx.is_complex())
+        ):
+            idx = idx.tolist()
+        if not isinstance(idx, (list, tuple, range)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in idx
+        ):
+            raise TypeError(
+                f"neurons[{layer}] must be a list of int indices (one set for every prompt), got {idx!r}"
+            )
+        if not idx or min(idx) < 0 or max(idx) >= d_mlp or len(set(idx)) != len(idx):
+            raise ValueError(
+                f"neurons[{layer}] must be a non-empty list of distinct indices in [0, {d_mlp}), got {idx!r}"
+            )
+        if len(idx) >= d_mlp:
+            raise ValueError(f"neurons[{layer}] must leave some of the {d_mlp} neurons for the random sets")
+        out[layer] = sorted(idx)
+    return out
+
+
+def key_scaling_test(
+    model,
+    input_ids: torch.Tensor,
+    neurons: Mapping[int, Sequence[int]],
+    metric,
+    *,
+    factors: Sequence[float] = (0.0, 2.0),
+    n_random: int = 200,
+    seed: int = 0,
+) -> dict[float, KeyScalingTest]:
+    """Permutation test of MLP-key scaling: is scaling ``neurons`` beyond what random neuron sets do?
+
+    For each factor, the change of ``metric`` (a callable ``logits -> scalar``, such as
+    :func:`~icml_interp.patching.logit_margin`) on ``input_ids`` when the keys ``neurons[layer]`` are scaled,
+    against the same change for ``n_random`` random sets with the same number of neurons in each layer, drawn
+    from the other neurons of that layer (seeded; the same sets for every factor, so factors are paired).
+    Returns ``{factor: KeyScalingTest}``; its ``p_lower`` / ``p_upper`` are the one-sided permutation p-values
+    and ``quantile(q)`` the null's quantiles. Judge on a continuous metric (a logit margin) rather than on
+    argmax accuracy, whose flips depend on which items sit at the decision boundary.
+    """
+    hooked = wrap(model)
+    ids = hooked.token_ids(input_ids)
+    tested = _neuron_lists(neurons, hooked.d_mlp, hooked.n_layers)
+    check_metric(metric, ids.shape[0], ids.shape[1], hooked.d_vocab)
+    if isinstance(factors, (str, bytes)) or not isinstance(factors, Sequence) or not factors:
+        raise TypeError(f"factors must be a non-empty sequence of numbers, got {factors!r}")
+    scales = [check_number(f, "factors") for f in factors]
+    if len(set(scales)) != len(scales):
+        raise ValueError(f"factors must be distinct, got {list(factors)!r}")
+    check_int(n_random, "n_random", minimum=1, maximum=100_000)
+    check_int(seed, "seed", minimum=0, maximum=2**63 - 1)
+    gen = torch.Generator().manual_seed(seed)
+    sets = [
+        {
+            layer: random_neurons(
+                hooked.d_mlp, len(idx), exclude=idx, seed=int(torch.randint(2**62, (1,), generator=gen))
+            )
+            for layer, idx in tested.items()
+        }
+        for _ in range(n_random)
+    ]
+
+    def value(chosen, factor) -> float:
+        with torch.no_grad(), scale_mlp_keys(hooked, chosen, factor) as scaled:
+            return metric_value(metric, scaled(ids))
+
+    with torch.no_grad():
+        base = metric_value(metric, hooked(ids))
+    out = {}
+    for factor in scales:
+        observed = value(tested, factor) - base
+        null = torch.tensor([value(s, factor) - base for s in sets], dtype=torch.float64)
+        out[factor] = KeyScalingTest(factor=factor, base=base, observed=observed, null=null)
+    return out
