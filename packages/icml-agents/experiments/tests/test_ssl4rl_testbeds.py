@@ -159,8 +159,8 @@ def test_repro_follows_the_protocol_on_a_tiny_budget(monkeypatch):
         {
             "seeds": 2,
             "steps": 2,
-            "variants": ("rotation", "rotation+jigsaw"),
-            "supervised": ("rotation",),
+            "variants": ("rotation", "rotnet", "rotation+jigsaw"),
+            "supervised": ("rotation", "rotnet"),
             "text": "quick",
             "workers": 1,
         },
@@ -172,18 +172,100 @@ def test_repro_follows_the_protocol_on_a_tiny_budget(monkeypatch):
     )
     result = run_reproduction("ssl4rl-digits", "quick", 0)
     rows = {r["method"]: r for r in result["rows"]}
-    assert {"random-init", "ssl4rl:rotation", "supervised:rotation", "ssl4rl:rotation+jigsaw"} <= set(rows)
-    rot, rnd = rows["ssl4rl:rotation"], rows["random-init"]
-    assert result["ours"] == rot["probe_accuracy"] and result["baseline"] == rnd["probe_accuracy"]
+    arms = {"random-init", repro.CONTROL, "ssl4rl:rotation", "supervised:rotation", "ssl4rl:rotnet"}
+    assert arms | {"supervised:rotnet", "ssl4rl:rotation+jigsaw"} <= set(rows)
+    rot, rnd, ctrl = rows["ssl4rl:rotation"], rows["random-init"], rows[repro.CONTROL]
+    sup, pair = rows["supervised:rotation"], rows["GRPO - supervised, rotation (paired over seeds)"]
+    assert "GRPO - supervised, rotnet (paired over seeds)" in rows
+    # The paired difference's mean is the difference of the means (same seeds in both arms).
+    assert pair["probe_diff"] == pytest.approx(rot["probe_accuracy"] - sup["probe_accuracy"])
+    assert pair["pretext_diff"] == pytest.approx(rot["reward_rotation"] - sup["reward_rotation"])
     text = rows["text tier (tiny VLM, rotation)"]
-    expected = (
-        rot["reward_rotation"] >= 0.8
-        and rot["probe_accuracy"] - rot["ci95"] > rnd["probe_accuracy"] + rnd["ci95"]
-        and text["gain"] >= 0.3
-    )
+    # The verdict recomputed from the reported rows, the branch on the positive control included.
+    control_ok = ctrl["probe_accuracy"] - ctrl["ci95"] > rnd["probe_accuracy"] + rnd["ci95"]
+    if control_ok:
+        expected = (
+            rot["reward_rotation"] >= 0.8
+            and rot["probe_accuracy"] - rot["ci95"] > rnd["probe_accuracy"] + rnd["ci95"]
+            and text["gain"] >= 0.3
+        )
+        assert (result["ours"], result["baseline"]) == (rot["probe_accuracy"], rnd["probe_accuracy"])
+    else:
+        expected = (
+            rot["reward_rotation"] >= 0.8
+            and text["gain"] >= 0.3
+            and pair["pretext_diff_low"] > -repro.DELTA_PRETEXT
+            and pair["probe_diff_low"] > -repro.DELTA_PROBE
+        )
+        assert (result["ours"], result["baseline"]) == (rot["reward_rotation"], sup["reward_rotation"])
+    assert result["headroom"]["holds"] == control_ok and pair["in_verdict"] == (not control_ok)
     assert result["passed"] == expected
 
 
 def test_mean_ci_is_the_t_interval():
     m, h = repro.mean_ci([1.0, 2.0, 3.0])
     assert m == 2.0 and h == pytest.approx(4.302652729911275 * 1.0 / np.sqrt(3))
+
+
+def test_decide_branches_on_the_positive_control():
+    rnd = [0.88, 0.89, 0.90]  # mean 0.89, half-width 0.025
+    probe = {
+        "random-init": rnd,
+        "ssl4rl:rotation": [0.87, 0.88, 0.89],
+        "supervised:rotation": [0.87, 0.88, 0.89],
+    }
+    pretext = {"ssl4rl:rotation": [0.85, 0.86, 0.87], "supervised:rotation": [0.86, 0.87, 0.88]}
+    # A control whose interval clears random init's: (2) decides, and it fails (rotation below random init),
+    # although (1), (3) and the non-inferiority (4a: -0.01 with zero spread, 4b: 0) all hold.
+    up = repro.decide({**probe, repro.CONTROL: [0.95, 0.96, 0.97]}, pretext, text_gain=0.5)
+    assert up["control_ok"] and up["representation"] == "measurable"
+    assert up["reward_ok"] and up["text_ok"] and up["ni_pretext_ok"] and up["ni_probe_ok"]
+    assert not up["probe_ok"] and not up["passed"]
+    # A control whose interval overlaps random init's: (2) is "not measurable" and the verdict rests on
+    # (1), (3), (4a), (4b), which all hold.
+    flat = repro.decide({**probe, repro.CONTROL: [0.90, 0.91, 0.92]}, pretext, text_gain=0.5)
+    assert not flat["control_ok"] and flat["representation"] == "not measurable on this testbed"
+    assert flat["passed"] and not flat["probe_ok"]
+    # In that branch a GRPO arm 0.06 behind in pretext accuracy fails (4a) (margin 0.05), and the text
+    # tier still counts.
+    behind = {**pretext, "ssl4rl:rotation": [0.80, 0.81, 0.82]}
+    out = repro.decide({**probe, repro.CONTROL: [0.90, 0.91, 0.92]}, behind, text_gain=0.5)
+    assert not out["ni_pretext_ok"] and not out["passed"]
+    assert out["pretext_diff"] == pytest.approx((-0.06, 0.0), abs=1e-12)
+    assert not repro.decide({**probe, repro.CONTROL: [0.90, 0.91, 0.92]}, pretext, text_gain=0.2)["passed"]
+    with pytest.raises(ValueError, match="probe"):
+        repro.decide(probe, pretext, text_gain=0.5)  # no control
+    with pytest.raises(ValueError, match="same number"):
+        repro.decide({**probe, repro.CONTROL: [0.9, 0.9]}, pretext, text_gain=0.5)
+    with pytest.raises(ValueError, match="text_gain"):
+        repro.decide({**probe, repro.CONTROL: rnd}, pretext, text_gain=float("nan"))
+
+
+def test_paired_difference_is_the_t_interval_of_the_differences():
+    m, h = repro.paired_difference([0.9, 0.8, 0.7], [0.8, 0.8, 0.8])
+    assert m == pytest.approx(0.0) and h == pytest.approx(4.302652729911275 * 0.1 / np.sqrt(3))
+    with pytest.raises(ValueError, match="same length"):
+        repro.paired_difference([0.9, 0.8], [0.8, 0.8, 0.8])
+    with pytest.raises(ValueError, match="at least 2"):
+        repro.paired_difference([0.9], [0.8])
+
+
+def test_digit_task_and_rotnet_pool():
+    images = torch.rand(6, 1, 16, 16)
+    task = cnn.digit_task(images, [0, 1, 2, 3, 8, 9])
+    assert task.images.shape == (6, 1, 1, 16, 16) and task.n_classes == 10 and task.n_positions == 1
+    assert task.reward(task.answer_text(task.labels.numpy()), task.answers) == [1.0] * 6
+    policy = cnn.SSLPolicy({"digit": task})
+    cnn.supervised_train(policy, {"digit": task}, steps=2, batch=4, progress=False)
+    assert 0 <= cnn.task_reward(policy, task) <= 1
+    with pytest.raises(ValueError, match="labels"):
+        cnn.digit_task(images, [0, 1, 2, 3, 8, 10])
+    with pytest.raises(ValueError, match="labels"):
+        cnn.digit_task(images, [0, 1])
+    with pytest.raises(TypeError, match="images"):
+        cnn.digit_task(images.numpy(), [0, 1, 2, 3, 8, 9])
+    # Classic RotNet: the rotated image alone, one view, the same 4-way answer.
+    rotnet = cnn.make_task("rotation", digits(8), seed=0, **repro.VARIANTS["rotnet"]["rotation"])
+    assert rotnet.images.shape[1] == 1 and rotnet.n_classes == 4
+    logits = cnn.SSLPolicy({"rotation": rotnet})("rotation", rotnet.images)
+    assert logits.shape == (8, 1, 4)

@@ -46,6 +46,8 @@ class TaskSpec:
         if self.name == "rotation":
             angles = rotation_angles(self.options.get("granularity", 90))
             body = [str(angles[a[0]]) for a in actions]
+        elif self.name == "digit":
+            body = [str(a[0]) for a in actions]
         elif self.name == "position":
             body = [QUADRANTS[a[0]] for a in actions]
         elif self.name == "contrastive":
@@ -80,6 +82,21 @@ def make_task(name: str, images, seed: int = 0, n_per_image: int = 1, **options)
     else:
         n_classes = options.get("levels", R.PATCH_LEVELS)
     return TaskSpec(name, imgs, labels, [ex.answer for ex in examples], n_classes, options)
+
+
+def digit_task(images: torch.Tensor, labels) -> TaskSpec:
+    """The positive control's task: the digit label of each image, a 10-way answer (``"0"`` .. ``"9"``).
+
+    ``images`` ``(N, C, S, S)`` (the probe's input format), ``labels`` ``(N,)`` integers in 0..9. Trained with
+    :func:`supervised_train` like the pretext references; its ``answer_text`` and ``reward`` (exact match)
+    let :func:`task_reward` report the head's accuracy.
+    """
+    if not isinstance(images, torch.Tensor) or images.ndim != 4:
+        raise TypeError(f"images must be a 4-d tensor (N, C, S, S), got {type(images).__name__}")
+    y = torch.as_tensor(np.asarray(labels), dtype=torch.long)
+    if y.shape != (images.shape[0],) or y.numel() == 0 or y.min() < 0 or y.max() > 9:
+        raise ValueError(f"labels must be {images.shape[0]} integers in 0..9, one per image")
+    return TaskSpec("digit", images.unsqueeze(1), y.unsqueeze(1), [str(int(v)) for v in y], 10, {})
 
 
 def conv_layers(in_channels: int, width: int) -> list[nn.Module]:
