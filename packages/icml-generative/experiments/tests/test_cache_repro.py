@@ -3,9 +3,11 @@ sweeps, and (slow) one run through the runner on a small, briefly trained testbe
 
 import math
 
+import numpy as np
 import pytest
 
 import icml_generative_experiments.cache.repro as repro
+from icml_generative_experiments.cache.matching import interp_at
 from icml_generative_experiments.cache.testbed import DiTTestbedConfig, TestbedConfig
 from icml_tools.repro import run_reproduction
 
@@ -23,9 +25,16 @@ def test_reproduction_budgets_have_their_own_testbeds_and_dense_sweeps():
         assert budget["motion_clips"] >= 32 and len(budget["sweep"]) >= 5
     assert all(list(t) == sorted(t) and len(t) == 12 for t in repro.THRESHOLDS.values())
     # sweep points with equal forwards are averaged, and exact hits need no neighbour
-    assert repro._interp([(10, 30.0), (12, 40.0), (12, 44.0), (14, 50.0)], 12) == 42.0
-    assert repro._interp([(10, 30.0), (12, 40.0), (12, 44.0)], 11) == 36.0
-    assert math.isnan(repro._interp([(10, 30.0), (12, 40.0)], 13))
+    assert interp_at([(10, 30.0), (12, 40.0), (12, 44.0), (14, 50.0)], 12) == 42.0
+    assert interp_at([(10, 30.0), (12, 40.0), (12, 44.0)], 11) == 36.0
+    assert math.isnan(interp_at([(10, 30.0), (12, 40.0)], 13))
+    assert interp_at([(10, 30.0), (12, math.inf), (14, 50.0)], 12) == 40.0  # an infinite PSNR is left out
+    # issue 24: the oracle arm sweeps the same thresholds as NaviCache, the non-inferiority margin is 0.5 dB
+    assert repro.THRESHOLDS["Oracle"] == repro.THRESHOLDS["NaviCache"] and repro.NONINFERIORITY_DB == -0.5
+    # an undefined matched value makes the interval undefined (a criterion on it is not met)
+    assert all(math.isnan(v) for v in repro._paired_interval(np.array([[1.0, math.nan]])))
+    lo, hi = repro._paired_interval(np.array([[1.0, 2.0], [1.5, 2.5]]))
+    assert 1.0 <= lo < hi <= 2.5
 
 
 @pytest.mark.slow
@@ -38,7 +47,11 @@ def test_reproduction_follows_the_protocol(tmp_path, monkeypatch):
     result = run_reproduction("navicache-frontier", "quick", 0)  # loads this same module
     assert any(tmp_path.iterdir())  # the trained weights were cached
     methods = {r["method"] for r in result["rows"] if "method" in r}
-    assert methods == {"uncached", *repro.THRESHOLDS}
+    assert methods == {"uncached", "fewer-steps", *repro.THRESHOLDS}
+    useful = {r["comparison"]: r for r in result["rows"] if r.get("kind") == "usefulness"}
+    assert set(useful) == {"Oracle - fewer-steps", "NaviCache - EasyCache", "NaviCache - fewer-steps"}
+    regime = [r for r in result["rows"] if r.get("kind") == "regime"]
+    assert len(regime) == 8 and all(isinstance(r["below_zero"], bool) for r in regime)
     for row in result["rows"]:
         if row.get("method") not in (None, "uncached"):
             assert 0 < row["forwards"] <= 30 and row["psnr"] > 0
