@@ -34,9 +34,13 @@ from icml_interp.sae import (
 ARCHS = ("topk", "batchtopk", "relu", "jumprelu")
 
 
-def sparse_data(n: int, d: int = 32, m: int = 96, active: int = 3, seed: int = 0, dictionary_seed: int = 0):
+def sparse_data(
+    n: int, d: int = 32, m: int = 96, active: int = 3, seed: int = 0, dictionary_seed: int = 1000
+):
     """Tokens that are sums of ``active`` of ``m`` random unit directions with magnitudes in [1, 4], plus an
-    offset: a dictionary with known ground truth."""
+    offset: a dictionary with known ground truth. Its seed is not an SAE's: ``SAE(cfg)`` draws its initial
+    decoder as ``randn(d_sae, d_in)`` from ``cfg.seed``, and a dictionary drawn the same way from the same
+    seed would be the SAE's starting point (it was, for seed 0, until 2026-12-06)."""
     dictionary = torch.randn(m, d, generator=torch.Generator().manual_seed(dictionary_seed))
     dictionary /= dictionary.norm(dim=1, keepdim=True)
     gen = torch.Generator().manual_seed(seed)
@@ -145,7 +149,11 @@ def test_geometric_median_matches_the_median_on_a_line_and_beats_the_mean():
     ("arch", "kwargs", "max_fvu"),
     [
         ("topk", {"k": 3}, 0.15),
-        ("batchtopk", {"k": 3}, 0.2),
+        (
+            "batchtopk",
+            {"k": 3},
+            0.3,
+        ),  # measured 0.255 (0.2 held only while the SAE started at the dictionary)
         ("relu", {"l1_coefficient": 0.3}, 0.5),
         ("jumprelu", {}, 0.3),
     ],
