@@ -20,7 +20,9 @@ import icml_interp.intervene
 import icml_interp.sae
 from icml_interp.diffing import (
     Alignment,
+    BestPartners,
     activation_alignment,
+    best_partner,
     cohort_latent_table,
     correlation_matrix,
     decoder_alignment,
@@ -61,6 +63,7 @@ FUZZ.exempt(TrainLog, "the training record train_sae builds; its fields are chec
 FUZZ.exempt(
     Alignment, "the result decoder_alignment / activation_alignment build; checked in their fuzz tests"
 )
+FUZZ.exempt(BestPartners, "the result best_partner (fuzzed) builds; its quantile method is fuzzed with it")
 
 FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SOME = settings(max_examples=30, deadline=None)
@@ -477,6 +480,41 @@ def test_activation_alignment(data):
     )
     big = correlation_matrix(LATENT_MAPS_A.double() * 1e300, LATENT_MAPS_B.double() * 1e300, grid=(2, 2))
     assert np.allclose(big, correlation_matrix(LATENT_MAPS_A, LATENT_MAPS_B, grid=(2, 2)), atol=1e-6)
+
+
+@FUZZ.covers(best_partner)
+@SOME
+@given(st.data())
+def test_best_partner(data):
+    def ok(bp):
+        p = bp.p_values()
+        return (
+            bp.score.shape == bp.partner.shape == (len(bp.latents),)
+            and bp.null.shape[0] == len(bp.latents)
+            and bool(np.all(np.abs(bp.score) <= 1 + 1e-9) and np.all(np.isfinite(bp.null)))
+            and bool(np.all((p > 0) & (p <= 1)))
+        )
+
+    fuzz_call(
+        data,
+        best_partner,
+        {
+            "maps_a": LATENT_MAPS_A,
+            "maps_b": LATENT_MAPS_B,
+            "latents": [0, 2],
+            "grid": (2, 2),
+            "null_draws": 5,
+            "seed": 0,
+        },
+        related={"maps_a": ["maps_b", "latents"], "maps_b": ["maps_a"], "latents": ["maps_a"]},
+        # null_draws is a work count: a valid huge one only takes long, so no huge ints here
+        strategies={"null_draws": st.sampled_from([0, -1, 0.5, None, "x", True, math.nan, 3])},
+        check=ok,
+    )
+    bp = best_partner(LATENT_MAPS_A, LATENT_MAPS_B, grid=(2, 2), null_draws=5)
+    fuzz_call(
+        data, bp.null_quantile, {"q": 0.99}, check=lambda q: q.shape == (4,) and bool(np.isfinite(q).all())
+    )
 
 
 @FUZZ.covers(exclusive_latents)

@@ -194,3 +194,114 @@ def test_repro_quick_follows_protocol():
     assert result["passed"] == all(summary["checks"].values())
     for arch in ("unet", "segformer"):
         assert summary["per_arch"][arch]["n_fail"] > 0
+
+
+# ------------------------------------------------------------------------------ issue 24: AuxK revival testbed
+def test_misaligned_dictionary_is_far_from_the_misaligned_latents():
+    from icml_interp.sae import SAE
+    from icml_interp_experiments.seglens import auxk_revival as ar
+
+    initial = SAE(ar.sae_config(3, 10, aux=True)).W_dec.detach()
+    assert torch.equal(initial, SAE(ar.sae_config(3, 10, aux=False)).W_dec.detach())  # both arms start alike
+    features = ar.misaligned_dictionary(initial, 3)
+    assert features.shape == (ar.N_FEATURES, ar.D_IN) and ar.N_FEATURES > ar.D_SAE
+    torch.testing.assert_close(features.norm(dim=1), torch.ones(ar.N_FEATURES))
+    cos = features.double() @ (initial / initial.norm(dim=1, keepdim=True)).double().T  # (features, latents)
+    bound = ar.LEAK / (1 + ar.LEAK**2) ** 0.5
+    assert float(cos[:, : ar.N_MISALIGNED].abs().max()) <= bound + 1e-6
+    assert float(cos[:, ar.N_MISALIGNED :].abs().max(0).values.mean()) > 2 * bound  # the others are not far
+    # the part of each feature in the misaligned latents' span is exactly the leak
+    q, _ = torch.linalg.qr(initial[: ar.N_MISALIGNED].T.double())
+    leak = (features.double() @ q).norm(dim=1)
+    torch.testing.assert_close(leak, torch.full_like(leak, bound), atol=1e-6, rtol=0)
+
+
+def test_planted_tokens_are_sparse_sums_of_features():
+    from icml_interp_experiments.seglens import auxk_revival as ar
+
+    features = torch.eye(ar.D_IN).repeat(ar.N_FEATURES // ar.D_IN, 1)[: ar.N_FEATURES]
+    x = ar.planted_tokens(features, 1000, seed=5, chunk=300)
+    assert x.shape == (1000, ar.D_IN) and torch.equal(x, ar.planted_tokens(features, 1000, seed=5, chunk=300))
+    # one-hot features: a token's coordinates sum to its ACTIVE magnitudes (mean 2 each) plus noise (mean 0)
+    assert abs(float(x.sum(1).mean()) - ar.ACTIVE * 2.0) < 0.15  # sd of this mean: about 0.04
+
+
+def test_auxk_summary_counts_paired_seeds_and_gates_on_headroom():
+    from icml_interp_experiments.seglens.auxk_revival import summarize
+
+    def row(seed, revived, fvu, died_without=0.3):
+        return {
+            "seed": seed,
+            "auxk_revived": revived[0],
+            "no_auxk_revived": revived[1],
+            "auxk_fvu": fvu[0],
+            "no_auxk_fvu": fvu[1],
+            "auxk_died": 0.3,
+            "no_auxk_died": died_without,
+            "auxk_dead_end": 0.0,
+            "no_auxk_dead_end": 0.25,
+            "init_max_cos_misaligned": 0.1,
+            "init_mean_max_cos_others": 0.4,
+        }
+
+    good = [row(s, (0.2, 0.0), (0.3, 0.4)) for s in range(10)]
+    s = summarize(good)
+    assert s["passed"] and s["seeds_needed"] == 8 and s["revived_wins"] == 10 and s["fvu_wins"] == 10
+    # 7 of 10 is not enough; a tie does not count as a win
+    seven = good[:7] + [row(s, (0.0, 0.0), (0.4, 0.4)) for s in range(7, 10)]
+    s = summarize(seven)
+    assert not s["revival_holds"] and not s["fvu_holds"] and s["revived_wins"] == 7
+    # no headroom: nothing died without AuxK -> not decidable, not passed
+    s = summarize([row(s, (0.2, 0.0), (0.3, 0.4), died_without=0.05) for s in range(2)])
+    assert not s["decidable"] and not s["passed"] and s["seeds_needed"] == 2
+
+
+def test_repro_summary_gates_on_headroom_and_requires_every_seed():
+    from icml_interp_experiments.seglens.repro import ARCHS, CONCEPTS, summarize
+
+    def arch_row(arch, seed, n_fail=50, oracle=40, gt=40):
+        return {
+            "arch": arch,
+            "seed": seed,
+            "n_fail": n_fail,
+            "n_test_B": 64,
+            "sae_x_fvu": 0.05,
+            **{f"recovered_{a}": v for a, v in (("gt_free", gt), ("oracle", oracle), ("random_region", 0))},
+            "recovered_random_latents": 0,
+            "recovered_detect_region": 0,
+            **{f"dice_after_{a}": 0.5 for a in ("gt_free", "oracle", "random_region", "random_latents")},
+            "dice_after_detect_region": 0.2,
+            "dice_before": 0.0,
+        }
+
+    def concept_row(c, seed, above=True, headroom=True):
+        return {
+            "concept": c,
+            "seed": seed,
+            "best_partner_corr": 0.6,
+            "best_partner_null_q": 0.2,
+            "best_partner_above_null": above,
+            "unet_concept_corr": 0.7,
+            "unet_concept_null_q": 0.1,
+            "unet_concept_above_null": headroom,
+            "matched": True,
+            "pair_corr": 0.5,
+            "null_corr": 0.1,
+        }
+
+    rows = [arch_row(a, s) for a in ARCHS for s in (0, 1)]
+    concepts = [concept_row(c, s) for c in CONCEPTS for s in (0, 1)]
+    s = summarize(rows, concepts)
+    assert s["decidable"] and s["passed"]
+    # one seed's skull below its null fails the concept (every seed must hold)
+    s = summarize(
+        rows, [concept_row(c, sd, above=(c, sd) != ("skull", 1)) for c in CONCEPTS for sd in (0, 1)]
+    )
+    assert not s["checks"]["concept_skull"] and s["checks"]["concept_core"] and not s["passed"]
+    # the oracle cannot close the gap: not decidable
+    weak = [arch_row(a, s, oracle=10) for a in ARCHS for s in (0, 1)]
+    s = summarize(weak, concepts)
+    assert not s["decidable"] and not s["headroom"]["unet_repair"] and not s["passed"]
+    # a concept latent that does not track its concept: not decidable
+    s = summarize(rows, [concept_row(c, sd, headroom=c != "edema") for c in CONCEPTS for sd in (0, 1)])
+    assert not s["headroom"]["concept_edema"] and not s["decidable"]

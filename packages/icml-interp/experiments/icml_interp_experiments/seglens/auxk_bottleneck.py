@@ -2,6 +2,10 @@
 
     uv run python -m icml_interp_experiments.seglens.auxk_bottleneck [--out FILE]
 
+Retired (issue 24), kept for the history in ``docs/seglens.md``: its never-fire comparison counted the latents
+of surplus dictionaries (7-17 % of the 512 latents fire on more than 1 % of tokens), so it could not test
+AuxK. The test of AuxK where it should matter is :mod:`icml_interp_experiments.seglens.auxk_revival`.
+
 Why: on the reproduction's repair layers (16–32 channels, k = 4) AuxK lowered the dead-latent fraction in
 3 of 10 comparisons (``docs/seglens.md``), while on SmolLM2 (576-d) it halved the dead fraction during
 training. This script measures the same comparison on the 64-channel bottlenecks of both segmentation

@@ -3,7 +3,9 @@ activation spaces, shared versus cohort-specific latents, attribution of latents
 
 from icml_interp.diffing.align import (
     Alignment,
+    BestPartners,
     activation_alignment,
+    best_partner,
     correlation_matrix,
     decoder_alignment,
     exclusive_latents,
@@ -15,7 +17,9 @@ from icml_interp.diffing.report import diff_report, plot_diff_report
 
 __all__ = [
     "Alignment",
+    "BestPartners",
     "activation_alignment",
+    "best_partner",
     "cohort_latent_table",
     "correlation_matrix",
     "decoder_alignment",

@@ -9,6 +9,11 @@ second model's maps taken on a shuffled image order (a derangement), so any matc
 is chance plus input-independent structure. Dead latents (constant on the inputs: correlation undefined) are
 left out of the matching; an earlier version matched the full square matrix, where Hungarian could pair a
 live latent with a dead one at score 0.
+
+Best partner (:func:`best_partner`): for chosen latents of the first set, the largest correlation with any
+latent of the second (no one-to-one constraint: two latents may share a partner) and its permutation null,
+the same statistic with the second set's maps taken from a random derangement of the images, many draws, so
+that a latent is judged against a quantile of its own null rather than a fixed correlation.
 """
 
 from __future__ import annotations
@@ -104,12 +109,31 @@ def _resample(maps: torch.Tensor, grid: tuple[int, int] | None) -> torch.Tensor:
     return maps
 
 
-def _tokens(maps: torch.Tensor) -> torch.Tensor:
-    return maps.permute(0, 2, 3, 1).reshape(-1, maps.shape[1]).double()  # (n*H*W, d)
+def _standardized(maps: torch.Tensor, grid: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(z (n, H*W, d), alive (d,))``: each latent's values on ``grid`` over images x pixels, centred and scaled
+    to unit norm (float64), so that ``sum(z_a * z_b)`` over images x pixels is their Pearson correlation; a
+    constant (dead) latent is all zeros and not alive."""
+    t = _resample(maps, grid).permute(0, 2, 3, 1).double()  # (n, H, W, d)
+    t = t.reshape(t.shape[0], -1, t.shape[-1])  # (n, H*W, d)
+    # each latent in units of its largest |value|: the sums of squares below cannot overflow
+    t = t / t.abs().amax((0, 1)).clamp_min(torch.finfo(t.dtype).tiny)
+    t = t - t.mean((0, 1))
+    norm = torch.linalg.vector_norm(t, dim=(0, 1))
+    alive = norm >= 1e-9
+    return torch.where(alive, t / norm.clamp_min(1e-12), torch.zeros_like(t)), alive
 
 
-def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(correlation (d_a, d_b), alive_a (d_a,), alive_b (d_b,)); alive = not constant over images x pixels."""
+def _check_grid(maps_a: torch.Tensor, grid) -> tuple[int, int]:
+    if grid is None:
+        grid = tuple(maps_a.shape[-2:])
+    if not isinstance(grid, (tuple, list)):
+        raise TypeError(f"grid must be None or two positive ints (H, W), got {grid!r}")
+    if len(grid) != 2 or not all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid):
+        raise ValueError(f"grid must be two positive ints (H, W), got {grid!r}")
+    return int(grid[0]), int(grid[1])
+
+
+def _check_maps(maps_a, maps_b) -> None:
     check_tensor(maps_a, "maps_a", "(n_images, d_sae, H, W)", ndim=4)
     check_tensor(maps_b, "maps_b", "(n_images, d_sae, H, W)", ndim=4)
     if maps_a.shape[0] != maps_b.shape[0]:
@@ -121,23 +145,15 @@ def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarr
             raise TypeError(f"{name} must be a real tensor, got {maps.dtype}")
         if not bool(torch.isfinite(maps).all()):
             raise ValueError(f"{name}: latent maps contain NaN or inf")
-    if grid is None:
-        grid = tuple(maps_a.shape[-2:])
-    if not isinstance(grid, (tuple, list)):
-        raise TypeError(f"grid must be None or two positive ints (H, W), got {grid!r}")
-    if len(grid) != 2 or not all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in grid):
-        raise ValueError(f"grid must be two positive ints (H, W), got {grid!r}")
-    grid = (int(grid[0]), int(grid[1]))
-    a, b = _tokens(_resample(maps_a, grid)), _tokens(_resample(maps_b, grid))
-    # each latent in units of its largest |value|: the sums of squares below cannot overflow
-    a = a / a.abs().amax(0).clamp_min(torch.finfo(a.dtype).tiny)
-    b = b / b.abs().amax(0).clamp_min(torch.finfo(b.dtype).tiny)
-    a, b = a - a.mean(0), b - b.mean(0)
-    sa, sb = a.norm(dim=0), b.norm(dim=0)
-    c = ((a.T @ b) / (sa[:, None] * sb[None, :]).clamp_min(1e-12)).clamp(-1.0, 1.0)
-    alive_a, alive_b = sa >= 1e-9, sb >= 1e-9
-    c[~alive_a] = 0.0
-    c[:, ~alive_b] = 0.0
+
+
+def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(correlation (d_a, d_b), alive_a (d_a,), alive_b (d_b,)); alive = not constant over images x pixels."""
+    _check_maps(maps_a, maps_b)
+    grid = _check_grid(maps_a, grid)
+    a, alive_a = _standardized(maps_a, grid)
+    b, alive_b = _standardized(maps_b, grid)
+    c = (a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])).clamp(-1.0, 1.0)  # dead rows/cols: 0
     return c.numpy(), alive_a.numpy(), alive_b.numpy()
 
 
@@ -213,6 +229,128 @@ def activation_alignment(
         result.null = np.mean(np.array(draws, dtype=float).reshape(null_draws, len(pairs)), 0)
         result.null_matrix = null_corr  # of the last draw
     return result
+
+
+@dataclass
+class BestPartners:
+    """Best partners of chosen latents of a first set among the latents of a second, with a permutation null.
+
+    ``latents`` (n,) the chosen latents of the first set; ``partner`` (n,) the latent of the second set they
+    correlate with most (``-1`` where the chosen latent or every latent of the second set is constant, so no
+    correlation is defined; its ``score`` and ``null`` are then 0); ``score`` (n,) that correlation; ``null``
+    (n, draws) the same statistic, the largest correlation with any latent of the second set, with the second
+    set's maps taken from a deranged image order, one column per derangement (the same derangements for
+    every row)."""
+
+    latents: np.ndarray
+    partner: np.ndarray
+    score: np.ndarray
+    null: np.ndarray = field(repr=False)
+
+    def null_quantile(self, q: float = 0.99) -> np.ndarray:
+        """The ``q`` quantile of each latent's null (n,) (linear interpolation between draws)."""
+        q = check_number(q, "q", minimum=0, maximum=1)
+        return np.quantile(self.null, q, axis=1)
+
+    def above_null(self, q: float = 0.99) -> np.ndarray:
+        """(n,) bool: ``score`` strictly above the ``q`` quantile of the latent's null (never for ``partner`` -1)."""
+        return (self.score > self.null_quantile(q)) & (self.partner >= 0)
+
+    def p_values(self) -> np.ndarray:
+        """(n,) one-sided permutation p-values ``(1 + #{null >= score}) / (1 + draws)``."""
+        return (1 + (self.null >= self.score[:, None]).sum(1)) / (1 + self.null.shape[1])
+
+    def rows(self, q: float = 0.99) -> list[dict]:
+        """Tidy table: one dict per chosen latent, with the null's mean and ``q`` quantile and the p-value."""
+        quantile, p = self.null_quantile(q), self.p_values()
+        return [
+            {
+                "latent_a": int(a),
+                "partner": int(b),
+                "correlation": float(r),
+                "null_mean": float(self.null[i].mean()),
+                f"null_q{q:g}": float(quantile[i]),
+                "p_value": float(p[i]),
+            }
+            for i, (a, b, r) in enumerate(zip(self.latents, self.partner, self.score, strict=True))
+        ]
+
+
+NULL_CHUNK = 64  # derangements summed at once: (chunk, n, d_b) float64 values in memory
+
+
+def best_partner(
+    maps_a: torch.Tensor,
+    maps_b: torch.Tensor,
+    latents=None,
+    *,
+    grid: tuple[int, int] | None = None,
+    null_draws: int = 1000,
+    seed: int = 0,
+) -> BestPartners:
+    """The best partner of each chosen latent of ``maps_a`` among the latents of ``maps_b``, with its null.
+
+    ``maps_a`` (n, d_a, H_a, W_a) and ``maps_b`` (n, d_b, H_b, W_b): latent maps of two models (or concept
+    maps, or any maps) on the same ``n`` inputs, resampled to ``grid`` (default: ``maps_a``'s) as in
+    :func:`activation_alignment`. ``latents``: indices into ``maps_a`` (default: all). For each, the best
+    partner is the latent of ``maps_b`` with the largest Pearson correlation over images x pixels (signed:
+    the partner must rise where the latent rises), and its null is that largest correlation when ``maps_b``
+    comes from a random derangement of the images, ``null_draws`` draws from a generator seeded with
+    ``seed``. The derangement keeps every latent map whole (its values, sparsity, spatial layout within an
+    image) and breaks only the pairing of images between the two sets, so the null contains what chance and
+    input-independent structure (a latent that fires at the same place in every image) give by themselves.
+    Judge a latent by ``BestPartners.above_null(q)`` or ``p_values()``. Needs at least 2 images.
+    """
+    _check_maps(maps_a, maps_b)
+    grid = _check_grid(maps_a, grid)
+    check_int(null_draws, "null_draws", minimum=1)
+    check_int(seed, "seed", minimum=0, maximum=2**63 - 1)
+    d_a = maps_a.shape[1]
+    if latents is None:
+        chosen = list(range(d_a))
+    else:
+        if isinstance(latents, (str, bytes)) or not isinstance(latents, (list, tuple, range, np.ndarray)):
+            raise TypeError(
+                f"latents must be None or a sequence of latent indices, got {type(latents).__name__}"
+            )
+        chosen = list(latents)
+        if not chosen:
+            raise ValueError("latents must hold at least one latent index, got an empty sequence")
+        for j in chosen:
+            if isinstance(j, (bool, np.bool_)) or not isinstance(j, (int, np.integer)):
+                raise TypeError(f"latents must hold ints, got {type(j).__name__} {j!r}")
+            if not 0 <= int(j) < d_a:
+                raise ValueError(
+                    f"latents must be indices in [0, {d_a}) (maps_a has {d_a} latents), got {int(j)}"
+                )
+        chosen = [int(j) for j in chosen]
+    n = maps_a.shape[0]
+    if n < 2:
+        raise ValueError(f"the derangement null needs at least 2 images, maps_a and maps_b hold {n}")
+    a, alive_a = _standardized(maps_a[:, chosen], grid)  # (n, P, len(chosen))
+    b, alive_b = _standardized(maps_b, grid)  # (n, P, d_b)
+    g = torch.Generator().manual_seed(seed)
+    perms = torch.stack([_derangement(n, g) for _ in range(null_draws)])  # (draws, n)
+    rows = torch.arange(n)
+    b_flat = b.permute(1, 0, 2).reshape(b.shape[1], -1)  # (P, n * d_b)
+    partner = np.full(len(chosen), -1, dtype=np.int64)
+    score = np.zeros(len(chosen))
+    null = np.zeros((len(chosen), null_draws))
+    if not bool(alive_b.any()):
+        return BestPartners(np.array(chosen, dtype=np.int64), partner, score, null)
+    for i in range(len(chosen)):
+        if not bool(alive_a[i]):
+            continue
+        # gram[u, v, :]: image u of the chosen latent against image v of every latent of b; the correlation
+        # with b's images in the order perm is sum_u gram[u, perm[u], :]
+        gram = (a[:, :, i] @ b_flat).reshape(n, n, -1)  # (n, n, d_b)
+        corr = gram[rows, rows].sum(0).clamp(-1.0, 1.0).masked_fill(~alive_b, -np.inf)
+        partner[i], score[i] = int(corr.argmax()), float(corr.max())
+        for start in range(0, null_draws, NULL_CHUNK):
+            p = perms[start : start + NULL_CHUNK]
+            c = gram[rows, p].sum(1).clamp(-1.0, 1.0).masked_fill(~alive_b, -np.inf)  # (chunk, d_b)
+            null[i, start : start + p.shape[0]] = c.max(1).values.numpy()
+    return BestPartners(np.array(chosen, dtype=np.int64), partner, score, null)
 
 
 def exclusive_latents(alignment: Alignment, alive_a=None, alive_b=None) -> tuple[np.ndarray, np.ndarray]:

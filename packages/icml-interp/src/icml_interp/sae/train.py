@@ -60,7 +60,11 @@ MIN_RELATIVE_VARIANCE = (32 * torch.finfo(torch.float32).eps) ** 2
 
 @dataclass
 class TrainLog:
-    """Per-step training record (lists indexed by step) and run totals."""
+    """Per-step training record (lists indexed by step) and run totals.
+
+    ``died`` and ``revived`` follow every latent over the whole run (whatever ``log_every``): ``died`` the
+    latents that were dead at some step by the ``cfg.dead_steps`` rule (no firing in the last ``dead_steps``
+    steps), ``revived`` those of them that fired again at a later step (sorted latent indices)."""
 
     step: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
@@ -70,6 +74,8 @@ class TrainLog:
     dead_fraction: list[float] = field(default_factory=list)
     aux_loss: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
+    died: list[int] = field(default_factory=list)
+    revived: list[int] = field(default_factory=list)
     scaling_factor: float = 1.0
     seconds: float = 0.0
     tokens_per_second: float = 0.0
@@ -386,6 +392,8 @@ def train_sae(
     opt = torch.optim.Adam(sae.parameters(), lr=cfg.effective_lr, betas=(0.9, 0.999))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
     since_fired = torch.zeros(cfg.d_sae, dtype=torch.long)
+    died = torch.zeros(cfg.d_sae, dtype=torch.bool)  # dead at some step (the dead_steps rule)
+    revived = torch.zeros(cfg.d_sae, dtype=torch.bool)  # fired again after being dead
     log = TrainLog(scaling_factor=scale)
     steps = cfg.steps
 
@@ -431,7 +439,10 @@ def train_sae(
                     "same vector (zero variance, FVU undefined); shuffle the source or raise batch_size"
                 )
             continue
+        dead_before = since_fired >= cfg.dead_steps
         loss, logged, dead = model(x, spread, n_tokens, since_fired)
+        revived |= dead_before & (since_fired == 0)  # since_fired is 0 where a latent fired in this step
+        died |= dead
         if not math.isfinite(logged["loss"]):
             raise ValueError(
                 f"training diverged at step {step}: the loss is {logged['loss']} on finite activations; "
@@ -465,6 +476,7 @@ def train_sae(
         step += 1
     bar.close()
     log.seconds = time.perf_counter() - start
+    log.died, log.revived = died.nonzero().flatten().tolist(), revived.nonzero().flatten().tolist()
     log.tokens_per_second = step * cfg.batch_size / log.seconds if log.seconds > 0 else float("nan")
     if skipped:
         warnings.warn(
