@@ -299,7 +299,9 @@ def best_partner(
     ``seed``. The derangement keeps every latent map whole (its values, sparsity, spatial layout within an
     image) and breaks only the pairing of images between the two sets, so the null contains what chance and
     input-independent structure (a latent that fires at the same place in every image) give by themselves.
-    Judge a latent by ``BestPartners.above_null(q)`` or ``p_values()``. Needs at least 2 images.
+    Judge a latent by ``BestPartners.above_null(q)`` or ``p_values()``. Needs at least 2 images. Cost: one
+    image-by-image Gram block of ``n * n * d_b`` float64 values per chosen latent (64 images and 512 latents:
+    16 MB), so the null's draws cost sums, not new correlations; for thousands of images, pass a subset.
     """
     _check_maps(maps_a, maps_b)
     grid = _check_grid(maps_a, grid)
