@@ -159,6 +159,7 @@ def test_repro_follows_the_protocol_on_a_tiny_budget(monkeypatch):
         {
             "seeds": 2,
             "steps": 2,
+            "control_steps": 3,
             "variants": ("rotation", "rotnet", "rotation+jigsaw"),
             "supervised": ("rotation", "rotnet"),
             "text": "quick",
