@@ -30,6 +30,7 @@ from icml_compress.proteus import (
     TrellisCode,
     distortion_rate_bound,
     gaussian_mse,
+    gaussian_tile_mse,
     hyb_table,
     make_code,
     overlap_stats,
@@ -388,6 +389,23 @@ def test_gaussian_mse(data):
     )
 
 
+@FUZZ.covers(gaussian_tile_mse)
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_gaussian_tile_mse(data):
+    fuzz_call(
+        data,
+        gaussian_tile_mse,
+        {"code": "3inst", "L": 8, "K": 2, "V": 1, "n_tiles": 2, "seed": 0, "tail_biting": True},
+        check=lambda t: isinstance(t, torch.Tensor) and t.ndim == 1 and bool(((t > 0) & (t < 1)).all()),
+        strategies={
+            "n_tiles": NOT_A_SIZE,
+            "code": st.sampled_from(["", "1MAD", "mulbal-99", "mulbal-x", None, 1]),
+        },
+        related={"V": ["code"], "K": ["L"], "L": ["K"]},
+    )
+
+
 # --- proteus: vetting ---------------------------------------------------------------------------------
 @functools.cache
 def lut_values() -> torch.Tensor:
@@ -495,8 +513,8 @@ def test_quant_config(data):
         code="mulbal" if method == "proteus" else "1mad",
         L=8,
         T=32,
-        compensation=method == "proteus",
-        distill_steps=2 if method == "proteus" else 0,
+        compensation=method != "rtn",
+        distill_steps=0 if method == "rtn" else 2,
         max_blocks=1,
     ).to_dict()
     valid["distill_chat"] = 0

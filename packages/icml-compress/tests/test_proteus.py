@@ -16,12 +16,14 @@ from icml_compress.proteus import (
     MulBal,
     distortion_rate_bound,
     gaussian_mse,
+    gaussian_tile_mse,
     make_code,
     overlap_stats,
     reference_stats,
     vet,
 )
 from icml_compress.proteus.vetting import select_pool
+from icml_compress.trellis import BitshiftTrellis, quantize_tiles
 from icml_kernels.trellis import CODES
 
 VETTING_TABLE = Path(__file__).resolve().parents[1] / "docs" / "mulbal_vetting.csv"
@@ -70,6 +72,21 @@ def test_mulbal_is_a_balanced_byte_field_sum():
 
 def test_code_names_are_the_kernels():
     assert CODE_NAMES is CODES and CODE_NAMES == ("1mad", "3inst", "mulbal", "hyb", "lut")
+
+
+def test_gaussian_tile_mse_is_per_tile():
+    """Per-tile MSE: each tile alone gives its own value (tiles are independent in the Viterbi), and the
+    mean is ``gaussian_mse``."""
+    tiles = gaussian_tile_mse("mulbal-1", 8, n_tiles=6, seed=4)
+    assert tiles.shape == (6,)
+    assert gaussian_mse("mulbal-1", 8, n_tiles=6, seed=4) == pytest.approx(tiles.mean().item(), rel=1e-6)
+    trellis = BitshiftTrellis(8, 2, 1, 256)
+    code = make_code("mulbal", 8, mulbal=MULBAL_POOL[1])
+    x = torch.randn(6, 256, generator=torch.Generator().manual_seed(4))
+    for i in (0, 5):
+        states = trellis.unpack(trellis.pack(quantize_tiles(x[i : i + 1], code.values(), trellis)))
+        own = (code.decode(states).reshape(1, 256) - x[i : i + 1]).pow(2).mean().item()
+        assert tiles[i].item() == pytest.approx(own, rel=1e-6)
 
 
 def test_bad_codes_raise():

@@ -324,6 +324,33 @@ def test_proxy_ordering_and_compensation(proteus_model, ids):
     assert bytes_per_token(hyb)["table_bytes"] > 0
 
 
+def test_fixed_code_baseline_gets_the_same_compensation_and_distillation(ids):
+    """``method="trellis"`` takes compensation and distillation as Proteus does (the fair baseline of the
+    combined pair): packed words unchanged, compensation equal to ``apply_compensation`` afterwards and never
+    raising the proxy, distillation lowering KL on its sequences; RTN refuses both, naming them."""
+    base = {**FAST, "method": "trellis", "code": "1mad"}
+    plain = quantize_model(tiny(), QuantConfig(**base), ids, progress=False)
+    comp = quantize_model(tiny(), QuantConfig(compensation=True, **base), ids, progress=False)
+    both = quantize_model(
+        tiny(), QuantConfig(compensation=True, distill_steps=8, distill_lr=5e-3, **base), ids, progress=False
+    )
+    assert QuantConfig(compensation=True, distill_steps=8, **base).label == "trellis-1mad+comp+distill"
+    assert packed_hash(plain) == packed_hash(comp) == packed_hash(both)
+    for st in comp.icml_quantization["layers"].values():
+        assert st["proxy_compensated"] <= st["proxy"] * (1 + 1e-9) + 1e-12
+    x = torch.randint(0, 256, (1, 16))
+    seqs = make_sequences(ids, 4, 32)  # the distillation sequences
+    with torch.no_grad():
+        apply_compensation(plain, tiny(), ids, QuantConfig(compensation=True, **base))
+        torch.testing.assert_close(plain(x).logits, comp(x).logits)
+        assert (
+            evaluate(both, seqs, reference=tiny())["kl"] < 0.95 * evaluate(comp, seqs, reference=tiny())["kl"]
+        )
+    for kw in ({"compensation": True}, {"distill_steps": 2}):
+        with pytest.raises(ValueError, match="compensation and distill_steps apply to the trellis methods"):
+            QuantConfig(method="rtn", **kw)
+
+
 def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):
     rtn = quantize_model(
         tiny(), QuantConfig(method="rtn", group_size=32, **{"seq_len": 32}), ids, progress=False

@@ -45,7 +45,16 @@ def resolve_code(code: str, L: int, V: int, seed: int) -> TrellisCode:
 def gaussian_mse(
     code: str, L: int, K: int = 2, V: int = 1, n_tiles: int = 64, seed: int = 0, tail_biting: bool = True
 ) -> float:
-    """MSE of trellis-quantizing ``n_tiles`` i.i.d. N(0, 1) tiles of 256 weights with ``code``.
+    """MSE of trellis-quantizing ``n_tiles`` i.i.d. N(0, 1) tiles of 256 weights with ``code``: the mean of
+    :func:`gaussian_tile_mse` (same arguments)."""
+    return gaussian_tile_mse(code, L, K, V, n_tiles, seed, tail_biting).mean().item()
+
+
+def gaussian_tile_mse(
+    code: str, L: int, K: int = 2, V: int = 1, n_tiles: int = 64, seed: int = 0, tail_biting: bool = True
+) -> torch.Tensor:
+    """The MSE of each of ``n_tiles`` i.i.d. N(0, 1) tiles of 256 weights trellis-quantized with ``code``,
+    a float32 tensor ``(n_tiles,)`` (for paired comparisons of codes on the same tiles and intervals).
 
     The source is drawn from ``torch.Generator().manual_seed(seed)``; the ``lut`` table and the ``hyb``
     k-means from generators seeded apart from it. With ``tail_biting`` (default) each tile is packed into
@@ -62,4 +71,4 @@ def gaussian_mse(
     if tail_biting:
         states = trellis.unpack(trellis.pack(states))
     x_hat = c.decode(states).reshape(n_tiles, TILE)
-    return (x_hat - x).pow(2).mean().item()
+    return (x_hat - x).pow(2).mean(1)

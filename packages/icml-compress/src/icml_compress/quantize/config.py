@@ -32,8 +32,10 @@ class QuantConfig:
         damping: Hessian regularizer, ``damping * mean(diag H)`` added to the diagonal.
         n_candidates: how many members of the mulbal pool Proteus tries per layer (first ones).
         select_rows: rows per layer on which the candidates are compared (a fixed random subsample).
-        compensation: closed-form per-channel scales under the Hessian metric (Proteus).
+        compensation: closed-form per-channel scales under the Hessian metric (Proteus; also for
+            ``method="trellis"``, so that a fixed-code baseline can get the same treatment).
         distill_steps: few-shot KL distillation steps (0 = off); distill_lr: its relative learning rate.
+            Both tune only affine statistics (the packed words stay); neither applies to ``rtn``.
         distill_chat: chat transcripts mixed into the distillation set (0 = calibration text only): questions
             about the stdlib ``pydoc_data`` topics answered greedily by the float model in the tokenizer's
             chat template (:func:`~icml_compress.quantize.distill.chat_transcripts`); the distillation
@@ -102,8 +104,11 @@ class QuantConfig:
         check_instance(self.skip, "skip", tuple, "tuple of str")
         for s in self.skip:
             check_instance(s, "skip", str, "tuple of str")
-        if self.method != "proteus" and (self.compensation or self.distill_steps):
-            raise ValueError("compensation and distill_steps apply to method 'proteus' only")
+        if self.method == "rtn" and (self.compensation or self.distill_steps):
+            raise ValueError(
+                "compensation and distill_steps apply to the trellis methods ('proteus', 'trellis'), "
+                f"not method {self.method!r}"
+            )
         if self.distill_chat and not self.distill_steps:
             raise ValueError("distill_chat needs distill_steps > 0")
         if self.device is not None:
@@ -122,12 +127,12 @@ class QuantConfig:
 
     @property
     def label(self) -> str:
-        """A short name: ``rtn-2bit-g64``, ``trellis-1mad``, ``proteus+comp+distill`` ..."""
+        """A short name: ``rtn-2bit-g64``, ``trellis-1mad``, ``proteus+comp+distill``,
+        ``trellis-1mad+comp`` ..."""
         if self.method == "rtn":
             return f"rtn-{self.bits}bit-g{self.group_size}"
-        if self.method == "trellis":
-            return f"trellis-{self.code}"
-        return "proteus" + ("+comp" if self.compensation else "") + ("+distill" if self.distill_steps else "")
+        base = f"trellis-{self.code}" if self.method == "trellis" else "proteus"
+        return base + ("+comp" if self.compensation else "") + ("+distill" if self.distill_steps else "")
 
     def to_dict(self) -> dict:
         d = asdict(self)
