@@ -28,6 +28,9 @@ seeds 0–9, evaluation on all 87 held-out sequences (as the reproduction's full
 statistics and reading. One full-budget seed costs about 30 min (Proteus) + 19 min (1mad) of one core here,
 so the seeds accumulate over sessions in the quantized-model cache. Result (seeds 0–9, finished
 2026-11-30): mean d −0.0224 ± 0.0388, Proteus lower in 7 of 10 seeds: undecided.
+
+Since 2026-12-06 (issue 24) the reproduction's end-to-end criterion for Proteus alone is non-inferiority
+over these seeds, ``repro.seeds_noninferior`` (KL(P) <= 1.05 KL(1mad)); ``evaluate`` prints and writes it.
 """
 
 from __future__ import annotations
@@ -137,6 +140,13 @@ def main(argv=None) -> int:
         f"over {len(ds)} seeds: mean d {ds.mean():+.4f} ± {half:.4f} (95 % t); Proteus lower in "
         f"{int((ds < 0).sum())} of {len(ds)} seeds: {reading}"
     )
+    ni = repro.seeds_noninferior(rows) if len(rows) > 1 else None
+    if ni:
+        print(
+            f"non-inferiority (KL(P) <= {repro.NI_MARGIN} KL(1mad), the criterion of proteus-smollm2 since "
+            f"2026-12-06): mean of KL(P) - {repro.NI_MARGIN} KL(1mad) {ni['mean']:+.4f} ± {ni['ci95_half']:.4f}"
+            f" (95 % t over seeds): {'non-inferior' if ni['noninferior'] else 'not shown non-inferior'}"
+        )
     if a.out:
         with open(a.out, "w") as f:
             json.dump(
@@ -147,6 +157,7 @@ def main(argv=None) -> int:
                     "mean_d": float(ds.mean()),
                     "ci95_half": half,
                     "reading": reading,
+                    "noninferiority": ni,
                 },
                 f,
                 indent=1,

@@ -25,11 +25,33 @@ keyed by the config hash (a later run reloads them and evaluates again); Proteus
 built from the cached Proteus model (same packed words; compensation applied afterwards is the same
 computation as during quantization).
 
-Criteria (fixed from the issue before any run): KL(P+comp+distill) < KL(P) < KL(trellis-1mad) < KL(RTN);
-KL(P+comp) < KL(P) and KL(P+comp+distill) < KL(P+comp); the packed-word hash of P, P+comp and
-P+comp+distill equal; Proteus reads fewer bytes per token than hyb and at most 1.1 x (float16 bytes / 8);
-a saved and reloaded model gives bit-identical logits; ``generate`` produces new tokens. Reported beside
-the verdict: whether the answer to the held-out prompt names Paris.
+Criteria until 2026-12-06 (fixed from the issue before any run): KL(P+comp+distill) < KL(P) <
+KL(trellis-1mad) < KL(RTN); KL(P+comp) < KL(P) and KL(P+comp+distill) < KL(P+comp); the packed-word hash of
+P, P+comp and P+comp+distill equal; Proteus reads fewer bytes per token than hyb and at most 1.1 x
+(float16 bytes / 8); a saved and reloaded model gives bit-identical logits; ``generate`` produces new
+tokens. Reported beside the verdict: whether the answer to the held-out prompt names Paris.
+
+Criteria from 2026-12-06 (issue 24, committed before any run of them). The combined result was unfair:
+Proteus got compensation and distillation, its baseline trellis-1mad did not. Now the baseline gets the
+same treatment (``trellis-1mad+comp``, ``trellis-1mad+comp+distill``: the same calibration, Hessians,
+closed-form compensation, distillation steps, learning rate and chat transcripts, its packed words kept),
+and the end-to-end claim is **non-inferiority** with margin ``NI_MARGIN`` = 1.05:
+
+- **Proteus alone against 1mad** (the code's own effect): per held-out sequence
+  ``d_i = KL_i(P) - 1.05 KL_i(1mad)``; non-inferior when the upper end of the 95 % t interval of the mean of
+  ``d`` lies below 0. At the full budget this is judged **over the quantization seeds already run (0-9)**,
+  recorded by ``proteus_seeds`` in ``docs/proteus_seeds_full.json`` (each seed's KLs are means over the
+  same 87 held-out sequences, so ``m_s = KL_s(P) - 1.05 KL_s(1mad)`` is that seed's mean of ``d``; the
+  95 % t interval over the 10 seeds, :func:`seeds_noninferior`);
+  the record is tied to this code by a check that this run's seed-0 KLs of Proteus and 1mad equal the
+  record's to ``RECORD_RTOL``. At the quick budget (no such record for its 2 blocks) it is judged on this
+  seed's sequences.
+- **The combined pair on this seed:** the same test for P+comp+distill against 1mad+comp+distill.
+- Kept: compensation and distillation each lower Proteus' KL; 1mad below RTN; the packed-word hash equal
+  within each family (P, P+comp, P+comp+distill; 1mad, 1mad+comp, 1mad+comp+distill); the bytes, save/load
+  and ``generate`` checks. Dropped: the strict order P < 1mad (replaced by the non-inferiority above).
+- The full budget now runs on the machine's threads like the quick budget (one thread until 2026-12-06; the
+  record check shows whether that moved any number).
 """
 
 from __future__ import annotations
@@ -71,9 +93,22 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "full": {"max_blocks": None, "n_eval": None, "distill_steps": 24, "chat": 48},
 }
 SEQ_LEN, N_CAL = 256, 32
-ORDER = ("rtn-2bit-g64", "proteus", "proteus+comp", "proteus+comp+distill", "trellis-1mad", "trellis-hyb")
+ORDER = (
+    "rtn-2bit-g64",
+    "proteus",
+    "proteus+comp",
+    "proteus+comp+distill",
+    "trellis-1mad",
+    "trellis-1mad+comp",
+    "trellis-1mad+comp+distill",
+    "trellis-hyb",
+)
 BYTES_SLACK = 1.1
-CALIBRATED = ("proteus", "proteus+comp", "trellis-1mad", "trellis-hyb")  # the methods that use Hessians
+NI_MARGIN = 1.05  # non-inferiority: KL(P) <= 1.05 KL(1mad)
+RECORD_RTOL = 1e-4  # this run's seed-0 KLs against the recorded ones (other thread counts round otherwise)
+SEEDS_RECORD = Path(__file__).resolve().parents[3] / "docs" / "proteus_seeds_full.json"
+# the methods that use Hessians
+CALIBRATED = ("proteus", "proteus+comp", "trellis-1mad", "trellis-1mad+comp", "trellis-hyb")
 PROXY_FIGURE = ("trellis-1mad", "trellis-hyb", "proteus")  # the methods whose records hold per-layer proxies
 PROMPT = "What is the capital of France?"
 
@@ -101,6 +136,15 @@ def method_configs(budget: str, seed: int) -> dict[str, QuantConfig]:
             **base,
         ),
         QuantConfig(method="trellis", code="1mad", **base),
+        QuantConfig(method="trellis", code="1mad", compensation=True, **base),
+        QuantConfig(
+            method="trellis",
+            code="1mad",
+            compensation=True,
+            distill_steps=b["distill_steps"],
+            distill_chat=b["chat"],
+            **base,
+        ),
         QuantConfig(method="trellis", code="hyb", **base),
     ]
     return {c.label: c for c in cfgs}
@@ -152,26 +196,28 @@ def prepare(
         t0 = time.perf_counter()
         hessians = model_hessians(reference, cfgs["proteus"], calib_ids, progress=progress)
         timings["calibration"] = {"seconds": round(time.perf_counter() - t0, 1)}
+    seqs = None  # the distillation set, the same for both families (same config, float model, transcripts)
     for label in todo:
         cfg = cfgs[label]
-        if label in ("proteus+comp", "proteus+comp+distill"):  # the model they start from, timed on its own
-            start = "proteus" if label == "proteus+comp" else "proteus+comp"
+        start = label.removesuffix("+distill") if label.endswith("+distill") else label.removesuffix("+comp")
+        if start != label:  # built from the model it starts from, timed on its own
             timings.update(prepare(budget, seed, [start], progress, log, (reference, tokenizer), hessians))
         status(f"building {label} (cached for later runs)")
         load0, t0 = os.getloadavg(), time.perf_counter()
-        if label == "proteus+comp":
-            model = load_quantized(cache_path(cfgs["proteus"]))
+        if label.endswith("+comp"):
+            model = load_quantized(cache_path(cfgs[start]))
             apply_compensation(model, reference, calib_ids, cfg, hessians=hessians)
             cast(Any, model).icml_quantization = {
                 **cast(Any, model).icml_quantization,
                 "config": cfg.to_dict(),
             }
-        elif label == "proteus+comp+distill":
-            model = load_quantized(cache_path(cfgs["proteus+comp"]))
-            status(f"{label}: chat transcripts from the float model for distillation")
-            seqs = distillation_set(
-                make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference, tokenizer, cfg
-            )
+        elif label.endswith("+distill"):
+            model = load_quantized(cache_path(cfgs[start]))
+            if seqs is None:
+                status(f"{label}: chat transcripts from the float model for distillation")
+                seqs = distillation_set(
+                    make_sequences(calib_ids, cfg.n_calibration, cfg.seq_len), reference, tokenizer, cfg
+                )
             before = packed_hash(model)
             losses = distill(model, reference, seqs, cfg.distill_steps, cfg.distill_lr, progress)
             cast(Any, model).icml_quantization = {
@@ -242,19 +288,51 @@ def paired_difference(a: list[float], b: list[float]) -> dict:
     return {"mean": float(d.mean()), "ci95_half": half, "a_lower": int((d < 0).sum()), "n": int(d.size)}
 
 
+def noninferior(a: list[float], b: list[float], margin: float = NI_MARGIN) -> dict:
+    """Non-inferiority of per-sequence KLs ``a`` to ``b``: the paired difference ``a - margin * b`` (mean,
+    95 % t half-width, sequences where it is below 0) and whether the interval's upper end is below 0."""
+    d = paired_difference(a, [margin * x for x in b])
+    return {**d, "upper": d["mean"] + d["ci95_half"], "noninferior": d["mean"] + d["ci95_half"] < 0}
+
+
+def seeds_noninferior(rows: list[dict], margin: float = NI_MARGIN) -> dict:
+    """Non-inferiority over quantization seeds from ``proteus_seeds`` rows (``kl_proteus``, ``kl_1mad``: each
+    seed's means over the same held-out sequences; ``paired``: its per-sequence P - 1mad interval):
+    ``m_s = KL_s(P) - margin KL_s(1mad)``, the mean over seeds with its 95 % t half-width (seeds the unit),
+    non-inferior when the upper end is below 0. Beside it, not judged: the interval with the held-out
+    sequences' own sampling error added in quadrature (the mean over seeds of each seed's standard error of
+    P - 1mad; an approximation, the margin term's spread over sequences is left out)."""
+    if len(rows) < 2:
+        raise ValueError(f"rows must hold at least 2 seeds, got {len(rows)}")
+    m = np.array([r["kl_proteus"] - margin * r["kl_1mad"] for r in rows])
+    t = t_quantile_975(len(m) - 1)
+    se_seeds = float(m.std(ddof=1)) / math.sqrt(len(m))
+    se_seq = float(np.mean([r["paired"]["ci95_half"] / t_quantile_975(r["paired"]["n"] - 1) for r in rows]))
+    return {
+        "seeds": [r["seed"] for r in rows],
+        "m": [float(x) for x in m],
+        "mean": float(m.mean()),
+        "ci95_half": t * se_seeds,
+        "upper": float(m.mean()) + t * se_seeds,
+        "noninferior": float(m.mean()) + t * se_seeds < 0,
+        "ratio_of_means": float(
+            np.mean([r["kl_proteus"] for r in rows]) / np.mean([r["kl_1mad"] for r in rows])
+        ),
+        "proteus_lower_seeds": int(sum(r["kl_proteus"] < r["kl_1mad"] for r in rows)),
+        "upper_with_sequence_error": float(m.mean()) + t * math.hypot(se_seeds, se_seq),
+    }
+
+
+def recorded_seeds() -> dict:
+    """The full-budget Proteus and 1mad rows of quantization seeds 0-9 recorded by ``proteus_seeds``."""
+    import json
+
+    with SEEDS_RECORD.open() as f:
+        return json.load(f)
+
+
 def run(budget: str = "quick", seed: int = 0) -> dict:
-    """Quantize (or reload) every method, evaluate, and compute the verdict; the full budget on one thread,
-    as every published full run was (the caller's thread count is restored afterwards)."""
-    threads = torch.get_num_threads()
-    if budget == "full":
-        torch.set_num_threads(1)
-    try:
-        return _run(budget, seed)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run(budget: str, seed: int) -> dict:
+    """Quantize (or reload) every method, evaluate, and compute the verdict."""
     from icml_tools.assets import smollm2
 
     reference, tokenizer = smollm2()
@@ -304,25 +382,56 @@ def _run(budget: str, seed: int) -> dict:
         del model
     kl = {lb: res[lb]["kl"] for lb in ORDER}
     p, pc, pcd = res["proteus"], res["proteus+comp"], res["proteus+comp+distill"]
+    m, mc, mcd = res["trellis-1mad"], res["trellis-1mad+comp"], res["trellis-1mad+comp+distill"]
     paired = {
-        f"{x} - trellis-1mad": paired_difference(
-            res[x]["kl_per_sequence"], res["trellis-1mad"]["kl_per_sequence"]
+        f"{x} - {y}": paired_difference(res[x]["kl_per_sequence"], res[y]["kl_per_sequence"])
+        for x, y in (
+            ("proteus", "trellis-1mad"),
+            ("proteus+comp+distill", "trellis-1mad+comp+distill"),
+            ("proteus+comp+distill", "trellis-1mad"),
         )
-        for x in ("proteus", "proteus+comp+distill")
     }
-    checks = {
-        "KL order P+comp+distill < P < trellis-1mad < RTN": kl["proteus+comp+distill"]
-        < kl["proteus"]
-        < kl["trellis-1mad"]
-        < kl["rtn-2bit-g64"],
-        "compensation reduces KL": kl["proteus+comp"] < kl["proteus"],
-        "distillation reduces KL": kl["proteus+comp+distill"] < kl["proteus+comp"],
-        "packed indices unchanged (hash equal)": p["hash"] == pc["hash"] == pcd["hash"],
-        "Proteus reads fewer bytes than hyb": p["quantized_bytes"] < res["trellis-hyb"]["quantized_bytes"],
-        "Proteus bytes <= 1.1 x float16/8": p["quantized_bytes"] <= BYTES_SLACK * p["float16_bytes"] / 8,
-        "save/load logits identical": bool(pcd["roundtrip_identical"]),
-        "generate answers": len(pcd["answer"].strip()) > 0,
+    ni = {
+        "proteus vs trellis-1mad": noninferior(p["kl_per_sequence"], m["kl_per_sequence"]),
+        "proteus+comp+distill vs trellis-1mad+comp+distill": noninferior(
+            pcd["kl_per_sequence"], mcd["kl_per_sequence"]
+        ),
     }
+    checks: dict[str, bool] = {}
+    over_seeds = record = None
+    if budget == "full":
+        recorded = recorded_seeds()
+        over_seeds = seeds_noninferior(recorded["rows"])
+        row0 = next(r for r in recorded["rows"] if r["seed"] == seed)
+        record = {
+            "proteus": (row0["kl_proteus"], kl["proteus"]),
+            "trellis-1mad": (row0["kl_1mad"], kl["trellis-1mad"]),
+        }
+        checks["this run's seed-0 KL of Proteus and 1mad equal the seeds record"] = all(
+            math.isclose(old, new, rel_tol=RECORD_RTOL) for old, new in record.values()
+        )
+        checks["Proteus non-inferior to 1mad over seeds 0-9 (KL <= 1.05x, 95% t)"] = over_seeds["noninferior"]
+    else:
+        checks["Proteus non-inferior to 1mad on this seed (KL <= 1.05x, paired 95% t)"] = ni[
+            "proteus vs trellis-1mad"
+        ]["noninferior"]
+    checks.update(
+        {
+            "combined pair non-inferior (P+comp+distill vs 1mad+comp+distill, KL <= 1.05x, paired 95% t)": ni[
+                "proteus+comp+distill vs trellis-1mad+comp+distill"
+            ]["noninferior"],
+            "trellis-1mad below RTN": kl["trellis-1mad"] < kl["rtn-2bit-g64"],
+            "compensation reduces KL": kl["proteus+comp"] < kl["proteus"],
+            "distillation reduces KL": kl["proteus+comp+distill"] < kl["proteus+comp"],
+            "packed indices unchanged (hash equal in each family)": p["hash"] == pc["hash"] == pcd["hash"]
+            and m["hash"] == mc["hash"] == mcd["hash"],
+            "Proteus reads fewer bytes than hyb": p["quantized_bytes"]
+            < res["trellis-hyb"]["quantized_bytes"],
+            "Proteus bytes <= 1.1 x float16/8": p["quantized_bytes"] <= BYTES_SLACK * p["float16_bytes"] / 8,
+            "save/load logits identical": bool(pcd["roundtrip_identical"]),
+            "generate answers": len(pcd["answer"].strip()) > 0,
+        }
+    )
     n_blocks = BUDGETS[budget]["max_blocks"]
     blocks = f"first {n_blocks} of 30 transformer blocks" if n_blocks else "all 30 transformer blocks"
     built = sum(t["seconds"] for t in timings.values())  # with the shared calibration
@@ -336,16 +445,13 @@ def _run(budget: str, seed: int) -> dict:
             "computed codes and RTN, reading fewer bytes than the micro-LUT hybrid code."
         ),
         "metric": "mean KL(float || quantized) per token on held-out pydoc text, SmolLM2-135M, 2 bits, L=10 "
-        "(lower is better); baseline = trellis-1mad (QTIP)",
+        "(lower is better); ours = Proteus+comp+distill, baseline = trellis-1mad (QTIP) with the same "
+        "compensation and distillation",
         "ours": kl["proteus+comp+distill"],
-        "baseline": kl["trellis-1mad"],
+        "baseline": kl["trellis-1mad+comp+distill"],
         "cache": cache,
-        "threads": (
-            "1 at the full budget: every published full run quantized on one torch thread"
-            if budget == "full"
-            else "the machine's; while a layer is quantized, 1 here and as many Viterbi worker processes "
-            "(parallel_viterbi)"
-        ),
+        "threads": "the machine's; while a layer is quantized, 1 here and as many Viterbi worker processes "
+        "(parallel_viterbi)",
         "criterion": "; ".join(checks) + " (all)",
         "passed": all(checks.values()),
         "rows": rows,
@@ -373,7 +479,9 @@ def _run(budget: str, seed: int) -> dict:
         ],
         "notes": (
             f"budget={budget} ({blocks} quantized), seed {seed}; eval {eval_seqs.numel()} held-out tokens; "
-            f"checks: {checks}; paired per-sequence KL differences (mean, 95% t half-width, sequences where "
+            f"checks: {checks}; non-inferiority (KL <= {NI_MARGIN}x, paired per sequence): {ni}; "
+            f"{'over the recorded seeds 0-9: ' + str(over_seeds) + '; record vs this run (recorded, now): ' + str(record) + '; ' if over_seeds else ''}"
+            f"paired per-sequence KL differences (mean, 95% t half-width, sequences where "
             f"the first is lower): {paired}; answer to {PROMPT!r}: {pcd['answer']!r} (names Paris: "
             f"{'Paris' in pcd['answer']}); distillation: {pcd['distill']}; "
             f"timings (this run or cached): { {lb: res[lb]['timing'] for lb in ORDER} }"
