@@ -39,7 +39,7 @@ def test_methods_share_bits_and_L():
     assert (
         method_configs("full", 0)["trellis-1mad"].digest() == "3a26466e0dcf"
     )  # unchanged by the new methods
-    assert method_configs("quick", 0)["proteus"].max_blocks == 2 and cfgs["proteus"].max_blocks is None
+    assert method_configs("quick", 0)["proteus"].max_blocks == 1 and cfgs["proteus"].max_blocks is None
     # the quick diagnostic over seeds keeps the configs (and cache keys) of its protocol: 4 blocks
     four = method_configs("quick-4-blocks", 3)
     assert four["proteus"].max_blocks == 4

@@ -13,13 +13,13 @@ compensation; +distill = few-shot KL distillation of the affine statistics on th
 alternating with chat sequences (48 questions on ``pydoc_data`` topics, 16 at the quick budget, answered by
 the float model in its chat template; added 2026-11-30, after the fully quantized model answered the
 held-out chat prompt with an empty string, with the protocol fixed before the rerun).
-Quick budget: the first 2 of 30 transformer blocks quantized, the rest float, 16 chat transcripts, on the
+Quick budget: the first block of 30 quantized (2 blocks, 8 distillation steps and 16 transcripts from
+2026-12-04 to 2026-12-06, kept as ``quick-2-blocks``), the rest float, 8 chat transcripts, on the
 machine's threads (one thread and 48 transcripts until 2026-12-01; 4 blocks until 2026-12-04, when the
 quick run had to fit in 2 minutes on a fresh cache, issue 59: 146 s with 4 blocks after every speed-up
 that changes no number; the 4-block budget stays as ``quick-4-blocks``, the protocol of
-``proteus_seeds``' quick diagnostic); full: all blocks, 48 transcripts, on one thread as every published
-full run.
-The Hessians are computed once (``model_hessians``) for the four methods that use them: the same numbers
+``proteus_seeds``' quick diagnostic); full: all blocks, 48 transcripts (on one thread until 2026-12-06).
+The Hessians are computed once (``model_hessians``) for the five methods that use them: the same numbers
 as calibrating for each. Quantized models are cached under ``icml_tools.assets.cache_dir()/quantized``
 keyed by the config hash (a later run reloads them and evaluates again); Proteus+comp and +distill are
 built from the cached Proteus model (same packed words; compensation applied afterwards is the same
@@ -83,10 +83,12 @@ from icml_compress.quantize.plot import layer_errors
 from icml_tools.progress import status
 
 BUDGETS: dict[str, dict[str, Any]] = {
-    # quick: 16 chat transcripts and the machine's threads (48 and one thread until 2026-12-01, when the quick
-    # budget had to fit the whole --quick run into 20 minutes on a fresh cache; 8 distillation steps
-    # alternate with 4 chat sequences, which 16 transcripts fill); 2 blocks (4 until 2026-12-04)
-    "quick": {"max_blocks": 2, "n_eval": 4, "distill_steps": 8, "chat": 16},
+    # quick: 1 block, 4 distillation steps and 8 chat transcripts (which fill the 2 chat sequences its 4 steps
+    # use) since 2026-12-06, when the baseline's own compensation and distillation took the 2-block budget to
+    # 145 s on a fresh cache (the quick run must fit 2 minutes); 2 blocks, 8 steps and 16 transcripts from
+    # 2026-12-04 (``quick-2-blocks``), 4 blocks before; 48 transcripts and one thread until 2026-12-01
+    "quick": {"max_blocks": 1, "n_eval": 4, "distill_steps": 4, "chat": 8},
+    "quick-2-blocks": {"max_blocks": 2, "n_eval": 4, "distill_steps": 8, "chat": 16},
     # the quick budget of 2026-12-01 to 2026-12-04: the protocol of proteus_seeds' quick diagnostic
     "quick-4-blocks": {"max_blocks": 4, "n_eval": 4, "distill_steps": 8, "chat": 16},
     # None: every held-out sequence (87)
