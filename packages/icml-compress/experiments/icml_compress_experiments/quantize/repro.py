@@ -10,7 +10,7 @@ evaluation was widened to the whole held-out part for power; the criteria did no
 methods use K = 2 bits, L = 10, V = 1 (hyb: V = 2), T = 64, tail-biting, the same incoherence and block
 LDLQ. Proteus = the mulbal code with the per-layer pool choice; +comp = closed-form channel
 compensation; +distill = few-shot KL distillation of the affine statistics on the calibration sequences
-alternating with chat sequences (48 questions on ``pydoc_data`` topics, 16 at the quick budget, answered by
+alternating with chat sequences (48 questions on ``pydoc_data`` topics, 8 at the quick budget, answered by
 the float model in its chat template; added 2026-11-30, after the fully quantized model answered the
 held-out chat prompt with an empty string, with the protocol fixed before the rerun).
 Quick budget: the first block of 30 quantized (2 blocks, 8 distillation steps and 16 transcripts from
@@ -44,7 +44,7 @@ and the end-to-end claim is **non-inferiority** with margin ``NI_MARGIN`` = 1.05
   same 87 held-out sequences, so ``m_s = KL_s(P) - 1.05 KL_s(1mad)`` is that seed's mean of ``d``; the
   95 % t interval over the 10 seeds, :func:`seeds_noninferior`);
   the record is tied to this code by a check that this run's seed-0 KLs of Proteus and 1mad equal the
-  record's to ``RECORD_RTOL``. At the quick budget (no such record for its 2 blocks) it is judged on this
+  record's to ``RECORD_RTOL``. At the quick budget (no such record for its block count) it is judged on this
   seed's sequences.
 - **The combined pair on this seed:** the same test for P+comp+distill against 1mad+comp+distill.
 - Kept: compensation and distillation each lower Proteus' KL; 1mad below RTN; the packed-word hash equal
