@@ -15,7 +15,8 @@ MSE decreases with L.
 Added 2026-12-06 (issue 24), fixed here before any run of them:
 
 - **External anchor.** QTIP (Tseng et al., NeurIPS 2024) Table 1 publishes the MSE of 2-bit trellis
-  quantization of an i.i.d. Gaussian at L = 16, 256-dimensional sequences: 1MAD 0.069, 3INST 0.069, the
+  quantization of an i.i.d. Gaussian at L = 16, 256-dimensional sequences (judged at the full budget; the
+  quick budget skips it since 2026-12-06, for time): 1MAD 0.069, 3INST 0.069, the
   random-Gaussian lookup code (RPTC, V = 1; our ``lut``) 0.068 (HYB, V = 2, 0.071, its table size not
   stated: reported beside, not judged). Our MSE at L = 16 on 256 tiles of seed 0 (``ANCHOR_SEED``) must
   lie within the published rounding (±0.0005) plus two standard errors of the per-tile mean of each of
@@ -41,8 +42,10 @@ from icml_tools.progress import status
 
 K = 2
 BUDGETS: dict[str, dict[str, Any]] = {
-    "quick": {"Ls": (8, 10, 12), "n_tiles": 128},
-    "full": {"Ls": (8, 10, 12, 14, 16), "n_tiles": 256},
+    # quick: no QTIP anchor since 2026-12-06 (its L = 16 Viterbi took the quick run from about 15 s to 50 s,
+    # and the slow tier runs the quick budget five times); the anchor does not depend on the budget
+    "quick": {"Ls": (8, 10, 12), "n_tiles": 128, "anchor": False},
+    "full": {"Ls": (8, 10, 12, 14, 16), "n_tiles": 256, "anchor": True},
 }
 BASE_CODES = ("lut", "1mad", "3inst")
 LLOYD_MARGIN, LUT_MARGIN = 0.30, 0.03
@@ -72,7 +75,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
 
     # external anchor: QTIP's Table 1 at L = 16 on 256 tiles of seed 0 (the full table's own tiles)
     anchor: dict[str, dict[str, float]] = {}
-    for code, published in QTIP_TABLE1_L16.items():
+    for code, published in QTIP_TABLE1_L16.items() if cfg["anchor"] else ():
         if ANCHOR_L in Ls and n_tiles == ANCHOR_TILES and seed == ANCHOR_SEED:
             t = tiles[code, ANCHOR_L]
         else:
@@ -116,13 +119,14 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "MSE decreases with L for every code": all(
             all(row[a] > row[b] for a, b in pairwise(Ls)) for row in table.values()
         ),
-        "L=16 MSE of 1mad, 3inst, lut within QTIP Table 1 (rounding + 2 SE)": all(
-            anchor[c]["within"] for c in QTIP_JUDGED
-        ),
         "mulbal < 1mad on fresh tiles at every L <= 12 (paired 95% interval below 0)": all(
             p["ci95"][1] < 0 for p in paired.values()
         ),
     }
+    if anchor:
+        checks["L=16 MSE of 1mad, 3inst, lut within QTIP Table 1 (rounding + 2 SE)"] = all(
+            anchor[c]["within"] for c in QTIP_JUDGED
+        )
     order = ["lut", "1mad", "3inst", "hyb", "mulbal", *pool_names]
     rows: list[dict[str, Any]] = []
     for code in order:
@@ -165,7 +169,7 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
         "metric": "MSE of 2-bit (K=2, V=1, T=256, tail-biting) trellis quantization of N(0,1) at L=10 (lower is better)",
         "ours": table["mulbal"][10],
         "baseline": table["lut"][10],
-        "criterion": "; ".join(checks) + " (all six)",
+        "criterion": "; ".join(checks) + f" (all {len(checks)})",
         "threads": "the machine's; during each Viterbi call 1 here and as many worker processes (parallel_viterbi)",
         "passed": all(checks.values()),
         "rows": rows,
@@ -192,7 +196,8 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
             f"best pool member per L: {best}; checks: {checks}. mulbal is the best of {len(MULBAL_POOL)} "
             "pool members at each L (Proteus' per-layer pick from the pool); the pool was vetted offline "
             "by overlap-local statistics only, not by this MSE. hyb uses V=2. "
-            f"QTIP anchor (L={ANCHOR_L}, {ANCHOR_TILES} tiles, seed {ANCHOR_SEED}): {anchor}; "
+            f"QTIP anchor (L={ANCHOR_L}, {ANCHOR_TILES} tiles, seed {ANCHOR_SEED}; full budget only): "
+            f"{anchor or 'not at this budget'}; "
             f"QTIP Table 2 (L=12, tail-biting, code not named) {QTIP_TABLE2_L12} beside our lut at L=12 "
             f"{table['lut'].get(12)}; mulbal - 1mad on {PAIRED_TILES} fresh tiles (seed {PAIRED_SEED}), "
             f"member chosen on the table's tiles: {paired}"
