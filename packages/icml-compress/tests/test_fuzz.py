@@ -371,6 +371,16 @@ def test_distortion_rate_bound(data):
     )
 
 
+# the Gaussian benchmark's arguments: any n_tiles >= 1 is valid and costs in proportion, so bad values only
+GAUSSIAN_FUZZ = {
+    "strategies": {
+        "n_tiles": NOT_A_SIZE,
+        "code": st.sampled_from(["", "1MAD", "mulbal-99", "mulbal-x", None, 1]),
+    },
+    "related": {"V": ["code"], "K": ["L"], "L": ["K"]},
+}
+
+
 @FUZZ.covers(gaussian_mse)
 @settings(max_examples=40, deadline=None)
 @given(st.data())
@@ -380,12 +390,7 @@ def test_gaussian_mse(data):
         gaussian_mse,
         {"code": "1mad", "L": 8, "K": 2, "V": 1, "n_tiles": 1, "seed": 0, "tail_biting": True},
         check=lambda mse: isinstance(mse, float) and 0 < mse < 1,  # below the unit source's variance
-        # any n_tiles >= 1 is valid and costs in proportion: bad values only
-        strategies={
-            "n_tiles": NOT_A_SIZE,
-            "code": st.sampled_from(["", "1MAD", "mulbal-99", "mulbal-x", None, 1]),
-        },
-        related={"V": ["code"], "K": ["L"], "L": ["K"]},
+        **GAUSSIAN_FUZZ,
     )
 
 
@@ -398,11 +403,7 @@ def test_gaussian_tile_mse(data):
         gaussian_tile_mse,
         {"code": "3inst", "L": 8, "K": 2, "V": 1, "n_tiles": 2, "seed": 0, "tail_biting": True},
         check=lambda t: isinstance(t, torch.Tensor) and t.ndim == 1 and bool(((t > 0) & (t < 1)).all()),
-        strategies={
-            "n_tiles": NOT_A_SIZE,
-            "code": st.sampled_from(["", "1MAD", "mulbal-99", "mulbal-x", None, 1]),
-        },
-        related={"V": ["code"], "K": ["L"], "L": ["K"]},
+        **GAUSSIAN_FUZZ,
     )
 
 
