@@ -59,6 +59,34 @@ def test_the_model_is_attention_only_and_stays_so_under_training():
     assert log["step"] == [0, 1, 2, 3] and len(log["first_half"]) == len(log["second_half"]) == 4
     trained = [p for p in model.parameters() if p.requires_grad]
     assert sum(p.numel() for p in trained) < sum(p.numel() for p in model.parameters())
+    # revision 2: the last layer's heads 1..3 start at zero and stay exactly zero; the live head moved
+    assert TINY.live_heads(0) == [0, 1, 2, 3] and TINY.live_heads(1) == [0]
+    assert [ind.silenced(model, 1, h) for h in range(4)] == [False, True, True, True]
+    assert not any(ind.silenced(model, 0, h) for h in range(4))
+    fresh = ind.build_model(TINY)
+    live = model.model.layers[1].self_attn.o_proj.weight[:, :16]
+    assert not torch.equal(live, fresh.model.layers[1].self_attn.o_proj.weight[:, :16])
+
+
+def test_silence_heads_zeroes_exactly_one_head_and_load_checks_it(tmp_path):
+    model = ind.build_model(ind.ToyConfig(seed=0, last_layer_heads=4))
+    assert not any(ind.silenced(model, 1, h) for h in range(4))
+    ind.silence_heads(model, 0, [2])
+    assert [ind.silenced(model, 0, h) for h in range(4)] == [False, False, True, False]
+    attn = model.model.layers[0].self_attn
+    assert bool(attn.q_proj.weight[32:48].eq(0).all()) and bool(attn.o_proj.weight[:, 32:48].eq(0).all())
+    assert bool(attn.q_proj.weight[16:32].ne(0).any()) and bool(attn.o_proj.weight[:, 48:].ne(0).any())
+    # the silenced head's output is zero: its hook_z vanishes, the others do not
+    from icml_interp.hooks import act_name, wrap
+
+    _, cache = wrap(model).run_with_cache(ind.held_out(2, 0), [act_name("z", 0)])
+    z = cache[act_name("z", 0)]  # (batch, pos, heads, d_head)
+    assert bool((z[:, :, 2] == 0).all()) and bool(z[:, :, 1].ne(0).any())
+    model.save_pretrained(tmp_path / "unsilenced")
+    with pytest.raises(ValueError, match="head 1 of layer 1 should be silenced"):
+        ind.load(tmp_path / "unsilenced")
+    with pytest.raises(ValueError, match="last_layer_heads"):
+        ind.ToyConfig(last_layer_heads=5)
 
 
 def test_head_scores_of_an_untrained_toy():
@@ -81,7 +109,7 @@ def test_head_scores_of_an_untrained_toy():
 
 def test_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("ICML_CACHE_DIR", str(tmp_path))
-    assert ind.ToyConfig(seed=2).key() == "v2-seed2" and TINY.key().startswith("v2-seed3-")
+    assert ind.ToyConfig(seed=2).key() == "v3-seed2" and TINY.key().startswith("v3-seed3-")
     model, info = ind.pretrained(TINY, progress=False)
     assert info["trained now"]
     folder = tmp_path / "induction_toy" / TINY.key()
@@ -110,7 +138,7 @@ def test_quick_reproduction_follows_the_protocol():
     from icml_tools.repro import run_reproduction
 
     result = validate_result(run_reproduction("induction-toy", "quick", 0))
-    n_rows = 2 * ind.ToyConfig().n_heads  # one row per head of the 2-layer toy
+    n_rows = ind.ToyConfig().n_heads + 1  # one row per live head: 4 in layer 0, 1 in layer 1
     assert result["system"] == "induction-toy" and len(result["rows"]) == n_rows
     (seed,) = result["seeds"]
     assert result["ours"] == pytest.approx(seed["ratio"]) and result["baseline"] == pytest.approx(

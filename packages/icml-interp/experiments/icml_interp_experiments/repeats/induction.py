@@ -1,9 +1,12 @@
 """The causal induction toy: a 2-layer attention-only Llama trained on ``[BOS] + r + r`` (Olsson et al. 2022).
 
-The model is a Hugging Face ``LlamaForCausalLM`` (vocabulary 64 + BOS, width 64, one head per layer, RoPE), so
+The model is a Hugging Face ``LlamaForCausalLM`` (vocabulary 64 + BOS, width 64, 4 heads of width 16, RoPE), so
 :class:`icml_interp.hooks.HookedModel` and every tool of :mod:`icml_interp.heads` work on it unchanged. It is
 attention-only: each layer's MLP has ``intermediate_size`` 4 and a zero, frozen ``down_proj``, so it adds
-exactly 0 to the residual stream (the MLP path's parameters are frozen, never trained).
+exactly 0 to the residual stream (the MLP path's parameters are frozen, never trained). Layer 1 keeps one live
+head (revision 2 in ``docs/repeats.md``): Llama fixes one head count for every layer, so its other heads are
+silenced by :func:`silence_heads` (their q, k, v rows and o columns are zero, which gradient descent keeps
+exactly zero).
 
 Evaluation data: ``[BOS, r_1..r_T, r_1..r_T]`` with ``T = 32`` tokens drawn uniformly from the 64, from a
 seeded generator. The first copy is unpredictable (loss ``ln 64 = 4.16``); the second is predictable by
@@ -16,7 +19,7 @@ layer-1 head at offset -31, ablating all of layer 0 left the second-copy loss at
 ``T = 24`` copies was 8.8 nats).
 
 :func:`pretrained` trains once per configuration and caches the model under
-``cache_dir() / "induction_toy" / "v2-seed{seed}"`` (``save_pretrained`` and ``train_log.json``).
+``cache_dir() / "induction_toy" / "v3-seed{seed}"`` (``save_pretrained`` and ``train_log.json``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ VOCAB = 64  # the random tokens 0..63
 BOS = VOCAB  # id 64
 HALF = 32  # T: tokens per copy
 SEQ = 1 + 2 * HALF  # 65
-CACHE_VERSION = "v2"
+CACHE_VERSION = "v3"  # v2: revision 1 (one head per layer)
 MONITOR_SEED = 30_000  # + seed: the training log's fixed batch (the reproduction holds out other seeds)
 
 
@@ -56,11 +59,22 @@ class ToyConfig:
     min_half: int = 8
     monitor: int = 64
     d_model: int = 64
-    n_heads: int = 1  # revision 1 (declared in docs/repeats.md): one head per layer, see there
+    n_heads: int = 4  # per layer (Llama fixes one count for all layers)
+    last_layer_heads: int = 1  # revision 2 (declared in docs/repeats.md): the last layer's live heads
     n_layers: int = 2
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.last_layer_heads <= self.n_heads:
+            raise ValueError(
+                f"last_layer_heads must be in [1, n_heads={self.n_heads}], got {self.last_layer_heads}"
+            )
+
+    def live_heads(self, layer: int) -> list[int]:
+        """The heads of ``layer`` that are trained: all of them, except in the last layer."""
+        return list(range(self.last_layer_heads if layer == self.n_layers - 1 else self.n_heads))
+
     def key(self) -> str:
-        """The cache folder's name: ``v2-seed{seed}`` for the default run, a hash of the rest otherwise."""
+        """The cache folder's name: ``v3-seed{seed}`` for the default run, a hash of the rest otherwise."""
         rest = {k: v for k, v in asdict(self).items() if k != "seed"}
         default = {k: v for k, v in asdict(ToyConfig()).items() if k != "seed"}
         if rest == default:
@@ -120,7 +134,8 @@ def build_model(cfg: ToyConfig) -> LlamaForCausalLM:
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = LlamaForCausalLM(config)
-    return attention_only(model)
+    last = cfg.n_layers - 1
+    return silence_heads(attention_only(model), last, range(cfg.last_layer_heads, cfg.n_heads))
 
 
 def attention_only(model: LlamaForCausalLM) -> LlamaForCausalLM:
@@ -131,6 +146,37 @@ def attention_only(model: LlamaForCausalLM) -> LlamaForCausalLM:
         for p in [*layer.mlp.parameters(), *layer.post_attention_layernorm.parameters()]:
             p.requires_grad_(False)
     return model
+
+
+def _head_slices(model: LlamaForCausalLM, layer: int) -> list[tuple[torch.Tensor, int]]:
+    """``(weight, dim)`` of ``layer``'s q, k, v and o projections: the dimension that indexes heads."""
+    attn = model.model.layers[layer].self_attn
+    return [
+        (attn.q_proj.weight, 0),
+        (attn.k_proj.weight, 0),
+        (attn.v_proj.weight, 0),
+        (attn.o_proj.weight, 1),
+    ]
+
+
+def silence_heads(model: LlamaForCausalLM, layer: int, heads: Iterable[int]) -> LlamaForCausalLM:
+    """Zero the q, k, v rows and o columns of ``heads`` in ``layer`` (no grouped-query attention). A zero
+    head's output, and every gradient into it, is exactly zero, so training (AdamW included) keeps it zero."""
+    config = model.config
+    if config.num_key_value_heads != config.num_attention_heads:
+        raise ValueError("silence_heads needs num_key_value_heads == num_attention_heads")
+    d_head = config.hidden_size // config.num_attention_heads
+    with torch.no_grad():
+        for head in heads:
+            for weight, dim in _head_slices(model, layer):
+                weight.narrow(dim, head * d_head, d_head).zero_()
+    return model
+
+
+def silenced(model: LlamaForCausalLM, layer: int, head: int) -> bool:
+    """Whether ``head`` of ``layer`` is exactly zero (see :func:`silence_heads`)."""
+    d_head = model.config.hidden_size // model.config.num_attention_heads
+    return all(not bool(w.narrow(dim, head * d_head, d_head).any()) for w, dim in _head_slices(model, layer))
 
 
 def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -198,12 +244,17 @@ def train(cfg: ToyConfig, progress: bool = True) -> tuple[LlamaForCausalLM, dict
     return model.eval(), info
 
 
-def load(path: str | os.PathLike) -> LlamaForCausalLM:
-    """A cached toy in eval mode (MLP path frozen again; its ``down_proj`` is checked to be zero)."""
+def load(path: str | os.PathLike, cfg: ToyConfig = ToyConfig()) -> LlamaForCausalLM:
+    """A cached toy in eval mode (MLP path frozen again; its ``down_proj`` and the last layer's silenced heads
+    are checked to be zero)."""
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
     for layer in model.model.layers:
         if bool(layer.mlp.down_proj.weight.any()):
             raise ValueError(f"{path}: not an attention-only toy (an mlp.down_proj weight is not zero)")
+    last = cfg.n_layers - 1
+    for head in range(cfg.last_layer_heads, cfg.n_heads):
+        if not silenced(model, last, head):
+            raise ValueError(f"{path}: head {head} of layer {last} should be silenced (all zero) but is not")
     return attention_only(model).eval()
 
 
@@ -220,7 +271,7 @@ def pretrained(
     target = Path(root).expanduser() / "induction_toy" / cfg.key()
     if (target / "config.json").is_file() and (target / "train_log.json").is_file():
         info = json.loads((target / "train_log.json").read_text())
-        return load(target), {**info, "trained now": False}
+        return load(target, cfg), {**info, "trained now": False}
     model, info = train(cfg, progress=progress)
     save_model_folder(model, target, {"train_log.json": json.dumps(info)})
     return model, {**info, "trained now": True}
