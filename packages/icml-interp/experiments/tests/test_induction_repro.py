@@ -9,6 +9,7 @@ import torch
 from icml_interp_experiments.repeats import induction as ind
 
 TINY = ind.ToyConfig(seed=3, steps=3, batch=4, log_every=1, monitor=4)
+REV2 = ind.ToyConfig(seed=3, steps=3, batch=4, log_every=1, monitor=4, n_heads=4, last_layer_heads=1)
 
 
 def test_repeated_sequences_layout():
@@ -59,17 +60,26 @@ def test_the_model_is_attention_only_and_stays_so_under_training():
     assert log["step"] == [0, 1, 2, 3] and len(log["first_half"]) == len(log["second_half"]) == 4
     trained = [p for p in model.parameters() if p.requires_grad]
     assert sum(p.numel() for p in trained) < sum(p.numel() for p in model.parameters())
-    # revision 2: the last layer's heads 1..3 start at zero and stay exactly zero; the live head moved
-    assert TINY.live_heads(0) == [0, 1, 2, 3] and TINY.live_heads(1) == [0]
+    assert TINY.live_heads(0) == TINY.live_heads(1) == [0] and TINY.silenced_heads() == []
+
+
+def test_silenced_heads_stay_exactly_zero_under_training():
+    # revision 2: the last layer's heads 1..3 start at zero and stay exactly zero; the live head moves
+    model, _ = ind.train(REV2, progress=False)
+    assert (
+        REV2.live_heads(0) == [0, 1, 2, 3]
+        and REV2.live_heads(1) == [0]
+        and REV2.silenced_heads() == [1, 2, 3]
+    )
     assert [ind.silenced(model, 1, h) for h in range(4)] == [False, True, True, True]
     assert not any(ind.silenced(model, 0, h) for h in range(4))
-    fresh = ind.build_model(TINY)
+    fresh = ind.build_model(REV2)
     live = model.model.layers[1].self_attn.o_proj.weight[:, :16]
     assert not torch.equal(live, fresh.model.layers[1].self_attn.o_proj.weight[:, :16])
 
 
 def test_silence_heads_zeroes_exactly_one_head_and_load_checks_it(tmp_path):
-    model = ind.build_model(ind.ToyConfig(seed=0, last_layer_heads=4))
+    model = ind.build_model(ind.ToyConfig(seed=0, n_heads=4))
     assert not any(ind.silenced(model, 1, h) for h in range(4))
     ind.silence_heads(model, 0, [2])
     assert [ind.silenced(model, 0, h) for h in range(4)] == [False, False, True, False]
@@ -84,9 +94,11 @@ def test_silence_heads_zeroes_exactly_one_head_and_load_checks_it(tmp_path):
     assert bool((z[:, :, 2] == 0).all()) and bool(z[:, :, 1].ne(0).any())
     model.save_pretrained(tmp_path / "unsilenced")
     with pytest.raises(ValueError, match="head 1 of layer 1 should be silenced"):
-        ind.load(tmp_path / "unsilenced")
-    with pytest.raises(ValueError, match="last_layer_heads"):
-        ind.ToyConfig(last_layer_heads=5)
+        ind.load(tmp_path / "unsilenced", REV2)
+    assert isinstance(ind.load(tmp_path / "unsilenced", ind.ToyConfig(n_heads=4)), type(model))
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="last_layer_heads"):
+            ind.ToyConfig(n_heads=4, last_layer_heads=bad)
 
 
 def test_head_scores_of_an_untrained_toy():
@@ -109,7 +121,8 @@ def test_head_scores_of_an_untrained_toy():
 
 def test_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("ICML_CACHE_DIR", str(tmp_path))
-    assert ind.ToyConfig(seed=2).key() == "v3-seed2" and TINY.key().startswith("v3-seed3-")
+    assert ind.ToyConfig(seed=2).key() == "v2-seed2" and TINY.key().startswith("v2-seed3-")
+    assert REV2.key() != TINY.key()
     model, info = ind.pretrained(TINY, progress=False)
     assert info["trained now"]
     folder = tmp_path / "induction_toy" / TINY.key()
@@ -138,7 +151,7 @@ def test_quick_reproduction_follows_the_protocol():
     from icml_tools.repro import run_reproduction
 
     result = validate_result(run_reproduction("induction-toy", "quick", 0))
-    n_rows = ind.ToyConfig().n_heads + 1  # one row per live head: 4 in layer 0, 1 in layer 1
+    n_rows = 2 * ind.ToyConfig().n_heads  # one row per head of the 2-layer toy
     assert result["system"] == "induction-toy" and len(result["rows"]) == n_rows
     (seed,) = result["seeds"]
     assert result["ours"] == pytest.approx(seed["ratio"]) and result["baseline"] == pytest.approx(

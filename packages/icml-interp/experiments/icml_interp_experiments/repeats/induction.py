@@ -1,12 +1,12 @@
 """The causal induction toy: a 2-layer attention-only Llama trained on ``[BOS] + r + r`` (Olsson et al. 2022).
 
-The model is a Hugging Face ``LlamaForCausalLM`` (vocabulary 64 + BOS, width 64, 4 heads of width 16, RoPE), so
+The model is a Hugging Face ``LlamaForCausalLM`` (vocabulary 64 + BOS, width 64, one head per layer, RoPE), so
 :class:`icml_interp.hooks.HookedModel` and every tool of :mod:`icml_interp.heads` work on it unchanged. It is
 attention-only: each layer's MLP has ``intermediate_size`` 4 and a zero, frozen ``down_proj``, so it adds
-exactly 0 to the residual stream (the MLP path's parameters are frozen, never trained). Layer 1 keeps one live
-head (revision 2 in ``docs/repeats.md``): Llama fixes one head count for every layer, so its other heads are
-silenced by :func:`silence_heads` (their q, k, v rows and o columns are zero, which gradient descent keeps
-exactly zero).
+exactly 0 to the residual stream (the MLP path's parameters are frozen, never trained). ``ToyConfig(n_heads=4,
+last_layer_heads=1)`` is revision 2 of ``docs/repeats.md`` (failed; not the registered testbed): Llama fixes
+one head count for every layer, so the last layer's other heads are silenced by :func:`silence_heads` (their
+q, k, v rows and o columns are zero, which gradient descent keeps exactly zero).
 
 Evaluation data: ``[BOS, r_1..r_T, r_1..r_T]`` with ``T = 32`` tokens drawn uniformly from the 64, from a
 seeded generator. The first copy is unpredictable (loss ``ln 64 = 4.16``); the second is predictable by
@@ -19,7 +19,7 @@ layer-1 head at offset -31, ablating all of layer 0 left the second-copy loss at
 ``T = 24`` copies was 8.8 nats).
 
 :func:`pretrained` trains once per configuration and caches the model under
-``cache_dir() / "induction_toy" / "v3-seed{seed}"`` (``save_pretrained`` and ``train_log.json``).
+``cache_dir() / "induction_toy" / "v2-seed{seed}"`` (``save_pretrained`` and ``train_log.json``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ VOCAB = 64  # the random tokens 0..63
 BOS = VOCAB  # id 64
 HALF = 32  # T: tokens per copy
 SEQ = 1 + 2 * HALF  # 65
-CACHE_VERSION = "v3"  # v2: revision 1 (one head per layer)
+CACHE_VERSION = "v2"
 MONITOR_SEED = 30_000  # + seed: the training log's fixed batch (the reproduction holds out other seeds)
 
 
@@ -59,22 +59,28 @@ class ToyConfig:
     min_half: int = 8
     monitor: int = 64
     d_model: int = 64
-    n_heads: int = 4  # per layer (Llama fixes one count for all layers)
-    last_layer_heads: int = 1  # revision 2 (declared in docs/repeats.md): the last layer's live heads
+    n_heads: int = 1  # revision 1 (declared in docs/repeats.md): one head per layer, see there
     n_layers: int = 2
+    last_layer_heads: int | None = None  # live heads of the last layer (None: all); revision 2 used 1 of 4
 
     def __post_init__(self) -> None:
-        if not 1 <= self.last_layer_heads <= self.n_heads:
+        if self.last_layer_heads is not None and not 1 <= self.last_layer_heads <= self.n_heads:
             raise ValueError(
-                f"last_layer_heads must be in [1, n_heads={self.n_heads}], got {self.last_layer_heads}"
+                f"last_layer_heads must be None or in [1, n_heads={self.n_heads}], got {self.last_layer_heads}"
             )
 
     def live_heads(self, layer: int) -> list[int]:
-        """The heads of ``layer`` that are trained: all of them, except in the last layer."""
-        return list(range(self.last_layer_heads if layer == self.n_layers - 1 else self.n_heads))
+        """The heads of ``layer`` that are trained: all of them, except the last layer's silenced ones."""
+        if layer == self.n_layers - 1 and self.last_layer_heads is not None:
+            return list(range(self.last_layer_heads))
+        return list(range(self.n_heads))
+
+    def silenced_heads(self) -> list[int]:
+        """The last layer's heads that :func:`build_model` silences."""
+        return list(range(len(self.live_heads(self.n_layers - 1)), self.n_heads))
 
     def key(self) -> str:
-        """The cache folder's name: ``v3-seed{seed}`` for the default run, a hash of the rest otherwise."""
+        """The cache folder's name: ``v2-seed{seed}`` for the default run, a hash of the rest otherwise."""
         rest = {k: v for k, v in asdict(self).items() if k != "seed"}
         default = {k: v for k, v in asdict(ToyConfig()).items() if k != "seed"}
         if rest == default:
@@ -134,8 +140,7 @@ def build_model(cfg: ToyConfig) -> LlamaForCausalLM:
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = LlamaForCausalLM(config)
-    last = cfg.n_layers - 1
-    return silence_heads(attention_only(model), last, range(cfg.last_layer_heads, cfg.n_heads))
+    return silence_heads(attention_only(model), cfg.n_layers - 1, cfg.silenced_heads())
 
 
 def attention_only(model: LlamaForCausalLM) -> LlamaForCausalLM:
@@ -252,7 +257,7 @@ def load(path: str | os.PathLike, cfg: ToyConfig = ToyConfig()) -> LlamaForCausa
         if bool(layer.mlp.down_proj.weight.any()):
             raise ValueError(f"{path}: not an attention-only toy (an mlp.down_proj weight is not zero)")
     last = cfg.n_layers - 1
-    for head in range(cfg.last_layer_heads, cfg.n_heads):
+    for head in cfg.silenced_heads():
         if not silenced(model, last, head):
             raise ValueError(f"{path}: head {head} of layer {last} should be silenced (all zero) but is not")
     return attention_only(model).eval()
