@@ -54,13 +54,8 @@ def tiny_mistral(seed: int = 0, window: int | None = WINDOW) -> MistralForCausal
     return MistralForCausalLM(cfg).eval()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is far faster than two fighting other processes for the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny tensors: one thread is far faster than two fighting other processes for the cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -97,13 +97,8 @@ ACTIONS = st.sampled_from(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is far faster than two fighting other processes for the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny tensors: one thread is far faster than two fighting other processes for the cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def memory_tokens(n: int, width: int = D, batch: int = 2, at_most: bool = False):

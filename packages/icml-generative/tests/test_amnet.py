@@ -32,13 +32,8 @@ from icml_generative.amnet import (
 )
 from icml_generative.cache.metrics import ssim_map
 
-
-@pytest.fixture(autouse=True)
-def single_thread():  # tiny torch ops on a shared 2-core machine: intra-op threads only add synchronization
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny torch ops on a shared 2-core machine: intra-op threads only add synchronization
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _per_pixel(events, height, width, values=None):

@@ -59,12 +59,8 @@ SMALL_INTS = st.one_of(  # hostile integers without huge valid sizes (slow, not 
 IN_UNIT = lambda t: bool(((t >= 0) & (t <= 1)).all())  # noqa: E731
 
 
-@pytest.fixture(autouse=True)
-def single_thread():  # tiny torch ops on a shared 2-core machine: intra-op threads only add synchronization
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny torch ops on a shared 2-core machine: intra-op threads only add synchronization
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @FUZZ.covers(luminance, low_light)

@@ -73,12 +73,8 @@ def shaped(t: torch.Tensor, shape: tuple[int, ...] | None = None) -> bool:
     return isinstance(t, torch.Tensor) and (shape is None or tuple(t.shape) == shape)
 
 
-@pytest.fixture(autouse=True)
-def single_thread():  # tiny torch ops on a shared 2-core machine: intra-op threads only add synchronization
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# tiny torch ops on a shared 2-core machine: intra-op threads only add synchronization
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- the layout and the operators ---------------------------------------------------------------------------

@@ -78,12 +78,7 @@ MODELS = {mode: tiny_model(mode) for mode in BLUR_MODES}
 MODEL = MODELS["kinematic"]
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread for this module (root conftest)
 
 
 def shaped(t, shape):

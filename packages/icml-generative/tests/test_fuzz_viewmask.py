@@ -55,12 +55,7 @@ TEXT = torch.tensor([[1, 2], [3, 0]])
 OTHER_MODELS = st.sampled_from([None, "x", torch.nn.Linear(2, 2), TOK])
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread for this module (root conftest)
 
 
 def shaped(t, shape):

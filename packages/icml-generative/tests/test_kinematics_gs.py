@@ -21,13 +21,7 @@ from icml_generative.kinematics_gs import (
     train_kinematics_gs,
 )
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread for this module (root conftest)
 
 
 def random_scene(n: int, seed: int = 0, dtype=torch.float64):

@@ -22,13 +22,8 @@ from icml_generative.viewmask import (
     view_attention_mask,
 )
 
-
-@pytest.fixture(autouse=True)
-def single_thread():  # small torch ops on a shared 2-core machine: intra-op threads only add synchronization
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# small torch ops on a shared 2-core machine: intra-op threads only add synchronization
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny(attention="full", **kw) -> MultiViewTransformer:

@@ -11,14 +11,8 @@ import torch
 from icml_interp.diffing import activation_alignment, best_partner, correlation_matrix, decoder_alignment
 from icml_interp.sae import SAE, ActivationSource, SAEConfig, train_sae
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one thread is faster, and much faster on an oversubscribed machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Small tensors: one thread is faster, and much faster on an oversubscribed machine.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def planted_dictionary(n: int, d: int, m: int, active: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

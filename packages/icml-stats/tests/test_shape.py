@@ -40,13 +40,8 @@ FUZZ = Coverage()
 FUZZ.exempt(CovariateEstimate, "result container")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: the tiny full-batch fits are ~50x slower with two threads on two shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# One torch thread: the tiny full-batch fits are ~50x slower with two threads on two shared cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ------------------------------------------------------------------------------------- closed-form model

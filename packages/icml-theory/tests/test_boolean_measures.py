@@ -68,15 +68,10 @@ def points(n: int) -> torch.Tensor:
     return 1.0 - 2.0 * ((idx[:, None] >> torch.arange(n)) & 1).to(torch.float64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Run torch single-threaded here: every tensor of these tests is small (the largest, a 200 x 200 pair
-    matrix per batch of the low-degree estimator), and on 2 busy cores intra-op threading made the 800
-    estimator calls of the coverage test 10-40x slower (0.5 s instead of 15 ms each)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Run torch single-threaded here: every tensor of these tests is small (the largest, a 200 x 200 pair matrix per
+# batch of the low-degree estimator), and on 2 busy cores intra-op threading made the 800 estimator calls of the
+# coverage test 10-40x slower (0.5 s instead of 15 ms each).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --------------------------------------------------------------------------- closed forms

@@ -31,14 +31,9 @@ LIFE = Rule.life_like(GAME_OF_LIFE)
 PARITY = Rule.totalistic({1, 3, 5, 7, 9})  # T13579: the XOR of the 9 cells, a linear rule over GF(2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Single-threaded torch: on 2 busy cores intra-op threading slowed the small lookups here by up to
-    10-40x; the 2^25-entry tables are built in chunks that do not gain much from a second thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Single-threaded torch: on 2 busy cores intra-op threading slowed the small lookups here by up to 10-40x; the
+# 2^25-entry tables are built in chunks that do not gain much from a second thread.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def bits_of(index: int, count: int) -> list[int]:

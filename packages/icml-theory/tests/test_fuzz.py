@@ -82,13 +82,8 @@ FUZZ.exempt(TradeoffCurve, "NamedTuple result built only by the trade-off functi
 FUZZ.exempt(register_opacus, "takes no arguments; test_privacy_integrations checks what it registers")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Single-threaded torch, as in test_ca.py: the tensors here are tiny."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Single-threaded torch, as in test_ca.py: the tensors here are tiny.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def without_big(valid, top: int, limit: int | None = None):

@@ -11,13 +11,7 @@ from icml_generative.kinematics_gs import KinematicsGS, TrainConfig, train_kinem
 from icml_generative_experiments.kinematics_gs.repro import SPLIT_THRESHOLD, TRAIN, arm_model, initialize
 from icml_generative_experiments.kinematics_gs.scenes import make_scene, make_video
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread for this module (root conftest)
 
 
 def true_model(scene) -> KinematicsGS:

@@ -22,13 +22,7 @@ from icml_generative_experiments.viewmask.voxels import (
     view_metrics,
 )
 
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread for this module (root conftest)
 
 
 def test_a_planted_object_renders_where_it_is():
