@@ -77,7 +77,7 @@ class ToyConfig:
 
     def silenced_heads(self) -> list[int]:
         """The last layer's heads that :func:`build_model` silences."""
-        return list(range(len(self.live_heads(self.n_layers - 1)), self.n_heads))
+        return [] if self.last_layer_heads is None else list(range(self.last_layer_heads, self.n_heads))
 
     def key(self) -> str:
         """The cache folder's name: ``v2-seed{seed}`` for the default run, a hash of the rest otherwise."""

@@ -104,9 +104,8 @@ def _evaluate(cfg: ToyConfig) -> dict:
         [repeated_sequence_induction_score(p, HALF, offset=1) for p in patterns]
     )  # (layers, heads)
     n_layers = induction.shape[0]
-    live = [
-        (layer, head) for layer in range(n_layers) for head in cfg.live_heads(layer)
-    ]  # silenced: left out
+    # silenced heads (revision 2 only) are left out of every score and ablation
+    live = [(layer, head) for layer in range(n_layers) for head in cfg.live_heads(layer)]
     ablated = {
         (layer, head): half_losses(hooked, ids, mean_ablation_hooks(hooked, [(layer, head)], reference))
         for layer, head in live
