@@ -13,6 +13,7 @@ from icml_interp.patching import (
     attribution_patching,
     cross_model_layer_patching,
     logit_diff,
+    patch_hooks,
     path_patching,
     prefill_patch,
     run_with_patches,
@@ -187,6 +188,28 @@ def test_bad_patching_input_raises(hooked):
         run_with_patches(
             hooked, clean, hooked.run_with_cache(corrupt)[1], ["blocks.0.hook_resid_pre"], heads=[0]
         )
+
+
+def test_heads_index_the_key_value_heads_of_k_and_v_on_a_grouped_query_model(hooked):
+    assert (hooked.n_heads, hooked.n_kv_heads) == (4, 2)
+    clean, corrupt = pair(seed=2)
+    _, cache = hooked.run_with_cache(corrupt)
+    k, q = "blocks.0.attn.hook_k", "blocks.0.attn.hook_q"
+    # head -1 of k is its last key/value head (1), not query head 3
+    assert torch.equal(
+        run_with_patches(hooked, clean, cache, [k], heads=[-1]),
+        run_with_patches(hooked, clean, cache, [k], heads=[1]),
+    )
+    with pytest.raises(
+        ValueError, match=r"heads \(the key/value heads of k and v: 2\) must be ints in \[-2, 2\)"
+    ):
+        run_with_patches(hooked, clean, cache, [k], heads=[3])
+    with pytest.raises(ValueError, match="negative head is ambiguous"):
+        run_with_patches(hooked, clean, cache, [q, k], heads=[-1])
+    run_with_patches(hooked, clean, cache, [q], heads=[3])  # query heads: all 4
+    # patch_hooks alone (no model to check against) names heads too, not a bare IndexError
+    with pytest.raises(ValueError, match=r"heads must be < 2, the heads of 'blocks.0.attn.hook_k'"):
+        hooked.run_with_hooks(clean, patch_hooks(cache, [k], heads=[3]))
 
 
 # ---------------------------------------------------------------------------------------------- issue 22, item 8a

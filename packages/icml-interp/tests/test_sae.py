@@ -590,6 +590,21 @@ def test_a_failed_save_leaves_the_old_folder_and_no_temporary_files(tmp_path, mo
     assert torch.equal(load_sae(folder).W_enc, old.W_enc)
 
 
+def test_save_refuses_a_folder_holding_other_files_and_keeps_them(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "checkpoint.pt").write_text("precious")
+    with pytest.raises(
+        ValueError, match=r"path .*run holds files save_sae did not write \(\['checkpoint.pt'\]\)"
+    ):
+        random_sae("topk").save(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary folder left
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert torch.equal(load_sae(random_sae("topk").save(empty)).W_enc, random_sae("topk").W_enc)
+
+
 @pytest.fixture(scope="module")
 def saved_sae(tmp_path_factory):
     return random_sae("batchtopk").save(tmp_path_factory.mktemp("saved") / "sae")

@@ -72,6 +72,11 @@ def _replace(name: str, act: torch.Tensor, src: torch.Tensor, positions, heads) 
     else:
         if act.ndim != 4:
             raise ValueError(f"heads= applies to per-head hooks ({HEAD_COMPONENTS}), not {name!r}")
+        if max(heads) >= act.shape[2]:
+            raise ValueError(
+                f"heads must be < {act.shape[2]}, the heads of {name!r} (k and v hold a grouped-query "
+                f"model's key/value heads), got {heads}"
+            )
         if positions is None:
             new[:, :, heads] = src[:, :, heads].to(act.dtype)
         else:
@@ -137,6 +142,21 @@ def check_source_names(source, names) -> list[str]:
     return names
 
 
+def _head_count(source, names: list[str], heads, default: int) -> int:
+    """The head count ``heads`` indexes: that of the per-head activations in ``names`` (``k`` and ``v`` hold a
+    grouped-query model's key/value heads, fewer than its query heads). A negative head is refused where
+    they differ, since it would name a different head in each. ``default``: the count without one."""
+    counts = sorted({int(source[name].shape[2]) for name in names if source[name].ndim == 4})
+    if len(counts) > 1 and heads is not None:
+        items = [heads] if isinstance(heads, int) else heads
+        if isinstance(items, Iterable) and any(isinstance(h, int) and h < 0 for h in items):
+            raise ValueError(
+                f"heads: a negative head is ambiguous where the per-head activations in names have "
+                f"{counts} heads (k and v hold the key/value heads); give heads >= 0"
+            )
+    return counts[0] if counts else default
+
+
 def run_with_patches(
     model,
     input_ids: torch.Tensor,
@@ -164,7 +184,9 @@ def run_with_patches(
                 f"names: {name!r} is not a hook point of this model (see HookedModel.hook_names)"
             )
     positions = check_indices(positions, ids.shape[1], "positions")
-    heads = check_indices(heads, hooked.n_heads, "heads")
+    n_heads = _head_count(source, names, heads, hooked.n_heads)
+    what = "heads" if n_heads == hooked.n_heads else f"heads (the key/value heads of k and v: {n_heads})"
+    heads = check_indices(heads, n_heads, what)
     with torch.no_grad():
         return hooked.run_with_hooks(ids, patch_hooks(source, names, positions, heads))
 
@@ -245,7 +267,9 @@ def activation_patching(
             ]
             for start in range(0, len(units), batch_size):
                 chunk = units[start : start + batch_size]
-                masks = torch.zeros(len(chunk), seq, *([n_heads] if split_heads else []), dtype=torch.bool)
+                masks = torch.zeros(
+                    len(chunk), seq, *([n_heads] if split_heads else []), dtype=torch.bool, device=src.device
+                )
                 for j, (p, h) in enumerate(chunk):
                     unit = (j, slice(None) if p is None else p) + ((h,) if split_heads else ())
                     masks[unit] = True

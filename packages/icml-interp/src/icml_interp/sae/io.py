@@ -116,11 +116,19 @@ def _fsync(file: Path) -> None:
 def save_sae(sae: SAE, path: str | Path) -> Path:
     """Write ``sae`` to the folder ``path`` (created; an existing folder is replaced only once the new one is
     complete and flushed to disk). Returns the folder's path. Checked: ``sae``'s parameters are finite (a
-    file that :func:`load_sae` would refuse is not written)."""
+    file that :func:`load_sae` would refuse is not written), and an existing ``path`` is a folder holding
+    nothing but an earlier save's two files (a folder with other files in it is refused, not replaced)."""
     check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
     path = _folder(path)
     if path.exists() and not path.is_dir():
         raise ValueError(f"path must be a folder (or not exist yet), but {path} is a file")
+    if path.exists():
+        foreign = sorted(p.name for p in path.iterdir() if p.name not in (CFG_FILENAME, WEIGHTS_FILENAME))
+        if foreign:
+            raise ValueError(
+                f"path {path} holds files save_sae did not write ({foreign[:5]}); refusing to replace the "
+                "folder: save into a new or empty folder"
+            )
     config = saelens_config(sae)
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in sae.state_dict().items()}
     bad = [name for name, t in tensors.items() if not bool(torch.isfinite(t).all())]
