@@ -239,7 +239,7 @@ INDEX = torch.tensor([[0, 1], [1, -1], [2, 0]])
         ({"block_size": 0}, ValueError, "block_size"),
         ({"block_size": 16.0}, TypeError, "block_size"),
         ({"block_size": 8}, ValueError, "block_index"),  # 5 query blocks, 3 index rows
-        ({"scale": math.nan}, TypeError, "scale"),
+        ({"scale": math.nan}, ValueError, "scale"),
         ({"scale": "0.5"}, TypeError, "scale"),
         ({"return_lse": 1}, TypeError, "return_lse"),
     ],

@@ -123,7 +123,16 @@ def test_other_bad_input_raises():
         fwht(torch.tensor(1.0))
     with pytest.raises(ValueError, match="power of two"):
         fwht(torch.zeros(3, 0))
+    for scale in (float("nan"), float("inf"), 10**400):  # a number, but not a finite float
+        with pytest.raises(ValueError, match="scale must be a finite float"):
+            fwht(torch.zeros(8), scale=scale)
     with pytest.raises(TypeError, match="scale must be a finite float"):
-        fwht(torch.zeros(8), scale=float("nan"))
+        fwht(torch.zeros(8), scale="0.5")
+    for n in (8.0, "8", True):  # not an int
+        with pytest.raises(TypeError, match="n must be an int, a power of two"):
+            hadamard_matrix(n)
+    for n in (0, 6, 10**400):
+        with pytest.raises(ValueError, match="n must be a power of two"):
+            hadamard_matrix(n)
     with pytest.raises(ValueError, match="power of two"):
         torch.ops.icml_kernels.fwht(torch.zeros(5), 1.0)

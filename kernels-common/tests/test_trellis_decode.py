@@ -116,7 +116,7 @@ def test_bad_input_raises():
         trellis_decode(packed, "hyb", 12, V=2, table=torch.randn(64, 2))
     with pytest.raises(ValueError, match="V must be 1"):
         trellis_decode(packed, "1mad", 12, V=2)
-    with pytest.raises(TypeError, match="alpha must be a finite float"):
+    with pytest.raises(ValueError, match="alpha must be a finite float"):
         trellis_decode(packed, "1mad", 12, alpha=float("nan"))
     with pytest.raises(ValueError, match="table must be finite"):
         trellis_decode(packed, "lut", 12, table=torch.full((4096, 1), float("inf")))

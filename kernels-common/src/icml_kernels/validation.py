@@ -32,20 +32,32 @@ def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | 
 
 
 def check_finite_float(value: Any, name: str) -> float:
-    """A finite Python number (int or float, bools refused), returned as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite float, got {value!r}")
-    return float(value)
+    """A finite Python number (int or float, bools refused), returned as a float: another type raises
+    ``TypeError``, NaN, an infinity or an int too large for a float ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a finite float, got {value!r:.80}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond float range (its repr may be too long to print)
+        raise ValueError(
+            f"{name} must be a finite float, got an int of {int(value).bit_length()} bits (beyond float range)"
+        ) from None
+    if not math.isfinite(out):
+        raise ValueError(f"{name} must be a finite float, got {value!r}")
+    return out
 
 
 def check_power_of_two(value: Size, name: str) -> Size:
-    """A positive power of two: 1, 2, 4, ... (a ``torch.SymInt`` too: a traced tensor's size)."""
+    """A positive power of two: 1, 2, 4, ... (a ``torch.SymInt`` too: a traced tensor's size). Not an int
+    (a bool, a float such as ``8.0``) raises ``TypeError``, another int ``ValueError``."""
     if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
-        raise ValueError(f"{name} must be a power of two (1, 2, 4, ...), got {value!r}")
+        raise TypeError(f"{name} must be an int, a power of two (1, 2, 4, ...), got {value!r:.80}")
     # SymInts of torch < 2.6 have no bitwise operators: compare with the power of two at or below the
     # size instead (comparisons and shifts of Python ints only)
     if value < 1 or value != 1 << (int(value).bit_length() - 1):
-        raise ValueError(f"{name} must be a power of two (1, 2, 4, ...), got {value!r}")
+        bits = int(value).bit_length()  # a huge int's repr may be too long to print
+        shown = repr(value) if bits <= 64 else f"an int of {bits} bits"
+        raise ValueError(f"{name} must be a power of two (1, 2, 4, ...), got {shown}")
     return value
 
 

@@ -877,6 +877,11 @@ def test_evaluate_with_reference_logprobs():
     assert r["kl"] == pytest.approx(evaluate(rtn_model(), SEQS, reference=float_model())["kl"], abs=1e-3)
     rejects(evaluate, rtn_model(), SEQS, reference_lp=lp[:1], name="reference_lp")
     rejects(evaluate, rtn_model(), SEQS, reference_lp=lp.float() * math.nan, name="reference_lp")
+    # a wrong vocabulary size (last dimension) is refused by name, not by torch deep inside the KL
+    padded = torch.cat([lp, torch.full((*lp.shape[:2], 10), -1e4, dtype=lp.dtype)], -1)
+    for bad in (lp[..., : VOCAB // 2], padded):
+        with pytest.raises(ValueError, match=f"reference_lp must have the model's vocabulary size {VOCAB}"):
+            evaluate(rtn_model(), SEQS, reference_lp=bad)
 
 
 @FUZZ.covers(split_corpus)

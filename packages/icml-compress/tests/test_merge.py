@@ -125,6 +125,25 @@ def test_inplace_changes_the_cpt_model_and_untied_models_merge_each_tensor(trio)
     torch.testing.assert_close(merged.lm_head.weight, untied[0].lm_head.weight + 1.0 - 2.0)
 
 
+def test_a_failed_inplace_merge_leaves_the_cpt_model_unchanged(trio):
+    cpt, instruct, base = (copy.deepcopy(m) for m in trio)
+    before = {n: t.clone() for n, t in cpt.state_dict().items()}
+    with torch.no_grad():  # the final norm comes after every layer: the layers merge fine before it raises
+        instruct.model.norm.weight[0] = math.nan
+    with pytest.raises(ValueError, match=r"model\.norm\.weight: the merge is not finite"):
+        combine(cpt, instruct, base, inplace=True)
+    assert all(torch.equal(before[n], t) for n, t in cpt.state_dict().items())
+    assert not hasattr(cpt, "icml_merge")
+
+
+def test_a_merge_that_overflows_the_weights_dtype_raises():
+    c, i, b = (nn.Linear(4, 4).half() for _ in range(3))
+    with torch.no_grad():  # finite in float32 (1.2e5), infinite in float16 (max 65504)
+        i.weight[0, 0], b.weight[0, 0] = 60000.0, -60000.0
+    with pytest.raises(ValueError, match=r"weight: the merge is not finite .*float16"):
+        combine(c, i, b, lam=1.0)
+
+
 def test_streaming_is_bit_identical_and_the_dry_run_lists_every_tensor(trio, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -233,7 +252,10 @@ def test_bad_input(trio):
     small = tiny(0, vocab=BASE_VOCAB - 6)
     with pytest.raises(ValueError, match=r"model\.embed_tokens\.weight: shapes cannot be aligned"):
         combine(small, instruct, base)
-    for lam in (math.nan, math.inf, "1", None):
+    for lam in (math.nan, math.inf, 10**400):  # the right type, a value out of range
+        with pytest.raises(ValueError, match="lam must be a finite float"):
+            combine(cpt, instruct, base, lam=lam)
+    for lam in ("1", None):
         with pytest.raises(TypeError, match="lam must be a finite float"):
             combine(cpt, instruct, base, lam=lam)
     with pytest.raises(ValueError, match="per_module key must be one of"):

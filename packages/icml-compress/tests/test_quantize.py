@@ -465,6 +465,10 @@ def test_bad_input(ids):
         quantize_model(tiny(), QuantConfig(), "some text")
     with pytest.raises(ValueError, match="method"):
         QuantConfig(method="gptq")
+    for bits in (3, 5, 6, 7):  # refused up front, not by RTNLinear after calibration
+        with pytest.raises(ValueError, match="bits must be 1, 2, 4 or 8"):
+            QuantConfig(method="rtn", bits=bits)
+    assert [QuantConfig(method="rtn", bits=b).bits for b in (1, 2, 4, 8)] == [1, 2, 4, 8]
     with pytest.raises(ValueError, match="mulbal"):
         QuantConfig(method="proteus", code="1mad")
     with pytest.raises(ValueError, match="T=48"):

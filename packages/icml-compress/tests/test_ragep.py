@@ -258,6 +258,32 @@ def test_pruned_models_reload_with_identical_logits_and_generate(kind, tmp_path)
     assert loaded.config.ragep_kept_experts["0"] == [1, 4, 7]
 
 
+def test_a_failed_save_leaves_the_earlier_save_and_a_file_path_is_refused(tmp_path, monkeypatch):
+    import transformers.modeling_utils as mu
+
+    base = tiny_moe("mixtral", layers=2)
+    first = prune_experts(copy.deepcopy(base), {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]})
+    second = prune_experts(copy.deepcopy(base), {0: [0, 1, 2, 3, 4], 1: [0, 1, 2]})
+    target = tmp_path / "ckpt"
+    assert save_pruned(first, target) == target
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(mu, "safe_save_file", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        save_pruned(second, target)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary directory left behind
+    assert torch.equal(load_pruned(target)(IDS).logits, first(IDS).logits)
+    # a path that is a file is refused before anything is written; the file is untouched
+    f = tmp_path / "file"
+    f.write_text("precious")
+    with pytest.raises(ValueError, match="path"):
+        save_pruned(first, f)
+    assert f.read_text() == "precious"
+
+
 def test_every_method_plans_and_ragep_budgets_differ_by_layer():
     model = tiny_moe("mixtral", layers=2)
     cal = calibrate(model, IDS, keep_inputs=32, route_all=True)

@@ -114,7 +114,9 @@ def combine(
             :func:`~icml_compress.merge.rules.module_kind`), overriding ``lam`` for those kinds.
         method: ``task_arithmetic`` (SpeechCombine's formula), ``ties`` or ``dare`` (ablations; see
             :func:`~icml_compress.merge.rules.merge_tensor`), with ``density``, ``normalize`` and ``seed``.
-        inplace: change ``cpt_model``'s tensors in place (memory: one model) instead of a copy.
+        inplace: change ``cpt_model``'s tensors in place (memory: one model) instead of a copy. All or
+            nothing: every merged tensor is computed and checked before the first is written (the merge is
+            computed twice, one tensor at a time), so a raise leaves ``cpt_model`` unchanged.
 
     Returns the merged model, with ``icml_merge`` (:meth:`MergeReport.to_dict`) recording every tensor's action.
     Tied tensors of the CPT model stay tied (merged once). Models whose architectures differ (config model
@@ -124,10 +126,15 @@ def combine(
     check_bool(inplace, "inplace")
     settings = settings_from(lam, per_module, method, density, normalize, seed)
     report, (c, i, b) = _plan(cpt_model, instruct_model, base_model, settings)
+    deltas = [a for a in report.actions if a.action in ("delta", "delta-shared-rows")]
+    if inplace:
+        # all or nothing without a copy: every merged tensor is computed and checked (then dropped) before any
+        # is written, so a raise leaves cpt_model as it was; the writing pass below recomputes the same bits
+        for a in deltas:
+            merge_tensor(a, c[a.name], i[a.name], b[a.name], settings)
     model = cpt_model if inplace else copy.deepcopy(cpt_model)
     target = model.state_dict(keep_vars=True)
-    for a in report.actions:  # one tensor at a time: memory stays near one model (plus a copy if not inplace)
-        if a.action in ("delta", "delta-shared-rows"):
-            target[a.name].data.copy_(merge_tensor(a, c[a.name], i[a.name], b[a.name], settings))
+    for a in deltas:  # one tensor at a time: memory stays near one model (plus a copy if not inplace)
+        target[a.name].data.copy_(merge_tensor(a, c[a.name], i[a.name], b[a.name], settings))
     cast(Any, model).icml_merge = report.to_dict()
     return model

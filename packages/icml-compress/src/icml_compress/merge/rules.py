@@ -280,11 +280,12 @@ def merge_tensor(
         if s.normalize:
             total = torch.where(mass > 0, total / mass.clamp_min(1e-30), total)
         merged = b + total
-    if not bool(torch.isfinite(merged).all()):
+    result = merged.to(cpt.dtype)  # checked after the cast: a float32 merge can overflow float16 or bfloat16
+    if not bool(torch.isfinite(result).all()):
         raise ValueError(
-            f"{action.name}: the merge is not finite (lam={lam:g} too large for {work}, or NaN or infinity in the "
-            "CPT, instruct or base tensor?)"
+            f"{action.name}: the merge is not finite (lam={lam:g} too large for {cpt.dtype}, or NaN or infinity "
+            "in the CPT, instruct or base tensor?)"
         )
     out = cpt if inplace else cpt.clone()
-    out[:rows] = merged.to(cpt.dtype)
+    out[:rows] = result
     return out

@@ -81,6 +81,8 @@ class QuantConfig:
         if self.method == "proteus" and self.code != "mulbal":
             raise ValueError(f"method 'proteus' uses code 'mulbal', got code={self.code!r}")
         check_int(self.bits, "bits", 1, 8 if self.method == "rtn" else 4)
+        if self.method == "rtn" and self.bits not in (1, 2, 4, 8):  # what RTNLinear packs into whole bytes
+            raise ValueError(f"bits must be 1, 2, 4 or 8 for method 'rtn', got bits={self.bits}")
         if self.method != "rtn":  # L, bits (K), V and T through the packed format (K*T whole words)
             TrellisFormat(self.L, self.bits, self.V, self.T).check_packable()
         for name, minimum in (

@@ -104,6 +104,13 @@ def evaluate(
         else:
             assert reference is not None  # exactly one of the two is given
             lp = torch.log_softmax(reference(seq.unsqueeze(0)).logits[0].float(), -1)
+        # the model's logits fix the vocabulary: checked on the first sequence
+        if lp.shape[-1] != lq.shape[-1]:
+            which = "reference_lp" if reference_lp is not None else "reference"
+            raise ValueError(
+                f"{which} must have the model's vocabulary size {lq.shape[-1]} (logits' last dimension), "
+                f"got {lp.shape[-1]}"
+            )
         kl_seq.append(kl_per_token(lp, lq).mean().item())
         tgt = seq[1:].unsqueeze(-1)
         nll_sum += -lq[:-1].gather(-1, tgt).sum().item()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from icml_compress.quantize.model import check_path, write_directory
 from icml_compress.validation import check_float_tensor, check_instance, check_tensor
 
 if TYPE_CHECKING:
@@ -266,16 +267,24 @@ def save_pruned(model: nn.Module, path: str | os.PathLike) -> Path:
     count is updated): ``AutoModelForCausalLM.from_pretrained`` loads it, and so does :func:`load_pruned`.
     With per-layer counts (RaGEP's budgets) transformers' config cannot describe the model: the counts are
     recorded in ``config.ragep_experts_per_layer`` and the checkpoint must be loaded with :func:`load_pruned`.
+
+    Atomic, as :func:`icml_compress.save_quantized`: the checkpoint is written to a temporary directory beside
+    ``path`` and moved into place at the end, so a failure leaves ``path`` as it was. An existing ``path``
+    must be an empty directory or an earlier save (a directory holding ``config.json``); anything else (a
+    file, say) raises ValueError.
     """
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise TypeError(f"path must be a non-empty str or os.PathLike, got {path!r}")
+    path = check_path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"path {path} exists and is not a directory; not overwriting")
     counts = sync_config(model)
-    path = Path(path)
     uniform = len(set(counts.values())) == 1
-    # a per-layer layout is saved in transformers' in-memory (fused) format: no per-expert conversion on load
     hf: Any = model
-    hf.save_pretrained(path, save_original_format=uniform)
-    return path
+
+    def write(tmp: Path) -> None:
+        # a per-layer layout is saved in transformers' in-memory (fused) format: no per-expert conversion on load
+        hf.save_pretrained(tmp, save_original_format=uniform)
+
+    return write_directory(path, write, "config.json", "save_pruned")
 
 
 def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:

@@ -1,1 +1,0 @@
-"""Experiments for :mod:`icml_compress.baselines`."""
