@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import numpy as np
@@ -491,6 +492,78 @@ def test_mag_ratios_calibration_and_diffusers_magcache(wan):
     finally:
         wan.disable_cache()
     assert counter.full_forwards < 2 * STEPS
+
+
+def test_mag_ratios_use_the_image_stream_of_two_stream_blocks():
+    """Flux blocks return ``(encoder_hidden_states, hidden_states)``: the ratios are those of the image-token
+    residual (first double block's ``hidden_states`` in, last single block's ``hidden_states`` out), computed
+    here by hand; 6 image tokens and 5 text tokens, so the text stream could not even be subtracted."""
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    flux = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=2,
+        joint_attention_dim=16,
+        pooled_projection_dim=8,
+        axes_dims_rope=(2, 2, 4),
+    ).eval()
+    n_img, n_txt, steps = 6, 5, 3
+
+    def run():
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for t in torch.linspace(0.9, 0.1, steps):
+                flux(
+                    hidden_states=torch.randn(1, n_img, 4),
+                    encoder_hidden_states=torch.randn(1, n_txt, 16),
+                    pooled_projections=torch.randn(1, 8),
+                    timestep=t[None],
+                    img_ids=torch.zeros(n_img, 3),
+                    txt_ids=torch.zeros(n_txt, 3),
+                    return_dict=False,
+                )
+
+    ins, outs = [], []
+    handles = [
+        flux.transformer_blocks[0].register_forward_pre_hook(
+            lambda m, a, k: ins.append(k["hidden_states"]), with_kwargs=True
+        ),
+        flux.single_transformer_blocks[-1].register_forward_hook(lambda m, a, o: outs.append(o[1])),
+    ]
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    r = [o - i for i, o in zip(ins, outs, strict=True)]  # (1, 6, 16) image-token residuals
+    assert all(x.shape == (1, n_img, 16) for x in r)
+    by_hand = [1.0] + [
+        (c.norm(dim=-1) / (p.norm(dim=-1) + 1e-8)).mean().item() for p, c in itertools.pairwise(r)
+    ]
+    assert calibrate_mag_ratios(flux, run, steps) == by_hand
+
+
+def test_mag_ratios_refuse_a_stack_that_changes_the_token_count():
+    class Grow(torch.nn.Module):
+        def forward(self, hidden_states):
+            return torch.cat([hidden_states, hidden_states], dim=1)
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer_blocks = torch.nn.ModuleList([Grow()])
+
+        def forward(self, x):
+            return self.transformer_blocks[0](x)
+
+    model = Stack()
+    with pytest.raises(ValueError, match="model returned hidden states of shape"):
+        calibrate_mag_ratios(model, lambda: [model(torch.zeros(1, 3, 2)) for _ in range(2)], 2)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------

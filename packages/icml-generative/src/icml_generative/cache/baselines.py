@@ -4,7 +4,10 @@ diffusers' First-Block Cache (``apply_first_block_cache``) and MagCache (``apply
 any transformer whose block class is in diffusers' ``TransformerBlockRegistry`` (Wan's is). MagCache
 needs per-model magnitude ratios; diffusers' ``calibrate=True`` mode prints them, and
 :func:`calibrate_mag_ratios` computes the same quantity (the mean over tokens of
-``‖r_t‖ / ‖r_{t−1}‖`` for the block stack's residual ``r``, 1 at the first step) and returns it.
+``‖r_t‖ / ‖r_{t−1}‖`` for the block stack's residual ``r``, 1 at the first step) and returns it. The
+residual is that of the stack's hidden states (the image / video tokens), read where each block class
+takes and returns them (diffusers' block registry, as the cache hooks do): Flux, SD3 and HunyuanVideo
+blocks return ``(encoder_hidden_states, hidden_states)``, whose text stream is not the residual.
 :func:`count_block_forwards` counts the transformer blocks actually evaluated, so that every method's
 cost is measured the same way (a First-Block-Cache skip still runs its first block).
 """
@@ -17,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from icml_generative.cache.hooks import find_transformer_blocks
+from icml_generative.cache.hooks import BlockIO, find_transformer_blocks
 from icml_generative.validation import check_choice, check_int
 
 
@@ -34,14 +37,21 @@ def calibrate_mag_ratios(
         raise TypeError(f"run must be callable as run(), got {type(run).__name__}")
     check_int(num_inference_steps, "num_inference_steps", 2)
     check_choice(check_int(calls_per_step, "calls_per_step"), "calls_per_step", (1, 2))
+    head, tail = BlockIO(blocks[0][1]), BlockIO(blocks[-1][1])
     inputs: list[torch.Tensor] = []
     residuals: list[torch.Tensor] = []
 
     def pre(module, args, kwargs):
-        inputs.append(kwargs.get("hidden_states", args[0] if args else None))
+        inputs.append(head.hidden(args, kwargs))
 
     def post(module, args, kwargs, output):
-        out = output[0] if isinstance(output, tuple) else output
+        out = tail.output_hidden(output)
+        if out.shape != inputs[-1].shape:
+            raise ValueError(
+                f"calibrate_mag_ratios: the last block of model returned hidden states of shape "
+                f"{tuple(out.shape)}, the first block took {tuple(inputs[-1].shape)}: the stack's residual is "
+                "undefined"
+            )
         residuals.append((out - inputs[-1]).float())
 
     handles = [

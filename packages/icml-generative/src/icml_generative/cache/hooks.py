@@ -177,7 +177,7 @@ def _signature_index(cls: type[torch.nn.Module], name: str) -> int | None:
     return params.index(name) if name in params else None
 
 
-class _BlockIO:
+class BlockIO:
     """Where a block takes and returns its hidden states (diffusers' block registry, or the defaults)."""
 
     def __init__(self, block: torch.nn.Module) -> None:
@@ -258,7 +258,7 @@ class StackCacheHook(ModelHook):
         shared: _SharedState,
         is_head: bool,
         is_tail: bool,
-        io: _BlockIO | _ModelIO | None = None,
+        io: BlockIO | _ModelIO | None = None,
     ) -> None:
         super().__init__()
         self.policy = policy
@@ -271,7 +271,7 @@ class StackCacheHook(ModelHook):
 
     def initialize_hook(self, module):
         if self.io is None:
-            self.io = _BlockIO(module)
+            self.io = BlockIO(module)
         return module
 
     def reset_state(self, module):

@@ -14,16 +14,14 @@ atomically).
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from icml_generative._io import load_module, save_module
 from icml_generative.echo_attention.ops import (
     MAX_TOKENS,
     VARIANTS,
@@ -39,15 +37,7 @@ from icml_generative.echo_attention.ops import (
 from icml_generative.validation import check_choice, check_instance, check_int, check_number, check_tensor
 
 ROUTES = ("dense", "sparse", "echo")
-_FILES = ("config.json", "policy.safetensors")
-
-
-def _folder(path: str | os.PathLike) -> Path:
-    """The folder ``path`` (a non-empty string or path, ``~`` expanded) of a saved policy."""
-    check_instance(path, "path", str, os.PathLike)
-    if not str(path).strip():
-        raise ValueError(f"path must name a folder, got {str(path)!r}")
-    return Path(path).expanduser()
+_WEIGHTS = "policy.safetensors"  # the weights file in a saved policy's folder, beside config.json
 
 
 class EchoCalibrator:
@@ -209,52 +199,19 @@ class EchoPolicy(torch.nn.Module):
         }
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``policy.safetensors`` into the folder ``path`` (atomically: a failed
-        save leaves an existing folder as it was)."""
-        from safetensors.torch import save_file
-
-        target = _folder(path)
-        if target.exists() and not (target.is_dir() and {p.name for p in target.iterdir()} <= set(_FILES)):
-            raise ValueError(
-                f"path {str(path)!r} exists and is not a folder EchoPolicy.save wrote: refusing to replace it"
-            )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-echo-policy-"))
-        try:
-            (tmp / "config.json").write_text(json.dumps(self.config(), indent=1))
-            save_file(
-                {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                tmp / "policy.safetensors",
-            )
-            if target.exists():
-                old = Path(tempfile.mkdtemp(dir=target.parent, prefix=".old-echo-policy-"))
-                os.replace(target, old / "policy")
-                os.replace(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        """Write ``config.json`` and ``policy.safetensors`` into the folder ``path`` (atomically: a failed or
+        interrupted save leaves an existing folder as it was)."""
+        return save_module(path, self, self.config(), weights=_WEIGHTS)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> EchoPolicy:
-        """The policy :meth:`save` wrote into the folder ``path``."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        """The policy :meth:`save` wrote into the folder ``path``, with the saved dtypes and values."""
 
-        folder = _folder(path)
-        if not (folder / "config.json").is_file() or not (folder / "policy.safetensors").is_file():
-            raise ValueError(f"path must be a folder written by EchoPolicy.save, got {str(path)!r}")
-        try:
-            cfg = json.loads((folder / "config.json").read_text())
+        def build(cfg: dict) -> EchoPolicy:
             layout = VideoLayout(*cfg.pop("layout"))
-            policy = cls(cfg.pop("num_layers"), cfg.pop("num_heads"), cfg.pop("head_dim"), layout, **cfg)
-            policy.load_state_dict(load_file(folder / "policy.safetensors"))
-        except (ValueError, TypeError, KeyError, AttributeError, RuntimeError, SafetensorError) as err:
-            raise ValueError(f"path {str(path)!r} holds a damaged EchoPolicy: {err}") from err
-        return policy
+            return cls(cfg.pop("num_layers"), cfg.pop("num_heads"), cfg.pop("head_dim"), layout, **cfg)
+
+        return load_module(path, cls, weights=_WEIGHTS, build=build)
 
     # ------------------------------------------------------------------ routes and FLOPs
     def set_routes(self, routes: torch.Tensor | list) -> None:
