@@ -116,3 +116,147 @@ def test_bad_metric_input():
         size_stratified_coverage(np.ones(4), np.ones(4), statistic="max")
     with pytest.raises(ValueError, match="n_groups == "):
         auto_groups(np.zeros(4), 0)
+
+
+# ----------------------------------------------------------------------------------------- ties
+def _brute_force_wsc_1d(x, cover, delta):
+    """The smallest coverage over all intervals [a, b] of x values holding >= ceil(delta n) points."""
+    need = max(1, int(np.ceil(delta * x.size)))
+    values = np.unique(x)
+    return min(
+        cover[(lo <= x) & (x <= hi)].mean()
+        for i, lo in enumerate(values)
+        for hi in values[i:]
+        if np.count_nonzero((lo <= x) & (x <= hi)) >= need
+    )
+
+
+def test_wsc_with_tied_projections_is_the_true_worst_slab():
+    cover = np.r_[np.zeros(20), np.ones(180)]  # every slab of constant x holds all 200 points
+    assert worst_slab_coverage(np.zeros((200, 1)), cover, delta=0.1, random_state=0) == pytest.approx(0.9)
+    # a binary feature: the slabs are {x = 0}, {x = 1} and both, each covered 0.9 (contiguous runs of the
+    # sorted rows could hold only the 10 misses of a group)
+    x = np.r_[np.zeros(100), np.ones(100)]
+    cover = np.ones(200)
+    cover[[*range(10), *range(100, 110)]] = 0
+    assert worst_slab_coverage(x, cover, delta=0.1, random_state=0) == pytest.approx(0.9)
+    # split: the slab chosen on one half is a whole group, so on the other half it holds only that group
+    group_cover = np.r_[np.ones(100), np.zeros(100)]
+    assert worst_slab_coverage(x, group_cover, delta=0.1, split=True, random_state=0) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_wsc_equals_brute_force_over_all_slabs_with_many_ties(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 60))
+    x = rng.integers(0, 6, n).astype(float)  # 6 values: heavy ties
+    cover = (rng.random(n) < 0.3 + 0.1 * x).astype(float)
+    for delta in (0.05, 0.2, 0.5):
+        # 1-D: the directions are +-1, every slab an interval of x; the grid holds every position
+        got = worst_slab_coverage(x, cover, delta=delta, n_directions=4, n_grid=n, random_state=seed)
+        assert got == pytest.approx(_brute_force_wsc_1d(x, cover, delta), abs=1e-12)
+
+
+def test_slab_minima_with_ties_equals_brute_force_over_value_intervals():
+    rng = np.random.default_rng(7)
+    proj = np.sort(rng.integers(0, 8, size=(25, 30)), axis=1).astype(float)  # tied projections per row
+    rows = (rng.random((25, 30)) < 0.7).astype(float)
+    got = slab_minima(rows, delta=0.2, n_grid=30, sorted_proj=proj)
+    want = [_brute_force_wsc_1d(p, r, 0.2) for p, r in zip(proj, rows, strict=True)]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    best, lo, hi = slab_minima(rows, delta=0.2, n_grid=30, sorted_proj=proj, return_slab=True)
+    for p, r, b, i, j in zip(proj, rows, best, lo, hi, strict=True):
+        assert (i == 0 or p[i - 1] < p[i]) and (j == 30 or p[j - 1] < p[j])  # whole tie blocks only
+        assert r[i:j].mean() == pytest.approx(b)
+
+
+def test_wsc_with_duplicate_rows_reports_a_union_of_whole_ties():
+    rng = np.random.default_rng(3)
+    points = np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    which = rng.integers(0, 4, 120)
+    x = points[which]  # 4 distinct rows, each repeated about 30 times
+    cover = (rng.random(120) < np.array([0.6, 0.8, 0.9, 1.0])[which]).astype(float)
+    # every slab holds whole groups of equal rows: its coverage is that of a union of groups
+    unions = [
+        cover[np.isin(which, members)].mean()
+        for mask in range(1, 16)
+        for members in [[k for k in range(4) if mask >> k & 1]]
+        if np.isin(which, members).sum() >= 12
+    ]
+    for seed in range(3):
+        got = worst_slab_coverage(x, cover, delta=0.1, n_directions=50, random_state=seed)
+        assert np.min(np.abs(np.array(unions) - got)) < 1e-12
+
+
+# ----------------------------------------------------------------------------- automatic groups
+def test_auto_groups_keep_ties_in_one_bin_and_ignore_row_order():
+    x = np.r_[np.zeros(900), np.arange(1.0, 101.0)]  # 101 distinct values, 900 ties at 0
+    g = auto_groups(x, 10)
+    assert np.unique(g[:900]).size == 1 and not np.isin(g[900:], g[0]).any()
+    np.testing.assert_array_equal(np.unique(g), np.arange(g.max() + 1))  # labels 0 .. k - 1, all used
+    p = np.random.default_rng(0).permutation(1000)
+    np.testing.assert_array_equal(auto_groups(x[p], 10), g[p])
+
+
+def test_group_metrics_do_not_depend_on_row_order_with_heavy_ties():
+    rng = np.random.default_rng(0)
+    n = 1000
+    x = np.r_[np.zeros(600), rng.integers(1, 40, 400)].astype(float)  # > 10 distinct values, many ties
+    cover = (rng.random(n) < np.where(x == 0, 0.8, 0.95)).astype(float)
+    sizes = np.r_[np.full(500, 2.0), rng.integers(3, 30, 500)].astype(float)
+    metrics = {
+        "FSC": lambda i: feature_stratified_coverage(x[i], cover[i]),
+        "CovGap": lambda i: coverage_gap(x[i], cover[i], 0.9),
+        "EOC": lambda i: equal_opportunity_coverage(x[i], cover[i]),
+        "SSC": lambda i: size_stratified_coverage(cover[i], sizes[i]),
+        "SSC min": lambda i: size_stratified_coverage(cover[i], sizes[i], statistic="min"),
+    }
+    for name, metric in metrics.items():
+        want = metric(np.arange(n))
+        for seed in range(3):
+            got = metric(np.random.default_rng(seed).permutation(n))
+            assert got == pytest.approx(want, abs=1e-12), name
+    assert feature_stratified_coverage(x, cover) == pytest.approx(cover[:600].mean())  # the x = 0 group
+
+
+def test_group_metrics_on_the_reported_example():
+    x = np.r_[np.zeros(900), np.arange(1.0, 101.0)]
+    cover = np.ones(1000)
+    cover[:90] = 0  # x = 0: coverage 0.9; the others 1
+    p = np.random.default_rng(0).permutation(1000)
+    for i in (np.arange(1000), p):
+        assert feature_stratified_coverage(x[i], cover[i]) == pytest.approx(0.9)
+        assert coverage_gap(x[i], cover[i], 0.9) == pytest.approx((0.0 + 0.1) / 2)
+
+
+# ----------------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("flag", ["False", "no", 0, 1.0, None])
+def test_flags_must_be_bools(flag):
+    x, cover = np.arange(20.0), np.ones(20)
+    with pytest.raises(TypeError, match="split must be True or False"):
+        worst_slab_coverage(x, cover, split=flag)
+    with pytest.raises(TypeError, match="weighted must be True or False"):
+        coverage_gap(x, cover, 0.9, groups=np.arange(20) % 2, weighted=flag)
+    with pytest.raises(TypeError, match="weighted must be True or False"):
+        size_stratified_coverage(cover, x, weighted=flag)
+    with pytest.raises(TypeError, match="weighted must be True or False"):
+        equal_opportunity_coverage(x, cover, weighted=flag)
+    assert coverage_gap(x, cover, 0.9, groups=np.arange(20) % 2, weighted=np.True_) == pytest.approx(0.1)
+
+
+def test_group_labels_must_be_sortable_and_not_nan():
+    x, cover = np.zeros(4), np.array([1, 0, 1, 1])
+    with pytest.raises(TypeError, match="groups must hold labels of one sortable kind"):
+        coverage_gap(x, cover, 0.9, groups=np.array([None, "a", None, "a"], dtype=object))
+    with pytest.raises(TypeError, match="groups must"):
+        feature_stratified_coverage(x, cover, groups=np.array([1, "a", 2, None], dtype=object))
+    for nan_groups in (
+        [np.nan, 1.0, np.nan, 1.0],
+        np.array([np.nan, 1.0, 2.0, 1.0], dtype=object),
+        np.array(["2020-01-01", "NaT", "2020-01-01", "NaT"], dtype="datetime64[D]"),
+    ):
+        with pytest.raises(ValueError, match="groups must not contain NaN"):
+            coverage_gap(x, cover, 0.9, groups=nan_groups)
+        with pytest.raises(ValueError, match="groups must not contain NaN"):
+            feature_stratified_coverage(x, cover, groups=nan_groups)
+    assert feature_stratified_coverage(x, cover, groups=["a", "b", "a", "b"]) == pytest.approx(0.5)

@@ -70,7 +70,7 @@ from icml_stats.seqci import (
     ville_threshold,
 )
 from icml_stats.seqci.datasets import MAX_SIZE
-from icml_tools.fuzz import Coverage, fuzz_call, rejects
+from icml_tools.fuzz import Coverage, fuzz_call, hostile, rejects
 
 FUZZ = Coverage()
 FUZZ.exempt(ERTResult, "a frozen result container only ert/ert_from_proba build (their fuzz tests check it)")
@@ -418,6 +418,20 @@ def test_auto_groups(data):
     )
 
 
+# group labels numpy cannot sort, or missing (NaN / NaT), besides hostile()'s values
+BAD_GROUPS = st.one_of(
+    hostile(np.arange(N) % 4),
+    st.sampled_from(
+        [
+            np.array([None, "a"] * (N // 2), dtype=object),
+            np.where(np.arange(N) % 4 == 0, np.nan, np.arange(N) % 4),
+            np.array([np.nan, 1.0] * (N // 2), dtype=object),
+            np.array(["2020-01-01", "NaT"] * (N // 2), dtype="datetime64[D]"),
+        ]
+    ),
+)
+
+
 @FUZZ.covers(coverage_gap, feature_stratified_coverage)
 @settings(max_examples=60, deadline=None)
 @given(st.data())
@@ -429,29 +443,43 @@ def test_coverage_gap_and_fsc(data):
             "cover": COVER,
             "confidence_level": 0.8,
             "groups": np.arange(N) % 4,
+            "weighted": data.draw(st.booleans(), label="weighted"),
             "n_groups": 4,
             "random_state": 0,
         },
         with_sets=True,
     )
     if data.draw(st.booleans(), label="FSC"):
-        del valid["confidence_level"]
+        del valid["confidence_level"], valid["weighted"]
         fuzz_call(
             data,
             feature_stratified_coverage,
             valid,
             check=lambda v: 0.0 <= v <= cover.mean(),
+            strategies={"groups": BAD_GROUPS},
             related=COVER_RELATED,
         )
         return
-    fuzz_call(data, coverage_gap, valid, check=lambda v: 0.0 <= v <= 1.0, related=COVER_RELATED)
+    fuzz_call(
+        data,
+        coverage_gap,
+        valid,
+        check=lambda v: 0.0 <= v <= 1.0,
+        strategies={"groups": BAD_GROUPS},
+        related=COVER_RELATED,
+    )
 
 
 @FUZZ.covers(size_stratified_coverage, equal_opportunity_coverage)
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_ssc_and_eoc(data):
-    common = {"confidence_level": 0.8, "n_groups": 4, "statistic": data.draw(st.sampled_from(["gap", "min"]))}
+    common = {
+        "confidence_level": 0.8,
+        "n_groups": 4,
+        "statistic": data.draw(st.sampled_from(["gap", "min"])),
+        "weighted": data.draw(st.booleans(), label="weighted"),
+    }
     if data.draw(st.booleans(), label="EOC"):
         valid = {"y": Y_OUT, "cover": COVER, **common}
         if data.draw(st.booleans(), label="raw"):
@@ -498,8 +526,6 @@ def test_worst_slab_coverage(data):
         worst_slab_coverage,
         valid,
         check=lambda v: isinstance(v, float) and (0.0 <= v <= 1.0 or (valid["split"] and math.isnan(v))),
-        # split is a flag read by its truth; both versions are valid
-        mutate=[k for k in valid if k != "split"],
         strategies={"n_directions": size_arg(MAX_DIRECTIONS)},
         related=COVER_RELATED,
     )

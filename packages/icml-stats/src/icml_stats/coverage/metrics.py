@@ -10,10 +10,12 @@
 * Pearson correlation and HSIC between cover and set size (Feldman et al., 2021).
 
 Our own choices, where the papers leave room: automatic groups are up to ``n_groups`` equal-frequency
-bins of a 1-D variable (or its distinct values when there are few) and k-means clusters of a
-multi-dimensional one; WSC standardises the features, then searches slab boundaries on a grid of
-``n_grid + 1`` quantiles of each projection; HSIC uses Gaussian kernels with the median-distance
-bandwidth and the biased estimator ``trace(KHLH) / n^2`` on at most ``max_samples`` points.
+bins of a 1-D variable (or its distinct values when there are few; tied values share a bin, so heavy
+ties give fewer, larger bins) and k-means clusters of a multi-dimensional one; WSC standardises the
+features, then searches slab boundaries on a grid of ``n_grid + 1`` quantiles of each projection, each
+moved outwards to where the projection changes (a slab holds all the points tied at its ends); HSIC
+uses Gaussian kernels with the median-distance bandwidth and the biased estimator ``trace(KHLH) / n^2``
+on at most ``max_samples`` points.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from icml_stats.validation import (
     as_rng,
     as_samples,
     as_target,
+    check_bool,
     check_choice,
     check_int,
     check_real,
@@ -43,7 +46,8 @@ DIRECTION_CHUNK = 256  # directions scored at once, so memory stays O(chunk n_gr
 
 def auto_groups(values, n_groups: int = 10, random_state=None) -> np.ndarray:
     """Integer group labels ``(n,)``: distinct values when at most ``n_groups``, else equal-frequency bins
-    (1-D) or k-means clusters (several columns)."""
+    (1-D; tied values share a bin, so there may be fewer than ``n_groups``) or k-means clusters (several
+    columns). Labels are ``0 .. k - 1``, every one used, and do not depend on the order of the rows."""
     n_groups = check_int(n_groups, "n_groups", 1)
     check_seed(random_state)
     v = as_samples(values, "values")
@@ -51,15 +55,27 @@ def auto_groups(values, n_groups: int = 10, random_state=None) -> np.ndarray:
     if distinct.shape[0] <= n_groups:
         return labels.reshape(-1)
     if v.shape[1] == 1:
-        ranks = np.argsort(np.argsort(v[:, 0], kind="stable"), kind="stable")
-        return (ranks * n_groups // v.shape[0]).astype(int)
+        # bin edges at the sorted values of ranks ceil(k n / n_groups): without ties, rank r is in bin
+        # floor(r n_groups / n); binning the values (not the ranks) keeps tied values in one bin
+        s = np.sort(v[:, 0])
+        edges = s[-(-np.arange(1, n_groups) * s.size // n_groups)]
+        bins = np.searchsorted(edges, v[:, 0], side="right")
+        return np.unique(bins, return_inverse=True)[1].reshape(-1).astype(int)  # bins emptied by ties dropped
     return KMeans(n_clusters=n_groups, n_init=3, random_state=random_state).fit_predict(v)
 
 
 def group_coverage(groups, cover) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(labels, coverage per group, size per group)`` for group labels ``(n,)``."""
+    """``(labels, coverage per group, size per group)`` for group labels ``(n,)`` (sortable, no NaN)."""
     g = check_shape(np.asarray(groups), "groups", cover.shape, " (one label per sample)")
-    labels, inverse = np.unique(g, return_inverse=True)
+    try:
+        labels, inverse = np.unique(g, return_inverse=True)
+    except TypeError:  # labels numpy cannot sort, e.g. None among strings
+        raise TypeError(
+            "groups must hold labels of one sortable kind (numbers or strings), "
+            f"got a mix of {sorted({type(v).__name__ for v in g.reshape(-1).tolist()})}"
+        ) from None
+    if _has_nan(labels):
+        raise ValueError("groups must not contain NaN (a missing label); give every sample a group")
     inverse = inverse.reshape(-1)
     size = np.bincount(inverse, minlength=labels.size)
     return labels, np.bincount(inverse, weights=cover, minlength=labels.size) / size, size
@@ -83,6 +99,7 @@ def coverage_gap(
     ``groups`` are user labels ``(n,)``; by default :func:`auto_groups` of ``x``. A non-constant target
     is averaged within each group.
     """
+    weighted = check_bool(weighted, "weighted")
     x, z, t = _inputs(x, cover, confidence_level, y, y_intervals, y_sets)
     g = auto_groups(x, n_groups, random_state) if groups is None else groups
     _, cov, size = group_coverage(g, z)
@@ -168,25 +185,31 @@ def worst_slab_coverage(
     delta = check_real(delta, "delta", "(0, 1]")
     n_directions = check_int(n_directions, "n_directions", 1, MAX_DIRECTIONS)
     n_grid = check_int(n_grid, "n_grid", 1)
+    split = check_bool(split, "split")
     rng = as_rng(random_state)
     xs = (x - x.mean(axis=0)) / np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
     directions = rng.standard_normal((n_directions, x.shape[1]))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
     chunks = [directions[i : i + DIRECTION_CHUNK] for i in range(0, n_directions, DIRECTION_CHUNK)]
     if not split:
-        # (chunk, n) sample order along each direction of a chunk
-        return float(min(slab_minima(z[np.argsort(xs @ v.T, axis=0).T], delta, n_grid).min() for v in chunks))
+        rep = _tie_representatives(xs)
+        sorted_runs = (_sorted_along(xs, z, v, rep) for v in chunks)  # covers, projections: (chunk, n)
+        return float(min(slab_minima(sz, delta, n_grid, sorted_proj=sp).min() for sz, sp in sorted_runs))
     half = rng.permutation(x.shape[0])
     a, b = half[: x.shape[0] // 2], half[x.shape[0] // 2 :]
     if a.size == 0 or b.size == 0:
         raise ValueError("worst_slab_coverage(split=True) needs at least 2 samples")
-    parts = [
-        slab_minima(z[a][np.argsort(xs[a] @ v.T, axis=0).T], delta, n_grid, return_slab=True) for v in chunks
-    ]
-    best, lo, hi = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))  # (M,) each
-    m = int(np.argmin(best))
-    sorted_proj = np.sort(xs[a] @ directions[m])  # (n_a,)
-    low, high = sorted_proj[lo[m]], sorted_proj[hi[m] - 1]
+    best_parts, low_parts, high_parts = [], [], []
+    rep = _tie_representatives(xs[a])
+    for v in chunks:
+        sorted_z, sorted_proj = _sorted_along(xs[a], z[a], v, rep)
+        best, lo, hi = slab_minima(sorted_z, delta, n_grid, sorted_proj=sorted_proj, return_slab=True)
+        rows = np.arange(v.shape[0])
+        best_parts.append(best)
+        low_parts.append(sorted_proj[rows, lo])  # the slab's ends: its first and last projection values
+        high_parts.append(sorted_proj[rows, hi - 1])
+    m = int(np.argmin(np.concatenate(best_parts)))
+    low, high = np.concatenate(low_parts)[m], np.concatenate(high_parts)[m]
     proj_b = xs[b] @ directions[m]
     inside = (low <= proj_b) & (proj_b <= high)
     if not inside.any():
@@ -200,29 +223,74 @@ def worst_slab_coverage(
     return float(z[b][inside].mean())
 
 
-def slab_minima(sorted_cover, delta: float, n_grid: int, return_slab: bool = False):
+def _sorted_along(
+    xs: np.ndarray, z: np.ndarray, v: np.ndarray, representative: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Covers and projections ``(M, n)`` each, sorted along each direction of ``v`` ``(M, d)``.
+
+    Equal rows of ``xs`` get the very same projection (that of their first occurrence, ``representative``
+    from :func:`_tie_representatives`), so a tie in ``x`` is a tie in every projection whatever the
+    rounding of the matrix product."""
+    proj = np.ascontiguousarray((xs @ v.T).T)  # (M, n)
+    if representative is not None:
+        proj = proj[:, representative]
+    order = np.argsort(proj, axis=1)  # sample order along each direction
+    return z[order], np.take_along_axis(proj, order, axis=1)
+
+
+def _tie_representatives(xs: np.ndarray) -> np.ndarray | None:
+    """For each row, the index of the first row equal to it; None when the rows are distinct or 1-D
+    (one multiplication per projection: equal values already project equally)."""
+    if xs.shape[1] == 1:
+        return None
+    _, first, inverse = np.unique(xs, axis=0, return_index=True, return_inverse=True)
+    representative = first[inverse.reshape(-1)]
+    return representative if np.any(representative != np.arange(xs.shape[0])) else None
+
+
+def slab_minima(sorted_cover, delta: float, n_grid: int, *, sorted_proj=None, return_slab: bool = False):
     """Smallest mean of a contiguous run of ``sorted_cover`` rows ``(M, n)`` holding >= ``delta n`` entries,
-    with run boundaries on a grid of ``n_grid + 1`` evenly spaced positions (plus ``ceil(delta n)`` offsets)."""
+    with run boundaries on a grid of ``n_grid + 1`` evenly spaced positions (plus ``ceil(delta n)`` offsets).
+
+    ``sorted_proj`` ``(M, n)``, the sorted projections the rows were ordered by, makes the runs slabs
+    ``{a <= v.x <= b}``: a run then starts and ends only where the projection changes (or at 0 and ``n``),
+    each grid start moved down and each grid end up to the nearest such place, so tied points are never
+    split. Without it every position is a boundary (projections without ties). ``return_slab=True`` also
+    returns each row's run ``[start, end)``."""
     m_dirs, n = sorted_cover.shape
     need = max(1, int(np.ceil(delta * n)))
     n_grid = min(n_grid, max(n - need, 1))  # a finer grid already holds every position: same boundaries
     csum = np.concatenate([np.zeros((m_dirs, 1)), np.cumsum(sorted_cover, axis=1)], axis=1)  # (M, n + 1)
-    starts = np.unique(np.linspace(0, n - need, n_grid + 1).round().astype(int))
-    ends = np.unique(np.concatenate([starts + need, np.linspace(need, n, n_grid + 1).round().astype(int)]))
-    ends = ends[ends <= n]
-    length = ends[None, :] - starts[:, None]  # (S, E)
+    starts = np.unique(np.linspace(0, n - need, n_grid + 1).round().astype(int))[None, :]  # (1, S)
+    ends = np.unique(np.concatenate([starts[0] + need, np.linspace(need, n, n_grid + 1).round().astype(int)]))
+    ends = ends[ends <= n][None, :]  # (1, E)
+    if sorted_proj is not None:
+        sorted_proj = check_shape(np.asarray(sorted_proj), "sorted_proj", sorted_cover.shape)
+        changes = sorted_proj[:, 1:] != sorted_proj[:, :-1]  # (M, n - 1)
+        tied = ~changes.all(axis=1)
+        if tied.any():  # rows without ties keep the grid as it is
+            boundary = np.ones((int(tied.sum()), n + 1), dtype=bool)  # may a run start or end here?
+            boundary[:, 1:n] = changes[tied]
+            position = np.arange(n + 1)
+            down = np.maximum.accumulate(np.where(boundary, position, 0), axis=1)  # last boundary <= p
+            up = np.minimum.accumulate(np.where(boundary, position, n)[:, ::-1], axis=1)  # reversed:
+            up = up[:, ::-1]  # first boundary >= p
+            starts, ends = np.repeat(starts, m_dirs, axis=0), np.repeat(ends, m_dirs, axis=0)  # (M, .)
+            starts[tied] = np.take_along_axis(down, starts[tied], axis=1)
+            ends[tied] = np.take_along_axis(up, ends[tied], axis=1)
+    rows = np.arange(m_dirs)[:, None]
+    length = ends[:, None, :] - starts[:, :, None]  # (1 or M, S, E)
     valid = length >= need
-    means = (csum[:, ends][:, None, :] - csum[:, starts][:, :, None]) / np.where(
-        valid, length, 1
-    )  # (M, S, E)
-    means = np.where(valid[None], means, np.inf)
+    means = (csum[rows, ends][:, None, :] - csum[rows, starts][:, :, None]) / np.where(valid, length, 1)
+    means = np.where(valid, means, np.inf)  # (M, S, E)
     flat = means.reshape(m_dirs, -1)
     arg = flat.argmin(axis=1)
     best = flat[np.arange(m_dirs), arg]
     if not return_slab:
         return best
-    si, ei = np.unravel_index(arg, length.shape)
-    return best, starts[si], ends[ei]
+    si, ei = np.unravel_index(arg, means.shape[1:])
+    first = np.broadcast_to(starts, (m_dirs, starts.shape[1]))[np.arange(m_dirs), si]
+    return best, first, np.broadcast_to(ends, (m_dirs, ends.shape[1]))[np.arange(m_dirs), ei]
 
 
 def pearson_correlation(cover=None, sizes=None, *, y=None, y_intervals=None, y_sets=None) -> float:
@@ -254,6 +322,17 @@ def hsic(
     return float(np.sum(kc * l_) / z.size**2)
 
 
+def _has_nan(labels: np.ndarray) -> bool:
+    """Whether distinct labels hold NaN (or NaT): float, complex, datetime or Python float labels."""
+    if labels.dtype.kind in "fc":
+        return bool(np.isnan(labels).any())
+    if labels.dtype.kind in "mM":
+        return bool(np.isnat(labels).any())
+    if labels.dtype.kind == "O":
+        return any(isinstance(v, float | complex | np.inexact) and v != v for v in labels.tolist())
+    return False
+
+
 def _finite_sizes(metric: str, s: np.ndarray) -> bool:
     """Whether every set size is finite; warns (the metric is then NaN) if not, e.g. an unbounded interval."""
     if np.isfinite(s).all():
@@ -276,6 +355,7 @@ def _gaussian_gram(v: np.ndarray) -> np.ndarray:
 
 def _group_statistic(groups, z, t, statistic, weighted) -> float:
     check_choice(statistic, "statistic", ("gap", "min"))
+    weighted = check_bool(weighted, "weighted")
     _, cov, size = group_coverage(groups, z)
     if statistic == "min":
         return float(cov.min())
