@@ -443,3 +443,22 @@ def test_parse_json_finds_the_first_value():
     assert parse_json("[1, 2] {") == [1, 2]
     with pytest.raises(ValueError, match="no JSON"):
         parse_json("{not json")
+    # a fence without JSON does not hide JSON elsewhere; fences come first, in order
+    assert parse_json('Run ```pip install x``` first, then: {"a": 1}') == {"a": 1}
+    assert parse_json('```json\n{"a": 1,}\n```\nCorrected: {"a": 2}') == {"a": 2}
+    assert parse_json('{"outside": 0} ```json\n{"fenced": 1}\n```') == {"fenced": 1}
+
+
+def test_hf_cache_id_covers_zero_dim_tensors_and_the_tokenizer(tiny_model, smol_tokenizer):
+    import copy
+
+    base = HFLocalBackend(tiny_model, smol_tokenizer).cache_id
+    with_scalar = copy.deepcopy(tiny_model)
+    with_scalar.register_buffer("logit_scale", torch.tensor(1.0))  # a 0-d tensor in the state dict
+    scalar_id = HFLocalBackend(with_scalar, smol_tokenizer).cache_id
+    assert scalar_id.startswith("hf:") and scalar_id != base
+    # the same weights with another chat template (or vocabulary) answer differently: another id
+    retemplated = copy.deepcopy(smol_tokenizer)
+    retemplated.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    assert HFLocalBackend(tiny_model, retemplated).cache_id != base
+    assert HFLocalBackend(tiny_model, copy.deepcopy(smol_tokenizer)).cache_id == base

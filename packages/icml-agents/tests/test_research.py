@@ -172,6 +172,16 @@ def test_entity_resolution_matches_planted_aliases_only():
     assert kg.resolve("Varno") is None
 
 
+def test_a_merge_keeps_the_entity_the_main_name_resolves_to_whatever_its_age():
+    kg = KnowledgeGraph()
+    kg.add_entity("Alpha")
+    kg.add_entity("Beta")
+    assert kg.add_entity("Beta", aliases=["Alpha"]) == "Beta"  # the younger entity, named first
+    assert kg.entities() == ["Beta"] and kg.resolve("Alpha") == "Beta"
+    kg.add_entity("Gamma")
+    assert kg.add_entity("Beta Ltd", aliases=["Gamma", "Beta"]) == "Gamma"  # the first resolving alias
+
+
 def test_a_mention_naming_two_known_entities_merges_them_without_duplicates():
     kg = KnowledgeGraph()
     kg.add_entity("Kestrel Aero")
@@ -186,7 +196,7 @@ def test_a_mention_naming_two_known_entities_merges_them_without_duplicates():
     assert len(kg) == 4
 
     canon = kg.add_entity("Kestrel Aero Ltd", aliases=["Kestrel Aero", "KAL Group"])
-    assert canon == "Kestrel Aero"  # the older entity survives
+    assert canon == "Kestrel Aero"  # the entity of the first name that resolves survives
     assert set(kg.entities()) == {"Kestrel Aero", "Varno Dynamics", "Orion Fund"}
     assert kg.resolve("KAL Group") == kg.resolve("kestrel aero ltd") == "Kestrel Aero"
     assert {"KAL Group", "Kestrel Aero Ltd"} <= set(kg.graph.nodes["Kestrel Aero"]["aliases"])

@@ -28,7 +28,8 @@ class HFLocalBackend(Backend):
     logits by ``temperature`` and keeps the smallest set of tokens whose probability reaches ``top_p``.
     Generation ends at the model's end-of-sequence tokens (its generation config's and the tokenizer's),
     at a stop sequence or after ``max_new_tokens``. ``cache_id`` defaults to the model's name and a hash of
-    its weights, computed on first use.
+    its weights (names, dtypes, shapes, bytes) and of its tokenizer (serialisation or vocabulary, chat
+    template, end-of-sequence and padding ids), computed on first use.
     """
 
     def __init__(
@@ -70,11 +71,27 @@ class HFLocalBackend(Backend):
         if not self._cache_id:
             digest = hashlib.sha256()
             for name, tensor in self.model.state_dict().items():
-                digest.update(name.encode())
-                digest.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+                t = tensor.detach().to("cpu").contiguous()
+                digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+                digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # 0-d tensors too
+            digest.update(self._tokenizer_fingerprint())
             name = getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__
             self._cache_id = f"hf:{name}:{digest.hexdigest()[:16]}"
         return self._cache_id
+
+    def _tokenizer_fingerprint(self) -> bytes:
+        """What of the tokenizer changes the answers: its class, its full serialisation (a fast tokenizer's
+        vocabulary, merges, normalizer and pre-tokenizer) or else its vocabulary, the chat template, and the
+        end-of-sequence and padding ids decoding uses."""
+        tok = self.tokenizer
+        parts = [f"{type(tok).__module__}.{type(tok).__qualname__}"]
+        backend = getattr(tok, "backend_tokenizer", None)
+        if backend is not None and callable(getattr(backend, "to_str", None)):
+            parts.append(backend.to_str())
+        elif callable(getattr(tok, "get_vocab", None)):
+            parts.append(repr(sorted(tok.get_vocab().items())))
+        parts += [repr(getattr(tok, "chat_template", None)), repr(sorted(self.eos_ids)), repr(self.pad_id)]
+        return "\x00".join(parts).encode()
 
     def __repr__(self) -> str:
         name = getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__

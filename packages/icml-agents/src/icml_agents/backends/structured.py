@@ -30,7 +30,8 @@ class StructuredOutputError(ValueError):
 
 
 def parse_json(text: str) -> Any:
-    """The first JSON object or array in ``text`` (inside a code fence if there is one); ``ValueError`` if none."""
+    """The first JSON object or array in ``text``: in its code fences first, in order, then anywhere in it;
+    ``ValueError`` if none."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
     try:
@@ -40,15 +41,16 @@ def parse_json(text: str) -> Any:
                 return value
         except json.JSONDecodeError:
             pass
-        fenced = _FENCE.search(text)
-        body = fenced.group(1) if fenced else text
+        # each code fence's body in order, then the whole reply: a fence holding no JSON (a shell command, or
+        # JSON the model corrects below it) does not hide JSON elsewhere
         decoder = json.JSONDecoder()
-        for start, char in enumerate(body):
-            if char in "{[":
-                try:
-                    return decoder.raw_decode(body, start)[0]
-                except json.JSONDecodeError:
-                    continue
+        for body in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
+            for start, char in enumerate(body):
+                if char in "{[":
+                    try:
+                        return decoder.raw_decode(body, start)[0]
+                    except json.JSONDecodeError:
+                        continue
     except RecursionError:
         raise ValueError("text nests JSON too deeply to parse") from None
     raise ValueError("text (the reply) holds no JSON object or array")

@@ -115,7 +115,9 @@ class KnowledgeGraph:
 
     def add_entity(self, name: str, aliases: Iterable[str] = ()) -> str:
         """Add an entity, or merge ``name`` and ``aliases`` into the entities they resolve to; returns the
-        canonical name. Names that resolve to two known entities merge them (the older one survives)."""
+        canonical name. Names that resolve to two known entities merge them: the survivor is the entity ``name``
+        resolves to, else the one the first resolving alias names (the extractor's main name keeps its entity,
+        whose name the agents search with)."""
         name = _check_name(name, "name")
         aliases = [_check_name(a, "aliases[]") for a in _check_names(aliases, "aliases")]
         found: list[str] = []
