@@ -17,6 +17,26 @@ def test_quick_reproduction_follows_the_protocol_and_passes():
     assert result["ours"] <= 1.03 * result["baseline"]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_paired_tiles_are_never_the_runs_own(monkeypatch, seed):
+    import torch
+
+    from icml_compress_experiments.proteus import repro
+
+    calls = []
+
+    def fake(code, L, K, V, n_tiles, seed):  # a stand-in MSE per tile: records which tiles were used
+        calls.append((n_tiles, seed))
+        return torch.full((n_tiles,), 0.05)
+
+    monkeypatch.setattr(repro, "gaussian_tile_mse", fake)
+    repro.run("quick", seed)
+    paired = {s for n, s in calls if n == repro.PAIRED_TILES}
+    chosen = {s for n, s in calls if n == repro.BUDGETS["quick"]["n_tiles"]}
+    assert chosen == {seed} and len(paired) == 1 and seed not in paired
+    assert paired == ({repro.PAIRED_SEED} if seed != repro.PAIRED_SEED else {0})
+
+
 def test_viterbi_benchmark_checks_correctness_first(monkeypatch):
     monkeypatch.setattr(bench, "TILES", {"quick": 8})
     monkeypatch.setattr(bench, "LS", (8,))

@@ -10,10 +10,16 @@ from icml_compress_experiments.quantize.repro import (
     noninferior,
     paired_difference,
     recorded_seeds,
+    run,
     seeds_noninferior,
     t_quantile_975,
 )
 from icml_tools.repro import run_reproduction
+
+
+def test_the_full_budget_refuses_a_seed_outside_the_record_before_quantizing_anything():
+    with pytest.raises(ValueError, match=r"seed: .*seeds \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\].*got 11"):
+        run("full", 11)
 
 
 def test_methods_share_bits_and_L():

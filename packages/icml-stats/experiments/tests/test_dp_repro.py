@@ -64,6 +64,10 @@ def test_run_follows_the_protocol(tiny):
     assert set(row["learning rate"].values()) <= {0.3, 1.0}
     assert isinstance(result["passed"], bool)
     assert set(result["headroom"]["condition number of X^T X"]) == {"a=0", "a=1"}
+    # the criterion says what this budget judges: one epsilon, so no largest-gain check
+    assert "judges decays [0.0, 1.0] at epsilons [1.0]" in result["criterion"]
+    assert "largest-gain check does not apply" in result["criterion"]
+    assert not any("largest gain" in k for k in result["checks"])
 
 
 def test_the_verdict_fails_when_cond_dp_is_dp_sgd(tiny, monkeypatch):

@@ -337,6 +337,13 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     """Quantize (or reload) every method, evaluate, and compute the verdict."""
     from icml_tools.assets import smollm2
 
+    if budget == "full":  # before any quantizing: the verdict needs this seed's row in the record
+        recorded_rows = {r["seed"] for r in recorded_seeds()["rows"]}
+        if seed not in recorded_rows:
+            raise ValueError(
+                f"seed: the full budget judges against the record of quantization seeds {sorted(recorded_rows)} "
+                f"and re-quantizes the run's own seed to check it, so seed must be one of them, got {seed}"
+            )
     reference, tokenizer = smollm2()
     timings = prepare(budget, seed, progress=True, smollm2=(reference, tokenizer))
     _, held_ids = corpus_ids(tokenizer)
@@ -404,12 +411,12 @@ def run(budget: str = "quick", seed: int = 0) -> dict:
     if budget == "full":
         recorded = recorded_seeds()
         over_seeds = seeds_noninferior(recorded["rows"])
-        row0 = next(r for r in recorded["rows"] if r["seed"] == seed)
+        row0 = next(r for r in recorded["rows"] if r["seed"] == seed)  # checked at the start of run
         record = {
             "proteus": (row0["kl_proteus"], kl["proteus"]),
             "trellis-1mad": (row0["kl_1mad"], kl["trellis-1mad"]),
         }
-        checks["this run's seed-0 KL of Proteus and 1mad equal the seeds record"] = all(
+        checks[f"this run's seed-{seed} KL of Proteus and 1mad equal the seeds record"] = all(
             math.isclose(old, new, rel_tol=RECORD_RTOL) for old, new in record.values()
         )
         checks["Proteus non-inferior to 1mad over seeds 0-9 (KL <= 1.05x, 95% t)"] = over_seeds["noninferior"]

@@ -274,7 +274,10 @@ def experiment(budget: str, seed: int, pool: ProcessPoolExecutor | None, workers
             "for every a >= 0.5 and epsilon the paired-bootstrap 95% interval of mean log MSE(Cond-DP) - log "
             "MSE(DP-SGD) lies below 0, the gain is largest at the smallest epsilon, and at a = 0 the interval "
             f"lies within +-log(1.05). Seeds {seed}..{seed + cfg['seeds'] - 1}, learning rates tuned on seeds "
-            f"{TUNE_SEED0 + seed}.., delta = 1/n, replace-one label DP."
+            f"{TUNE_SEED0 + seed}.., delta = 1/n, replace-one label DP. This budget ({budget}) judges decays "
+            f"{list(cfg['decays'])} at epsilons {list(cfg['epsilons'])}"
+            + ("" if len(cfg["epsilons"]) > 1 else ": with one epsilon the largest-gain check does not apply")
+            + "; the checks run are listed under 'checks'."
         ),
         "passed": bool(passed),
         "headroom": {
