@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
@@ -114,6 +116,29 @@ def crashing(budget, seed):
 
 
 def sleeping(budget, seed):
+    time.sleep(120)
+    return passing(budget, seed)
+
+
+def sleeping_noting_ctrl_c(budget, seed):
+    """Sleeps; when Ctrl-C reaches its process, writes ``interrupted`` to the file named by
+    ``ICML_TEST_INTERRUPTED`` before ending as Ctrl-C ends it."""
+    try:
+        time.sleep(120)
+    except KeyboardInterrupt:
+        Path(os.environ["ICML_TEST_INTERRUPTED"]).write_text("interrupted")
+        raise
+    return passing(budget, seed)
+
+
+def starting_a_worker(budget, seed):
+    """Starts a worker process, as a ``ProcessPoolExecutor`` does, writes its pid to the file named by
+    ``ICML_TEST_WORKER`` and sleeps past any test's ``--timeout``."""
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    path = Path(os.environ["ICML_TEST_WORKER"])
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(worker.pid))
+    os.replace(tmp, path)
     time.sleep(120)
     return passing(budget, seed)
 

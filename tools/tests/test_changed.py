@@ -43,16 +43,27 @@ def test_an_experiments_change_selects_its_package_only():
 
 
 def test_a_kernel_change_selects_every_dependant():
-    found = members(ROOT)
-    expected = {"icml-kernels"}
-    # dependants of dependants too (icml-stats' dp extra needs icml-theory, which needs the kernels)
-    while True:
-        more = {n for n, m in found.items() if m.published and expected & set(m.dependencies)} - expected
-        if not more:
-            break
-        expected |= more
-    assert names(["kernels-common/src/icml_kernels/fwht/op.py"]) == expected
-    assert {"icml-compress", "icml-theory", "icml-stats"} <= expected
+    # written out: compress and generative need the kernels, theory[torch] needs them, stats[dp] needs
+    # theory (a dependant of a dependant); agents and interp use no kernel
+    assert names(["kernels-common/src/icml_kernels/fwht/op.py"]) == {
+        "icml-kernels",
+        "icml-compress",
+        "icml-generative",
+        "icml-theory",
+        "icml-stats",
+    }
+
+
+def test_a_library_change_selects_the_packages_whose_experiments_use_it():
+    # icml-agents-experiments (similarity-cooperation) and icml-theory-experiments (markov-stages) depend on
+    # icml-interp[hf]; their tests run with icml-agents and icml-theory
+    assert names(["packages/icml-interp/src/icml_interp/__init__.py"]) == {
+        "icml-interp",
+        "icml-agents",
+        "icml-theory",
+    }
+    # icml-theory: stats[dp] depends on the library; no experiments area of another package does
+    assert names(["packages/icml-theory/src/icml_theory/__init__.py"]) == {"icml-theory", "icml-stats"}
 
 
 @pytest.mark.parametrize(
@@ -64,6 +75,7 @@ def test_a_kernel_change_selects_every_dependant():
         "tools/src/icml_tools/assets.py",
         ".github/workflows/ci.yml",
         "tests-integration/test_installed_alone.py",
+        "conftest.py",  # the hypothesis profile and the one_torch_thread fixture of every test run
     ],
 )
 def test_shared_files_select_everything(shared):
@@ -72,6 +84,8 @@ def test_shared_files_select_everything(shared):
 
 def test_docs_outside_members_select_nothing():
     assert names(["README.md"]) == set()
+    # only the root conftest.py is shared: a package's own conftest selects that package
+    assert names(["packages/icml-stats/tests/conftest.py"]) == {"icml-stats"}
     assert select(["README.md"], ROOT) == []
 
 

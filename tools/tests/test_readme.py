@@ -53,3 +53,26 @@ def test_bad_input(report, tmp_path, capsys):
     assert readme.main([str(tmp_path / "nowhere"), "--readme", str(path)]) == 2
     with pytest.raises(FileNotFoundError, match="no report under"):
         readme.newest_report(tmp_path / "empty")
+
+
+def test_a_seed_sweep_report_is_refused(monkeypatch, tmp_path, capsys):
+    # one row per reproduction cannot show a sweep: it showed the last seed's numbers under "(seed 0)"
+    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.setenv("PYTHONPATH", str(HERE))
+    ran = fake_registry({"a": "passing"})
+    monkeypatch.setattr(repro, "discover", lambda group=repro.GROUP: ran)
+    monkeypatch.setattr(readme, "discover", lambda: ran)
+    assert repro.main(["--seeds", "0-1", "--out", str(tmp_path / "reports")]) == 0
+    (sweep,) = (tmp_path / "reports").iterdir()
+    path = tmp_path / "README.md"
+    path.write_text(f"{readme.START}\nold table\n{readme.END}\n")
+    assert readme.main([str(sweep), "--readme", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{sweep} holds the report of a seed sweep (seeds 0, 1)" in err and "REPORT_DIR" in err
+    assert path.read_text() == f"{readme.START}\nold table\n{readme.END}\n"
+    # a single seed other than 0 is one run: its table says which seed
+    assert repro.main(["--seeds", "1", "--out", str(tmp_path / "one")]) == 0
+    (one,) = (tmp_path / "one").iterdir()
+    assert readme.main([str(one), "--readme", str(path)]) == 0
+    text = path.read_text()
+    assert "(seed 1)" in text and "| 0.1 | 1.2 |" in text  # passing's baseline is 0.2 + seed

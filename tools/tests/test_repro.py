@@ -35,6 +35,35 @@ def results(folder: Path) -> dict[str, dict]:
     return {r["name"]: r for r in json.loads((folder / "results.json").read_text())["results"]}
 
 
+def interrupt_at(monkeypatch, name: str):
+    """Ctrl-C, in this process, the moment the runner would start ``name``: ``run_one`` raises
+    ``KeyboardInterrupt`` there. Returns the function that puts the real ``run_one`` back."""
+    real = repro.run_one
+
+    def run_one(ep, *args, **kwargs):
+        if ep.name == name:
+            raise KeyboardInterrupt
+        return real(ep, *args, **kwargs)
+
+    monkeypatch.setattr(repro, "run_one", run_one)
+    return lambda: monkeypatch.setattr(repro, "run_one", real)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped by its new parent, does not)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            return stat.read_text().rpartition(")")[2].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_runs_all_reports_table_and_files(registry, tmp_path, capsys):
     registry.update(a=FakeEntryPoint("a", "passing"), b=FakeEntryPoint("b", "failing"))
     assert repro.main(["--out", str(tmp_path), "--seed", "3", "--full"]) == 0
@@ -171,6 +200,71 @@ def test_a_crash_or_a_timeout_is_that_reproductions_error_and_the_next_still_run
     assert "--timeout" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "new-interpreter"])
+def test_a_timeout_also_ends_the_processes_the_reproduction_started(registry, tmp_path, monkeypatch, fork):
+    if fork and not child.FORK:
+        pytest.skip("this platform starts each reproduction in a new interpreter")
+    if not child.GROUPS:
+        pytest.skip("no process groups on this platform")
+    monkeypatch.setattr(child, "FORK", fork)
+    pid_file = tmp_path / "worker.pid"
+    monkeypatch.setenv("ICML_TEST_WORKER", str(pid_file))
+    registry.update(w=FakeEntryPoint("w", "starting_a_worker"))
+    worker = None
+    try:
+        assert repro.main(["--timeout", "2", "--out", str(tmp_path / "r")]) == 1
+        assert pid_file.is_file(), "the reproduction did not start its worker within its 2 s"
+        worker = int(pid_file.read_text())
+        deadline = time.monotonic() + 5
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(worker), "the timed-out reproduction's worker still runs"
+    finally:
+        if worker is not None and alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+KILLED_DRIVER = """
+import sys, time
+from pathlib import Path
+from icml_tools.child import Child
+
+child = Child("repro_fakes:sleeping", "quick", 0, Path(sys.argv[1]), fork=sys.argv[2] == "fork")
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "new-interpreter"])
+def test_a_reproduction_ends_when_its_runner_is_killed(tmp_path, fork):
+    # in a session of its own, a reproduction would outlive a runner or Ray worker killed outright
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the kernel's parent-death signal is Linux's")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+    }
+    cmd = [sys.executable, "-c", KILLED_DRIVER, str(tmp_path / "out.json"), "fork" if fork else "spawn"]
+    driver = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(driver.stdout.readline())
+        time.sleep(0.5)  # past the child's start (its prctl)
+        assert alive(pid)
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(pid), "the reproduction outlived its killed runner"
+    finally:
+        driver.kill()
+        driver.wait()
+        driver.stdout.close()
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_only_accepts_package_names(registry, tmp_path, capsys):
     registry.update(
         a=FakeEntryPoint("a", "passing"),
@@ -191,10 +285,12 @@ def test_resume_runs_only_the_missing_and_gives_the_same_table(registry, tmp_pat
     registry.update(a=FakeEntryPoint("a", "recording"), b=FakeEntryPoint("b", "failing"))
     assert repro.main(["--out", str(tmp_path / "whole")]) == 0
     (whole,) = (tmp_path / "whole").iterdir()
-    # a run that ended after "a" (as Ctrl-C leaves it), then resumed: "a" is not run again
-    assert repro.main(["--only", "a", "--out", str(tmp_path / "part")]) == 0
+    # a run stopped by Ctrl-C after "a", then resumed: "a" is not run again
+    restore = interrupt_at(monkeypatch, "b")
+    assert repro.main(["--out", str(tmp_path / "part")]) == 130
+    restore()
     (part,) = (tmp_path / "part").iterdir()
-    capsys.readouterr()
+    assert f"continue with: uv run icml-repro --resume {part} --quick --seed 0\n" in capsys.readouterr().err
     assert repro.main(["--resume", str(part)]) == 0
     assert "holds 1 finished; running the 1 missing" in capsys.readouterr().err
     assert log.read_text().splitlines() == [
@@ -211,6 +307,79 @@ def test_resume_runs_only_the_missing_and_gives_the_same_table(registry, tmp_pat
     assert "ran budget 'quick' seed 0; pass the same" in capsys.readouterr().err
 
 
+def test_resume_keeps_the_runs_only_and_timeout(registry, tmp_path, capsys, monkeypatch):
+    log = tmp_path / "calls.txt"
+    monkeypatch.setenv("ICML_TEST_CALLS", str(log))
+    registry.update(
+        a=FakeEntryPoint("a", "recording"),
+        b=FakeEntryPoint("b", "recording"),
+        c=FakeEntryPoint("c", "recording"),
+    )
+    restore = interrupt_at(monkeypatch, "b")
+    argv = ["--only", "a, b", "--timeout", "7.5", "--full", "--seed", "2"]
+    assert repro.main([*argv, "--out", str(tmp_path / "r")]) == 130
+    restore()
+    (part,) = (tmp_path / "r").iterdir()
+    hint = f"uv run icml-repro --resume {part} --full --seed 2 --only a,b --timeout 7.5"
+    assert f"continue with: {hint}\n" in capsys.readouterr().err
+    meta, _ = repro.read_report(part)
+    assert (meta["only"], meta["timeout"]) == (["a", "b"], 7.5)
+    # without --only and --timeout: the stopped run's; "c" was not selected and is not run
+    assert repro.main(["--resume", str(part), "--full", "--seed", "2"]) == 0
+    assert log.read_text().splitlines() == ["full 2", "full 2"]  # a, then b on resuming
+    assert list(results(part)) == ["a", "b"]
+    meta, _ = repro.read_report(part)
+    assert (meta["only"], meta["timeout"]) == (["a", "b"], 7.5)
+    assert "replaces" not in capsys.readouterr().err
+    # the stored timeout is the one the resumed run's reproductions ran under
+    seen = []
+    real = repro.run_one
+    monkeypatch.setattr(repro, "run_one", lambda ep, b, s, t=None: seen.append(t) or real(ep, b, s, t))
+    assert repro.main(["--resume", str(part), "--full", "--seed", "2", "--only", "c", "--timeout", "9"]) == 0
+    # given and different, the command line's replace the report's, which records them
+    assert seen == [9.0] and list(results(part)) == ["a", "b", "c"]
+    err = capsys.readouterr().err
+    assert "--only c replaces the resumed run's --only a,b" in err
+    assert "--timeout 9.0 replaces the resumed run's --timeout 7.5" in err
+    meta, _ = repro.read_report(part)
+    assert (meta["only"], meta["timeout"]) == (["c"], 9.0)
+
+
+def test_ctrl_c_in_the_first_seconds_exits_130_with_a_report_resume_reads(
+    registry, tmp_path, capsys, monkeypatch
+):
+    registry.update(a=FakeEntryPoint("a", "passing"))
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(repro, "preload", interrupted)  # Ctrl-C while torch is imported, before any run
+    assert repro.main(["--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    (folder,) = tmp_path.iterdir()
+    assert (
+        "Traceback" not in err and f"0 of 1 finished this run, 0 in the report {folder / 'report.md'}" in err
+    )
+    assert repro.read_report(folder)[1] == []
+    monkeypatch.setattr(repro, "preload", lambda: None)
+    assert repro.main(["--resume", str(folder)]) == 0
+    assert {n: r["verdict"] for n, r in results(folder).items()} == {"a": "PASS"}
+    # earlier still, before the report folder exists: exit 130, nothing written
+    monkeypatch.setattr(repro, "discover", lambda group=repro.GROUP: interrupted())
+    assert repro.main(["--out", str(tmp_path / "early")]) == 130
+    assert "stopped by Ctrl-C" in capsys.readouterr().err and not (tmp_path / "early").exists()
+
+
+def test_an_empty_only_is_refused(registry, tmp_path, capsys):
+    registry.update(a=FakeEntryPoint("a", "passing"))
+    for empty in ([""], [","], [" , "]):
+        with pytest.raises(SystemExit) as exc:
+            repro.main(["--only", *empty, "--out", str(tmp_path)])
+        assert exc.value.code == 2
+        assert "--only needs at least one name" in capsys.readouterr().err
+    assert not tmp_path.exists() or not list(tmp_path.iterdir())  # nothing ran
+
+
 def test_the_eta_comes_from_the_last_report(registry, tmp_path, capsys):
     registry.update(a=FakeEntryPoint("a", "passing"))
     assert repro.main(["--out", str(tmp_path)]) == 0
@@ -224,18 +393,23 @@ import sys
 import repro_fakes
 from icml_tools import repro
 
-repro.discover = lambda group=repro.GROUP: repro_fakes.registry({"first": "passing", "slow": "sleeping"})
+repro.discover = lambda group=repro.GROUP: repro_fakes.registry(
+    {"first": "passing", "slow": "sleeping_noting_ctrl_c"}
+)
 sys.exit(repro.main(sys.argv[1:]))
 """
 
 
 def test_ctrl_c_keeps_what_finished_and_exits_130(tmp_path):
+    noted = tmp_path / "interrupted.txt"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+        "ICML_TEST_INTERRUPTED": str(noted),
     }
+    out_dir = tmp_path / "reports"
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, "--out", str(tmp_path)],
+        [sys.executable, "-c", DRIVER, "--out", str(out_dir)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -246,16 +420,19 @@ def test_ctrl_c_keeps_what_finished_and_exits_130(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("*/results.json")) and time.monotonic() < deadline:
+    while not list(out_dir.glob("*/results.json")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    (folder,) = tmp_path.iterdir()
+    (folder,) = out_dir.iterdir()
     time.sleep(0.5)  # "slow" has started
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at a terminal does: the runner and its child get it
+    # what Ctrl-C at a terminal does: the runner's process group gets it; the reproduction runs in a group of
+    # its own (so that a timeout kills what it started), and the runner passes it on
+    os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert noted.read_text() == "interrupted"  # Ctrl-C reached the reproduction (not killed 5 s later)
     assert f"stopped by Ctrl-C; 1 of 2 finished this run, 1 in the report {folder / 'report.md'}" in err
-    assert f"continue with --resume {folder}" in err
+    assert f"continue with: uv run icml-repro --resume {folder} --quick --seed 0\n" in err
     assert "PASS    first" in out  # printed the moment it finished
     assert {n: r["verdict"] for n, r in results(folder).items()} == {"first": "PASS"}
     assert "## Pass" in (folder / "report.md").read_text()
@@ -389,8 +566,13 @@ def test_a_seed_sweep_resumes_by_reproduction_and_seed(registry, tmp_path, capsy
     log = tmp_path / "calls.txt"
     monkeypatch.setenv("ICML_TEST_CALLS", str(log))
     registry.update(a=FakeEntryPoint("a", "recording"), b=FakeEntryPoint("b", "failing"))
-    assert repro.main(["--only", "a", "--seeds", "0-1", "--out", str(tmp_path / "part")]) == 0
+    restore = interrupt_at(monkeypatch, "b")  # Ctrl-C after a's two seeds
+    assert repro.main(["--seeds", "0-1", "--out", str(tmp_path / "part")]) == 130
+    restore()
     (part,) = (tmp_path / "part").iterdir()
+    assert (
+        f"continue with: uv run icml-repro --resume {part} --quick --seeds 0,1\n" in capsys.readouterr().err
+    )
     assert repro.main(["--resume", str(part), "--seeds", "0-1"]) == 0
     assert log.read_text().splitlines() == ["quick 0", "quick 1"]  # the resumed run ran only b
     assert list(outcomes_by_key(part)) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]

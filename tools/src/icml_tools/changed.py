@@ -2,9 +2,12 @@
 
 Maps the files of a git diff to workspace members (the innermost member holding a file; an experiments
 member counts as the distribution whose folder holds it), then adds every member that depends on a
-selected one (a change in kernels-common selects all its dependants). A change to shared build files (the root
-pyproject.toml, uv.lock, tools/, tests-integration/, CI files) selects every distribution; documentation
-outside the members selects none. Prints one name per line, or ``--format json`` for a CI matrix.
+selected one (a change in kernels-common selects all its dependants). An experiments member selected that
+way stands for the distribution whose folder holds it: a change in icml-interp also selects icml-agents and
+icml-theory, whose experiments depend on icml-interp. A change to shared files (the root pyproject.toml,
+uv.lock, the root conftest.py that every test run loads, tools/, tests-integration/, CI files) selects every
+distribution; documentation outside the members selects none. Prints one name per line, or ``--format json``
+for a CI matrix.
 """
 
 from __future__ import annotations
@@ -15,9 +18,24 @@ import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 
-from icml_tools.workspace import dependants, find_root, members
+from icml_tools.workspace import Member, dependants, find_root, members
 
-SHARED = ("pyproject.toml", "uv.lock", ".ci/", ".github/", "tools/", "tests-integration/")
+# files every distribution's test run reads: a change to one selects every distribution
+SHARED = ("pyproject.toml", "uv.lock", "conftest.py", ".ci/", ".github/", "tools/", "tests-integration/")
+
+
+def owner(found: dict[str, Member], name: str) -> str | None:
+    """The published distribution a member's tests run with: itself, or the innermost published member whose
+    folder holds it (an experiments member); None for an unpublished member outside every package."""
+    member = found[name]
+    if member.published:
+        return name
+    holders = [
+        m
+        for m in found.values()
+        if m.published and member.path.is_relative_to(m.path) and m.path != member.path
+    ]
+    return max(holders, key=lambda m: len(m.path.parts)).name if holders else None
 
 
 def select(files: list[str], root: Path) -> list[dict]:
@@ -42,7 +60,11 @@ def select(files: list[str], root: Path) -> list[dict]:
             experiments.add(max(owners, key=lambda m: len(m.path.parts)).name)
         else:  # an unpublished member outside every package (the tools): every package's tests use it
             touched |= published
-    chosen = sorted((dependants(found, touched) | experiments) & published)
+    # an experiments member that depends on a touched library (icml-theory's experiments use icml-interp)
+    # is tested with its own distribution, so map every selected member to its owner before keeping the
+    # published ones
+    owners_of_selected = {owner(found, n) for n in dependants(found, touched)}
+    chosen = sorted(({n for n in owners_of_selected if n is not None} | experiments) & published)
     return [{"name": n, "path": found[n].path.as_posix()} for n in chosen]
 
 

@@ -12,10 +12,17 @@ On Linux the process is forked from the runner, which imported torch once before
 state itself (each reproduction would otherwise pay torch's import, about 5 s on 2 cores); elsewhere it is
 a new interpreter, ``python -m icml_tools.child TARGET BUDGET SEED OUT``. Either way its exit code is 0 when
 the outcome was written (whatever the verdict or the error) and 130 on Ctrl-C, with no traceback.
+
+On POSIX the child leads a session (and process group) of its own, and so does everything it starts (the
+worker processes of a ``ProcessPoolExecutor``, say): :meth:`Child.kill` ends the whole group, so a timed-out
+reproduction leaves no worker running. The terminal's Ctrl-C reaches only the runner's process group, so the
+runner passes it on with :meth:`Child.interrupt`. Being out of the runner's group, it would also outlive a
+runner (or a Ray worker) that is killed; on Linux the kernel kills it then (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -34,6 +41,26 @@ from icml_tools.protocol import check_run_args, validate_result
 from icml_tools.runner import write_text_atomic
 
 FORK = sys.platform.startswith("linux") and hasattr(os, "fork")
+GROUPS = os.name == "posix"  # a process group per child, killed whole (killpg)
+PARENT_ENV = "ICML_TOOLS_CHILD_PARENT"  # the starting process's id, for a new interpreter's die_with_parent
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """On Linux: have the kernel kill this process when the process ``parent`` that started it ends (a runner or
+    Ray worker killed outright, which its own session would otherwise outlive); end at once when it has ended
+    already. Nothing elsewhere. (The kernel watches the *thread* that forked: the runners start children
+    from a thread that lives as long as the run, the main thread or a Ray task's.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before prctl: nobody would kill this process then
+        os._exit(1)
 
 
 class _TorchThreads:
@@ -142,7 +169,9 @@ class Child:
         self.returncode: int | None = None
         if not (FORK if fork is None else fork):
             cmd = [sys.executable, "-m", "icml_tools.child", target, budget, str(seed), str(out)]
-            self.proc = subprocess.Popen(cmd)
+            env = {**os.environ, PARENT_ENV: str(os.getpid())}
+            self.proc = subprocess.Popen(cmd, start_new_session=GROUPS, env=env)
+            self.pid = self.proc.pid
             return
         sys.stdout.flush()
         sys.stderr.flush()
@@ -150,10 +179,13 @@ class Child:
             # numpy's OpenBLAS keeps a thread pool from import; it re-creates it in a forked child (atfork), so
             # Python's warning about forking a process with threads does not apply
             warnings.simplefilter("ignore", DeprecationWarning)
+            parent = os.getpid()
             pid = os.fork()
         if pid == 0:  # the child: never returns into the runner's code
             code = 0
             try:
+                os.setsid()  # a process group of its own, which what it starts joins: killed whole
+                die_with_parent(parent)
                 run(target, budget, seed, out)
             except KeyboardInterrupt:
                 code = 130
@@ -185,15 +217,39 @@ class Child:
                 return None
             time.sleep(0.05)
 
+    def _signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the child's process group (the child and what it started), or to the child alone
+        when its group does not exist yet (the instant after the fork, before its ``setsid``). Only while the
+        child is unreaped, so its id still names it and its group."""
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:  # it ended already
+                pass
+
+    def _running(self) -> bool:
+        """Not reaped yet (it may have ended)."""
+        return (self.proc.returncode if self.proc is not None else self.returncode) is None
+
+    def interrupt(self) -> None:
+        """Pass Ctrl-C on: SIGINT to the child and every process it started, which are not in the terminal's
+        foreground process group. (Without process groups, on Windows, they share the console's Ctrl-C.)"""
+        if GROUPS and self._running():
+            self._signal_group(signal.SIGINT)
+
     def kill(self) -> None:
-        """Kill it and wait for it to end."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
+        """Kill it and every process it started (its process group), and wait for it to end."""
+        if not self._running():
             return
-        if self.returncode is None:
+        if GROUPS:
+            self._signal_group(signal.SIGKILL)
+        elif self.proc is not None:
+            self.proc.kill()
+        else:
             os.kill(self.pid, signal.SIGKILL)
-            self.wait()
+        self.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m icml_tools.child TARGET BUDGET SEED OUT", file=sys.stderr)
         return 2
     target, budget, seed_text, out = args
+    parent = os.environ.pop(PARENT_ENV, None)
+    if parent is not None and parent.isdigit():
+        die_with_parent(int(parent))
     try:
         seed = int(seed_text)
         check_run_args(budget, seed)

@@ -4,7 +4,8 @@
 reproduction (from the report's ``results.json``; a registered one the report lacks gets a row saying so),
 with a line saying when, where and on which commit it was measured, and writes it between the README's
 ``<!-- repro-table:start -->`` and ``<!-- repro-table:end -->`` markers. Without ``REPORT_DIR`` it takes
-the newest report under ``./reports``. ``--check`` writes nothing and exits 1 when the README differs.
+the newest report under ``./reports``. ``--check`` writes nothing and exits 1 when the README differs. A seed
+sweep's report (``icml-repro --seeds``) is refused: the table shows one run per reproduction.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ def _cell(text: object) -> str:
 
 
 def render(meta: dict, outcomes: list[Outcome], registered: dict) -> str:
-    """The Markdown table (and the line above it) for ``outcomes`` of the run described by ``meta``."""
+    """The Markdown table (and the line above it) for ``outcomes`` of the run described by ``meta``;
+    ValueError for a seed sweep (one row per reproduction could show only one of its seeds)."""
+    seeds = sorted({*meta.get("seeds", [meta["seed"]]), *(o.seed for o in outcomes)})
+    if len(seeds) > 1:
+        raise ValueError(
+            f"the report of a seed sweep (seeds {', '.join(map(str, seeds))}), and the README table shows one run "
+            "per reproduction: pass REPORT_DIR, the report of a single-seed run (icml-repro --seed N)"
+        )
     by_name = {o.name: o for o in outcomes}
     commit = meta.get("commit") or "unknown"
     lines = [
@@ -87,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.report or newest_report(Path("reports"))
         meta, outcomes = read_report(folder)
         text = args.readme.read_text()
-        new = replace_between_markers(text, render(meta, outcomes, discover()))
+        try:
+            table = render(meta, outcomes, discover())
+        except ValueError as exc:
+            raise ValueError(f"{folder} holds {exc}") from None
+        new = replace_between_markers(text, table)
     except (OSError, ValueError, KeyError) as exc:
         print(f"icml-readme-table: {exc}", file=sys.stderr)
         return 2

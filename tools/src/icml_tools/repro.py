@@ -5,18 +5,21 @@ unpublished experiments members register (protocol in :mod:`icml_tools.protocol`
 protocol: it checks budget and seed, times each call, checks each result and writes every report; a
 reproduction only measures and decides. Each selected one runs in turn, in its own process
 (:mod:`icml_tools.child`), so thread counts, RNG state, the default dtype, environment variables and caches
-set by one never reach the next; ``--timeout SECONDS`` stops one that runs longer, and a crash or a timeout is
-reported as that reproduction's error while the others go on. Each result records the torch thread counts,
-torch and numpy versions and device it ran with. The runner prints a table (system, claim, metric, ours,
-baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and one PNG per figure.
-Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised, crashed, timed
-out or returned something that does not follow the protocol; 2 for a bad command line.
+set by one never reach the next; ``--timeout SECONDS`` stops one that runs longer (with the processes it
+started), and a crash or a timeout is reported as that reproduction's error while the others go on. Ctrl-C
+leaves a readable report and prints the command that continues it; ``--resume REPORT_DIR`` runs what the
+report lacks, with its ``--only`` and ``--timeout`` unless given again. Each result records the torch thread
+counts, torch and numpy versions and device it ran with. The runner prints a table (system, claim, metric,
+ours, baseline, verdict) and writes ``<out>/<timestamp>/report.md``, ``results.json`` and one PNG per
+figure. Exit code 0 when every selected reproduction ran, whatever its verdict; 1 when one raised, crashed,
+timed out or returned something that does not follow the protocol; 2 for a bad command line.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import shlex
 import signal
 import sys
 import tempfile
@@ -93,9 +96,9 @@ def _signal_name(number: int) -> str:
 def run_one(ep, budget: str, seed: int, timeout: float | None = None, fork: bool | None = None) -> Outcome:
     """Run one registered reproduction under the protocol in a process of its own (:class:`Child`; ``fork``:
     forked or a new interpreter, by default as :class:`Child` chooses), stopped after ``timeout`` seconds
-    when given; what it raises, a crash of its process or the timeout becomes the outcome's error. Ctrl-C
-    reaches it too: it is given a few seconds to end, then killed, and the ``KeyboardInterrupt`` is raised
-    here."""
+    when given (with every process it started: its process group is killed); what it raises, a crash of its
+    process or the timeout becomes the outcome's error. Ctrl-C is passed on to it (and what it started): it is
+    given a few seconds to end, then killed, and the ``KeyboardInterrupt`` is raised here."""
     check_run_args(budget, seed)
     with tempfile.TemporaryDirectory(prefix="icml-repro-") as tmp:
         out = Path(tmp) / "outcome.json"
@@ -104,6 +107,7 @@ def run_one(ep, budget: str, seed: int, timeout: float | None = None, fork: bool
         try:
             code = child.wait(timeout)
         except KeyboardInterrupt:
+            child.interrupt()  # it runs in a process group of its own, which the terminal's Ctrl-C misses
             if child.wait(5.0) is None:
                 child.kill()
             raise
@@ -358,11 +362,88 @@ def _eta(names: list[str], expected: dict[str, float]) -> str:
     return f", about {sum(expected[n] for n in names) / 60:.0f} min left by the last report"
 
 
+def resume_command(folder: Path, args) -> str:
+    """The command that continues this run in ``folder``: its budget, seeds, ``--only`` and ``--timeout``
+    (which ``--resume`` would take from the report anyway) and backend, for the Ctrl-C line."""
+    parts = ["uv", "run", "icml-repro", "--resume", str(folder), f"--{args.budget}"]
+    parts += (
+        ["--seeds", ",".join(map(str, args.seeds))] if len(args.seeds) > 1 else ["--seed", str(args.seed)]
+    )
+    if args.only:
+        parts += ["--only", ",".join(args.only)]
+    if args.timeout is not None:
+        parts += ["--timeout", str(args.timeout)]
+    if args.backend != "serial":
+        parts += ["--backend", args.backend]
+        if args.ray_address is not None:
+            parts += ["--ray-address", args.ray_address]
+        if args.cpus_per_task is not None:
+            parts += ["--cpus-per-task", str(args.cpus_per_task)]
+    return shlex.join(parts)
+
+
+def _resumed(args) -> tuple[dict, list[Outcome]] | int:
+    """The meta and outcomes of the report ``--resume`` names, with ``args.only`` and ``args.timeout`` taken
+    from it unless given on the command line (then they replace the report's, which the report records); the
+    exit code 2 when it cannot be read or ran another budget or other seeds."""
+    try:
+        meta, outcomes = read_report(args.resume)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"icml-repro: --resume {args.resume}: no readable results.json there ({exc})", file=sys.stderr)
+        return 2
+    ran = meta.get("seeds", [meta.get("seed")])
+    if (meta.get("budget"), ran) != (args.budget, args.seeds):
+        print(
+            f"icml-repro: --resume {args.resume} ran budget {meta.get('budget')!r} {seeds_text(ran)}; "
+            f"pass the same (got {args.budget!r} {seeds_text(args.seeds)})",
+            file=sys.stderr,
+        )
+        return 2
+    stored_only = list(meta.get("only", []))  # a report from before it was stored: every reproduction
+    if args.only and args.only != stored_only:
+        was = ",".join(stored_only) or "(none: every reproduction)"
+        print(
+            f"icml-repro: --only {','.join(args.only)} replaces the resumed run's --only {was}",
+            file=sys.stderr,
+        )
+    if args.timeout is not None and args.timeout != meta.get("timeout"):
+        was = meta.get("timeout") or "(none)"
+        print(
+            f"icml-repro: --timeout {args.timeout} replaces the resumed run's --timeout {was}",
+            file=sys.stderr,
+        )
+    if args.only:
+        meta["only"] = args.only
+    else:
+        args.only = stored_only
+    if args.timeout is not None:
+        meta["timeout"] = args.timeout
+    else:
+        args.timeout = meta.get("timeout")
+    return meta, outcomes
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before the report folder existed, or after its last write
+        print("\nicml-repro: stopped by Ctrl-C", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_run_args("icml-repro", __doc__, "reports", argv, repro=True)
+    outcomes: list[Outcome] = []
+    if args.resume is not None and not args.list:
+        resumed = _resumed(args)  # before the selection: the report's --only selects
+        if isinstance(resumed, int):
+            return resumed
+        meta, outcomes = resumed
     registered = discover()
     names = select(registered, args, "icml-repro")
     if isinstance(names, int):
+        if names == 2 and args.resume is not None:
+            print(f"icml-repro: (the --only of the run in {args.resume})", file=sys.stderr)
         return names
     if not names:
         print("icml-repro: no reproductions are registered (is the workspace synced?)", file=sys.stderr)
@@ -375,40 +456,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"icml-repro: {exc}", file=sys.stderr)
             return 2
     now = datetime.now(timezone.utc)
-    outcomes: list[Outcome] = []
     if args.resume is not None:
-        try:
-            meta, outcomes = read_report(args.resume)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(
-                f"icml-repro: --resume {args.resume}: no readable results.json there ({exc})", file=sys.stderr
-            )
-            return 2
-        ran = meta.get("seeds", [meta.get("seed")])
-        if (meta.get("budget"), ran) != (args.budget, args.seeds):
-            print(
-                f"icml-repro: --resume {args.resume} ran budget {meta.get('budget')!r} {seeds_text(ran)}; "
-                f"pass the same (got {args.budget!r} {seeds_text(args.seeds)})",
-                file=sys.stderr,
-            )
-            return 2
         folder = args.resume
     else:
         meta = run_meta(args, now)
         meta["platform"] = f"{platform.system()} {platform.machine()}, Python {meta['python']}"
+        meta["only"] = args.only
         meta["timeout"] = args.timeout
         folder = new_report_folder(args.out, now)
-        folder.mkdir(parents=True)
-    order = {(n, seed): k for k, (n, seed) in enumerate((n, s) for n in names for s in args.seeds)}
+    # the report's rows: those a resumed report holds first, in their order, then the selected ones
+    rows = list(dict.fromkeys([*(o.name for o in outcomes), *names]))
+    order = {(n, seed): k for k, (n, seed) in enumerate((n, s) for n in rows for s in args.seeds)}
     done = {(o.name, o.seed) for o in outcomes}
-    todo = [key for key in order if key not in done]
-    if done:
-        print(
-            f"icml-repro: {folder} holds {len(done)} finished; running the {len(todo)} missing",
-            file=sys.stderr,
-        )
-    expected = earlier_seconds(args.out if args.resume is None else args.resume.parent, args.budget, folder)
-    preload()
+    selected = set(names)
+    todo = [key for key in order if key not in done and key[0] in selected]
     sweep = len(args.seeds) > 1
 
     def finished(outcome: Outcome) -> None:
@@ -418,7 +479,18 @@ def main(argv: list[str] | None = None) -> int:
         print(result_line(outcome, sweep), flush=True)
 
     count = 0
-    try:
+    try:  # from the folder's making on: Ctrl-C at any moment leaves a readable report that --resume continues
+        if args.resume is None:
+            folder.mkdir(parents=True)
+        if done:
+            print(
+                f"icml-repro: {folder} holds {len(done)} finished; running the {len(todo)} missing",
+                file=sys.stderr,
+            )
+        expected = earlier_seconds(
+            args.out if args.resume is None else args.resume.parent, args.budget, folder
+        )
+        preload()
         if args.backend == "ray":
             tasks = [
                 ray_backend.Task(k, n, registered[n].value, distribution(registered[n]), seed)
@@ -443,20 +515,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{k + 1}/{len(todo)}] {label}{eta}", file=sys.stderr, flush=True)
                 finished(run_one(registered[name], args.budget, seed, args.timeout))
                 count += 1
+        write_report(outcomes, folder, meta)
     except ray_backend.RayBackendError as exc:
         print(f"icml-repro: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the runner at once
-        write_report(outcomes, folder, meta)
-        print(
-            f"\nicml-repro: stopped by Ctrl-C; {count} of {len(todo)} finished this run, "
-            f"{len(outcomes)} in the report {folder / 'report.md'}"
-            + (f" (continue with --resume {folder})" if count < len(todo) else ""),
-            file=sys.stderr,
-        )
+        previous = signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the runner at once
+        try:
+            write_report(outcomes, folder, meta)
+            print(
+                f"\nicml-repro: stopped by Ctrl-C; {count} of {len(todo)} finished this run, "
+                f"{len(outcomes)} in the report {folder / 'report.md'}"
+                + (f"; continue with: {resume_command(folder, args)}" if count < len(todo) else ""),
+                file=sys.stderr,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)  # main called in a process that goes on (tests)
         return 130
-    write_report(outcomes, folder, meta)
     print()
     print(text_table(summary_rows(outcomes), columns=header(outcomes)))
     print(

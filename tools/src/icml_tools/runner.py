@@ -46,7 +46,8 @@ def parse_run_args(
     prog: str, doc: str | None, out: str, argv: list[str] | None, repro: bool = False
 ) -> argparse.Namespace:
     """Parse the runners' common options (and ``--timeout``, ``--resume`` when ``repro``); a bad budget, seed
-    or timeout exits with status 2, like any bad option."""
+    or timeout, or an ``--only`` without a name, exits with status 2, like any bad option. ``args.only`` comes
+    back as one list of names (repeated and comma-separated ``--only`` joined)."""
     parser = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
     parser.add_argument("--list", action="store_true", help="list what is registered and exit")
     parser.add_argument(
@@ -109,9 +110,15 @@ def parse_run_args(
             type=Path,
             default=None,
             metavar="REPORT_DIR",
-            help="continue the run reported in REPORT_DIR: skip what it holds, add the rest to it",
+            help="continue the run reported in REPORT_DIR: skip what it holds, add the rest to it; its --only "
+            "and --timeout hold unless given here (then they replace the report's)",
         )
     args = parser.parse_args(argv)
+    # --only a,b --only c: one list of names; given, it must name something (--only "" is not "all")
+    only = [n.strip() for arg in args.only for n in arg.split(",") if n.strip()]
+    if args.only and not only:
+        parser.error(f"--only needs at least one name, got {', '.join(map(repr, args.only))}")
+    args.only = only
     if repro:
         if args.backend != "ray" and (args.ray_address is not None or args.cpus_per_task is not None):
             parser.error("--ray-address and --cpus-per-task go with --backend ray")
@@ -164,15 +171,16 @@ def package(ep: Any) -> str:
 
 
 def select(registered: dict, args: argparse.Namespace, prog: str) -> list[str] | int:
-    """The names to run (``--only``: registered names or package names, all when empty), or the exit code when
-    there is nothing to run: 0 after printing the ``--list``, 2 after reporting unknown ``--only`` names."""
+    """The names to run (``args.only`` as :func:`parse_run_args` leaves it: registered names or package names,
+    all when empty), or the exit code when there is nothing to run: 0 after printing the ``--list``, 2 after
+    reporting unknown ``--only`` names."""
     if args.list:
         for name, ep in registered.items():
             print(f"{name:24s} {distribution(ep):28s} {ep.value}")
         return 0
     wanted: list[str] = []
     unknown = []
-    for item in (n for arg in args.only for n in arg.split(",") if n):
+    for item in args.only:
         members = [item] if item in registered else [n for n, ep in registered.items() if item == package(ep)]
         if not members:
             unknown.append(item)
