@@ -6,6 +6,7 @@ import copy
 import json
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,20 @@ def test_evaluate_sae_on_a_hand_built_sae():
     assert evaluate_sae(sae, x)["fvu"] == pytest.approx(float(lost / var), rel=1e-6)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e4, 1e8])
+def test_evaluate_sae_fvu_equals_a_two_pass_reference_whatever_the_activations_offset(offset):
+    torch.manual_seed(0)
+    sae = SAE(SAEConfig(d_in=8, d_sae=16, k=4)).double()
+    x = torch.randn(512, 8, dtype=torch.float64) + offset
+    with torch.no_grad():
+        err = (x - sae.decode(sae.encode(x))).pow(2).sum()
+    reference = float(err / (x - x.mean(0)).pow(2).sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no false "zero variance" warning at a large offset
+        fvu = evaluate_sae(sae, x, batch_size=100)["fvu"]  # several batches
+    assert fvu == pytest.approx(reference, rel=1e-9)
+
+
 # ---------------------------------------------------------------------------------------------- source
 class TinyConvNet(nn.Module):
     def __init__(self):
@@ -382,6 +397,45 @@ def test_saved_folder_loads_with_saelens(arch, tmp_path):
     back = load_sae(tmp_path / "theirs")
     assert torch.equal(back.encode(x), sae.encode(x))
     assert back.cfg.architecture == ("jumprelu" if arch == "batchtopk" else arch)
+
+
+def test_an_sae_trained_at_a_hook_point_attaches_there_in_saelens(tmp_path, one_torch_thread):
+    sae_lens = pytest.importorskip("sae_lens")
+    from transformer_lens import HookedTransformerConfig
+
+    from icml_interp.hooks import HookedModel
+    from icml_tools.assets import tiny_llama
+
+    site = "blocks.1.hook_resid_post"
+    hooked = HookedModel(tiny_llama(seed=0, layers=2, vocab=64))
+    source = ActivationSource(
+        (hooked, site), torch.randint(0, 64, (32, 12)), drop_first_tokens=1, buffer_tokens=256
+    )
+    cfg = SAEConfig(
+        d_in=hooked.d_model, d_sae=64, architecture="topk", k=4, total_tokens=1024, batch_size=128
+    )
+    sae, _ = train_sae(source, cfg, progress=False)
+    assert sae.info["hook_name"] == site
+    sae.save(tmp_path / "s")
+    assert json.loads((tmp_path / "s" / "cfg.json").read_text())["metadata"]["hook_name"] == site
+    tl = sae_lens.HookedSAETransformer(
+        HookedTransformerConfig(
+            n_layers=2,
+            d_model=hooked.d_model,
+            d_head=8,
+            n_heads=hooked.d_model // 8,
+            n_ctx=16,
+            d_vocab=64,
+            act_fn="relu",
+        )
+    )
+    tl.add_sae(sae_lens.SAE.load_from_disk(tmp_path / "s", device="cpu"))
+    assert list(tl.acts_to_saes) == [site]  # without hook_name SAELens skips it silently
+    # a source of raw activations names no hook point
+    raw, _ = train_sae(
+        torch.randn(512, 16), SAEConfig(d_in=16, d_sae=32, architecture="relu"), progress=False
+    )
+    assert "hook_name" not in raw.info
 
 
 def test_saved_config_is_plain_saelens_json(tmp_path):

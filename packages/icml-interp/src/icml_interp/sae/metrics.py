@@ -92,6 +92,9 @@ def evaluate_sae(
     check_type(sae, "sae", SAE, "an icml_interp.sae.SAE")
     check_number(dense_threshold, "dense_threshold", minimum=0, maximum=1, open_min=True)
     sq_err = 0.0
+    # the variance from sums of x - shift, shift = the first batch's mean: the one-pass sum_sq - |sum_x|^2 / n
+    # of raw activations cancels catastrophically when their offset dwarfs their spread
+    shift: torch.Tensor | None = None
     sum_x = torch.zeros(sae.d_in, dtype=torch.float64)
     sum_sq = 0.0
     counts = torch.zeros(sae.d_sae, dtype=torch.long)
@@ -102,8 +105,11 @@ def evaluate_sae(
         x_hat = sae.decode(f)
         x64 = x.double()
         sq_err += float((x64 - x_hat.double()).pow(2).sum())
-        sum_x += x64.sum(0)
-        sum_sq += float(x64.pow(2).sum())
+        if shift is None:
+            shift = x64.mean(0)
+        centred = x64 - shift
+        sum_x += centred.sum(0).cpu()
+        sum_sq += float(centred.pow(2).sum())
         fired = f > 0
         counts += fired.sum(0).cpu()
         nnz += int(fired.sum())

@@ -228,6 +228,20 @@ class ActivationSource:
         self._one_shot = not isinstance(inputs, (torch.Tensor, Sequence))
         self._used = False
 
+    @property
+    def hook_name(self) -> str | None:
+        """The hook point's name for a ``(HookedModel, hook_name)`` target (TransformerLens/SAELens names, such
+        as ``blocks.3.hook_resid_post``), else None."""
+        return None if self._target is None else self._target.name
+
+    @property
+    def model_name(self) -> str | None:
+        """The Hugging Face name or folder of a ``(HookedModel, hook_name)`` target's model, if it has one."""
+        if self._target is None or self._target.hooked is None:
+            return None
+        config = getattr(self._target.hooked.model, "config", None)
+        return getattr(config, "_name_or_path", None) or None
+
     @classmethod
     def from_activations(
         cls,

@@ -511,6 +511,11 @@ def train_sae(
             "final_fvu": log.fvu[-1],
         }
     )
+    # where it was trained, in SAELens' metadata (saved to cfg.json): HookedSAETransformer.add_sae attaches
+    # an SAE at its hook_name and silently skips one without
+    for key, value in (("hook_name", src.hook_name), ("model_name", src.model_name)):
+        if value is not None:
+            sae.info.setdefault(key, value)
     return sae.eval(), log
 
 
