@@ -41,6 +41,16 @@ def test_mixture_score_is_stable_far_from_every_mode():
     torch.testing.assert_close(score, expected, rtol=1e-12, atol=0.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_scores_are_the_float32_score_rounded(dtype):
+    # x = 200 at s = 0.3: (x - mu)^2 / s^2 (4.4e5) overflows float16, the score (about -2200) does not
+    score = gaussian_mixture_score([[2.0, 0.0], [-2.0, 0.0]], 0.3)
+    x = torch.tensor([[200.0, 0.0], [3.0, 1.0]])
+    out = score(x.to(dtype), 0.0)
+    assert out.dtype == dtype and bool(torch.isfinite(out).all())
+    assert torch.equal(out, score(x.to(dtype).float(), 0.0).to(dtype))
+
+
 def test_karras_sigmas_closed_form():
     sigmas = karras_sigmas(5, 0.002, 80.0, rho=7.0)
     assert sigmas.shape == (5,) and sigmas.dtype == torch.float64

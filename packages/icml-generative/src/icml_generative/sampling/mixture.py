@@ -24,7 +24,7 @@ def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor,
     ``means`` is ``(k, d)``, ``stds`` a positive scalar or ``(k,)``, ``weights`` ``(k,)`` non-negative and
     summing to one (uniform if omitted), the parameters a mixture sampler takes.
     The returned function takes ``x`` shaped ``(n, d)`` (floating point) and ``sigma >= 0`` and returns
-    ``(n, d)`` in ``x``'s dtype and device.
+    ``(n, d)`` in ``x``'s dtype and device (float16 and bfloat16 are computed in float32).
     """
     mu = as_real_tensor(means, "means")
     if mu.ndim != 2 or mu.shape[0] < 1 or not torch.isfinite(mu).all():
@@ -45,12 +45,18 @@ def gaussian_mixture_score(means, stds, weights=None) -> Callable[[torch.Tensor,
     def score(x: torch.Tensor, sigma: float) -> torch.Tensor:
         check_tensor(x, "x", ("n", d), floating=True, finite=True)
         sigma = check_number(sigma, "sigma", minimum=0)
-        m, lw = mu.to(x), log_w.to(x)
-        var = (s**2 + torch.tensor(sigma, dtype=f64) ** 2).to(x)  # (k,); a tensor: sigma² may overflow to inf
-        diff = m[None, :, :] - x[:, None, :]  # (n, k, d)
+        # computed in at least float32 (half-precision squares and log-densities overflow where the score
+        # itself fits), returned in x's dtype
+        work = torch.promote_types(x.dtype, torch.float32)
+        xw = x.to(work)
+        m, lw = mu.to(xw), log_w.to(xw)
+        var = (s**2 + torch.tensor(sigma, dtype=f64) ** 2).to(
+            xw
+        )  # (k,); a tensor: sigma² may overflow to inf
+        diff = m[None, :, :] - xw[:, None, :]  # (n, k, d)
         log_comp = lw - 0.5 * d * torch.log(2 * math.pi * var) - 0.5 * (diff**2).sum(-1) / var  # (n, k)
         resp = torch.softmax(log_comp, dim=1)  # (n, k)
-        out = torch.einsum("nk,nkd->nd", resp / var, diff)  # (n, d)
+        out = torch.einsum("nk,nkd->nd", resp / var, diff).to(x.dtype)  # (n, d)
         if not bool(torch.isfinite(out).all()):
             warnings.warn(
                 f"gaussian_mixture_score: the score overflows {x.dtype} (x, means or stds too far from "
