@@ -4,6 +4,7 @@ recovery on a planted single-index model, the scikit-learn contract and bad inpu
 
 import pickle
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -130,6 +131,85 @@ def test_sphere_and_compositional_means_of_symmetric_points():
     assert abs(m.sum() - 1) < 1e-12 and np.all(m >= 0)
     # the mean of a composition with itself is that composition
     np.testing.assert_allclose(Compositional().mean(comp[:1]), comp[0], atol=1e-12)
+
+
+def exact_tangent(a, b):
+    """The part of b orthogonal to a and the angle between their directions, from the stored floats in
+    exact rational arithmetic (rounded once at the end)."""
+    a = [Fraction(float(t)) for t in a]
+    b = [Fraction(float(t)) for t in b]
+    aa = sum(t * t for t in a)
+    ab = sum(s * t for s, t in zip(a, b, strict=True))
+    perp = [t - ab / aa * s for s, t in zip(a, b, strict=True)]
+    theta = np.arctan2(np.sqrt(float(aa * sum(t * t for t in perp))), float(ab))
+    return np.array([float(t) for t in perp]), theta
+
+
+def points_at_angle(theta, seed, d=5):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=d)
+    x /= np.linalg.norm(x)
+    u = rng.normal(size=d)
+    u -= (u @ x) * x
+    u /= np.linalg.norm(u)
+    return x, np.cos(theta) * x + np.sin(theta) * u
+
+
+ANGLES = [0.0, 1e-15, 1e-12, 1e-9, 1e-8, 1e-6, 1e-3, 0.5, np.pi / 2, 3.0, np.pi - 1e-6, np.pi - 1e-9, np.pi]
+
+
+@pytest.mark.parametrize("theta", ANGLES)
+def test_sphere_distance_is_the_exact_angle_at_every_scale(theta):
+    # arccos(a . b) gave 0 at 1e-8 and 1e-9 and a 4e-5 relative error at 1e-6; now within 5e-16 (measured)
+    a = np.array([[1.0, 0.0, 0.0]])
+    b = np.array([[np.cos(theta), np.sin(theta), 0.0]])
+    exact = np.arctan2(np.sin(theta), np.cos(theta))  # theta as the stored point represents it
+    assert np.sqrt(Sphere().dist2(a, b))[0] == pytest.approx(exact, rel=1e-14, abs=1e-300)
+    assert np.sqrt(Sphere().dist2(b, a))[0] == pytest.approx(exact, rel=1e-14, abs=1e-300)
+    for seed in range(5):  # points off the axes, against exact arithmetic on the stored floats
+        x, y = points_at_angle(theta, seed)
+        exact = exact_tangent(x, y)[1]
+        got = np.sqrt(Sphere().dist2(np.stack([x, y]), np.stack([y, x])))
+        np.testing.assert_allclose(got, [exact, exact], rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(Sphere().dist2(a, -a), [np.pi**2], rtol=1e-15)
+
+
+def test_compositional_distance_of_nearby_compositions():
+    # the roots of (1/2 + e, 1/2 - e) and (1/2, 1/2) are at the angle arcsin(2 e) / 2
+    c = np.full((1, 3), 1 / 3)
+    assert Compositional().dist2(c, c)[0] == 0.0
+    for k in (10, 20, 30, 40):
+        e = 2.0**-k
+        a, b = np.array([[0.5, 0.5]]), np.array([[0.5 + e, 0.5 - e]])
+        got = np.sqrt(Compositional().dist2(a, b))[0]
+        assert got == pytest.approx(exact_tangent(np.sqrt(a[0]), np.sqrt(b[0]))[1], rel=1e-14)
+        if k <= 20:  # rounding the roots costs 7e-12 (relative) at k = 20
+            assert got == pytest.approx(np.arcsin(2 * e) / 2, rel=1e-10)
+
+
+@pytest.mark.parametrize("theta", [1e-15, 1e-12, 1e-9, 1e-7, 1e-4, 0.3, 2.0])
+def test_sphere_log_and_exp_invert_each_other_at_small_and_large_angles(theta):
+    # the log lost its direction to cancellation in y - (x . y) x (relative error 2e4 at 1e-12)
+    for seed in range(5):
+        x, y = points_at_angle(theta, seed)
+        perp, exact = exact_tangent(x, y)
+        v = Sphere._log(x, y[None])[0]
+        np.testing.assert_allclose(v, perp * (exact / np.linalg.norm(perp)), rtol=0, atol=1e-14 * theta)
+        np.testing.assert_allclose(Sphere._exp(x, v), y, rtol=0, atol=4e-15)  # measured 4e-16
+
+
+def test_sphere_regression_on_a_tight_cluster_converges_without_warnings():
+    # a 1e-7-wide cluster: the arccos distance stalled the mean solver (26 max_iter warnings)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(50, 1))
+    ang = 1e-7 * x[:, 0] + 1e-9 * rng.standard_normal(50)
+    y = np.c_[np.cos(ang), np.sin(ang), np.zeros(50)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model = GlobalFrechetRegressor(space=Sphere()).fit(x, y)
+        pred = model.predict(np.array([[0.0], [1.0]]))
+        assert model.score(x, y) > 0.99
+    np.testing.assert_allclose(np.arctan2(pred[:, 1], pred[:, 0]), [0.0, 1e-7], atol=1e-9)
 
 
 def test_laplacian_mean_is_the_average_when_feasible_and_a_projection_otherwise():

@@ -105,6 +105,28 @@ def test_sign_flip_monte_carlo_is_never_zero_and_ties_count():
     assert sign_flip_p_value(np.zeros(6)) == 1.0  # every flip ties the observed sum
 
 
+@pytest.mark.parametrize("factor", [1e-8, 1e8])
+def test_sign_flip_p_value_is_scale_invariant(factor):
+    # the tie tolerance is relative: tiny scores were all ties (p = 1) under an absolute 1e-12
+    scores = np.arange(1.0, 9.0)
+    assert sign_flip_p_value(scores) == 1 / 256
+    assert sign_flip_p_value(scores * 1e-14) == 1 / 256
+    shifted = np.random.default_rng(0).normal(0.3, 1.0, 12)
+    for method in ("exact", "monte-carlo"):
+        p = sign_flip_p_value(shifted, method=method, n_flips=999, random_state=0)
+        assert sign_flip_p_value(shifted * factor, method=method, n_flips=999, random_state=0) == p
+
+
+def test_two_sample_p_value_is_unchanged_when_the_data_are_rescaled():
+    rng = np.random.default_rng(0)
+    x0 = rng.standard_normal((200, 2))
+    x1 = rng.standard_normal((200, 2)) + np.array([1.0, 0.0])
+    p = zero_flow_two_sample_test(x0, x1, random_state=0).p_value
+    assert p < 0.01
+    for factor in (1e-8, 1e8):
+        assert zero_flow_two_sample_test(x0 * factor, x1 * factor, random_state=0).p_value == p
+
+
 def rejection_rate(n, shift, reps, seed, d=5, **kwargs):
     rng = np.random.default_rng(seed)
     hits = 0

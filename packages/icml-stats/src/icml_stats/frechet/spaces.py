@@ -535,8 +535,24 @@ class Sphere(Space):
             )
 
     @staticmethod
+    def _tangent(a, b):
+        """The part of ``b`` orthogonal to ``a`` and the angle between their directions (rows broadcast).
+
+        The orthogonal part is taken from ``b - a`` (``(b - a) - ((b - a) . a / a . a) a``), so nearby
+        points lose no digits to cancellation, and the angle is ``atan2(|a| |b_perp|, a . b)``: accurate to
+        rounding at every angle, where ``arccos(a . b)`` loses every digit below about 1e-8, and exact for
+        vectors whose norms are slightly off 1."""
+        a = np.asarray(a, dtype=float)
+        b = np.asarray(b, dtype=float)
+        d = b - a
+        aa = np.maximum(np.sum(a * a, axis=-1, keepdims=True), 1e-300)
+        perp = d - (np.sum(d * a, axis=-1, keepdims=True) / aa) * a
+        theta = np.arctan2(np.sqrt(aa[..., 0]) * np.linalg.norm(perp, axis=-1), np.sum(a * b, axis=-1))
+        return perp, theta
+
+    @staticmethod
     def _angle(a, b):
-        return np.arccos(np.clip(np.sum(np.asarray(a) * np.asarray(b), axis=-1), -1.0, 1.0))
+        return Sphere._tangent(a, b)[1]
 
     def _dist2(self, a, b):
         return self._angle(a, b) ** 2
@@ -544,9 +560,7 @@ class Sphere(Space):
     @staticmethod
     def _log(x, y):
         """Riemannian log at ``x`` of the points ``y (n, d)``."""
-        c = np.clip(y @ x, -1.0, 1.0)
-        theta = np.arccos(c)
-        v = y - c[:, None] * x
+        v, theta = Sphere._tangent(x, y)
         nv = np.linalg.norm(v, axis=1)
         scale = np.where(nv > 1e-15, theta / np.maximum(nv, 1e-300), 1.0)
         return v * scale[:, None]

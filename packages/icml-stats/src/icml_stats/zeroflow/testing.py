@@ -69,7 +69,7 @@ def sign_flip_p_value(scores, *, n_flips: int = 9999, method: str = "auto", rand
     if not np.isfinite(scale):
         raise ValueError("scores are too large in magnitude: their sum overflows")
     observed = float(s.sum())
-    tol = 1e-12 * max(1.0, scale)
+    tol = 1e-12 * scale  # relative: rescaling the scores leaves the p-value unchanged
     if method == "exact" or (method == "auto" and len(s) <= EXACT_MAX):
         if len(s) > 30:
             raise ValueError(f"method='exact' enumerates 2^n sign patterns: at most 30 scores, got {len(s)}")
