@@ -191,3 +191,58 @@ def test_bad_input_raises():
         GRPOConfig(num_generations=1)
     with pytest.raises(ValueError, match="beta"):
         GRPOConfig(beta=-1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_advantages_are_the_float32_ones_cast_back(dtype):
+    rewards = torch.tensor([4096.0, 4096.0, 0.0, 1.0, 3e4, -3e4, 3.0, 7.0], dtype=dtype)
+    for scale in ("group", "batch", "none"):
+        adv, frac = compute_advantages(rewards, 2, scale)
+        expected, expected_frac = compute_advantages(rewards.float(), 2, scale)
+        assert adv.dtype == dtype and frac == expected_frac == 0.25
+        torch.testing.assert_close(adv, expected.to(dtype), rtol=0, atol=0)
+    # all tied and large: std + eps / 2^13 was 0 + 0 in float16, so "batch" gave NaN
+    tied, _ = compute_advantages(torch.full((4,), 4096.0, dtype=dtype), 2, "batch")
+    assert tied.tolist() == [0.0] * 4
+
+
+def test_batch_scale_of_rewards_near_the_float32_range():
+    # 2^e was capped at 2^1023, inf in float32: every advantage was NaN
+    adv, frac = compute_advantages(torch.tensor([3e38, 3e38, 3e38, 3e38]), 2, "batch")
+    assert adv.tolist() == [0.0] * 4 and frac == 1.0
+    adv, _ = compute_advantages(torch.tensor([3e38, -3e38, 0.0, 1.0], dtype=torch.bfloat16), 2, "batch")
+    expected, _ = compute_advantages([3e38, -3e38, 0.0, 1.0], 2, "batch")
+    torch.testing.assert_close(adv, expected.to(torch.bfloat16), rtol=1e-2, atol=1e-40)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_half_precision_loss_is_the_float32_one_cast_back(dtype, loss_type):
+    # 64 x 1024 = 65536 tokens: in float16 the token count and the sums overflowed (the dapo loss was 0,
+    # mean_ratio NaN) and the k3 of small log-ratios cancelled (kl 0, or in bfloat16 a third of the truth)
+    gen = torch.Generator().manual_seed(0)
+    logp = (torch.randn(64, 1024, generator=gen) * 0.5 - 1).to(dtype)
+    old = (logp.float() + 0.01 * torch.randn(64, 1024, generator=gen)).to(dtype)
+    ref = (logp.float() + 0.05 * torch.randn(64, 1024, generator=gen)).to(dtype)
+    adv = torch.randn(64, generator=gen).to(dtype)
+    half = logp.clone().requires_grad_()
+    full = logp.float().requires_grad_()
+    loss, stats = grpo_loss(half, old, adv, ref_logp=ref, beta=0.04, loss_type=loss_type)
+    loss32, stats32 = grpo_loss(
+        full, old.float(), adv.float(), ref_logp=ref.float(), beta=0.04, loss_type=loss_type
+    )
+    loss.backward()
+    loss32.backward()
+    assert loss.dtype == half.grad.dtype == dtype
+    assert loss.item() == loss32.to(dtype).item() and stats == stats32
+    torch.testing.assert_close(half.grad, full.grad.to(dtype), rtol=0, atol=0)
+    assert stats["kl"] == pytest.approx(0.00124, rel=0.01)  # 0.05^2 / 2: the float64 value is 0.0012394
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_k3_is_the_float32_one_cast_back(dtype):
+    delta = torch.linspace(-0.1, 0.1, 11).to(dtype)
+    zeros = torch.zeros_like(delta)
+    kl = k3_kl(zeros, delta)
+    assert kl.dtype == dtype
+    torch.testing.assert_close(kl, k3_kl(zeros.float(), delta.float()).to(dtype), rtol=0, atol=0)

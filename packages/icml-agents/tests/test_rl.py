@@ -111,3 +111,25 @@ def test_exact_match_reward_bad_input_raises():
         exact_match_reward("a", ["a"])
     with pytest.raises(TypeError, match="completion must be"):
         exact_match_reward([42], ["42"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_half_precision_advantages_are_the_float32_ones_cast_back(dtype, normalize_std):
+    # in float16, eps / 2^13 underflowed to 0: a tied group of rewards >= 4096 gave 0 / 0 = NaN
+    r = torch.tensor([4096.0, 4096.0, 0.0, 1.0, 60000.0, -60000.0, 3.0, 7.0], dtype=dtype)
+    adv = group_relative_advantages(r, 2, normalize_std=normalize_std)
+    expected = group_relative_advantages(r.float(), 2, normalize_std=normalize_std).to(dtype)
+    assert adv.dtype == dtype and torch.isfinite(adv).all()
+    torch.testing.assert_close(adv, expected, rtol=0, atol=0)
+    if normalize_std:
+        assert adv[:2].tolist() == [0.0, 0.0]
+
+
+def test_advantages_of_rewards_near_the_float32_range_are_finite():
+    # 2^e >= max|r| was capped at 2^1023: 2^128 is inf in float32, so r / 2^e was 0 (or NaN for bfloat16)
+    r = [3e38, 3e38, 0.0, 1.0]
+    expected = torch.from_numpy(group_relative_advantages(r, 4))
+    for dtype in (torch.float32, torch.bfloat16):
+        adv = group_relative_advantages(torch.tensor(r, dtype=dtype), 4)
+        torch.testing.assert_close(adv, expected.to(dtype), rtol=1e-2, atol=0)

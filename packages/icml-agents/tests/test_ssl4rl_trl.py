@@ -111,3 +111,138 @@ def test_two_grpo_trainer_steps_with_our_rewards(tmp_path):
         assert 0.0 <= entry["rewards/answer_match_reward/mean"] <= 1.0
         assert 0.0 <= entry["rewards/format_reward/mean"] <= 1.0
         assert "frac_reward_zero_std" in entry
+
+
+def test_image_dataset_has_the_conversational_prompts_trl_multimodal_needs():
+    # GRPOTrainer refuses an `images` column next to plain-string prompts ("Multimodal training requires
+    # conversational prompts"); it checks is_conversational, then inserts one placeholder per image.
+    from trl.data_utils import is_conversational, prepare_multimodal_messages
+
+    ds = build_dataset(ramp_images(3), "rotation", seed=0)
+    assert set(ds.column_names) == {"prompt", "answer", "task", "images"}
+    for row in ds:
+        assert is_conversational(row)
+        assert row["prompt"] == [{"role": "user", "content": row["prompt"][0]["content"]}]
+        assert "<answer>" in row["prompt"][0]["content"] and len(row["images"]) == 2
+        (message,) = prepare_multimodal_messages(row["prompt"], images=row["images"])
+        assert [part["type"] for part in message["content"]] == ["image", "image", "text"]
+    text = build_dataset(ramp_images(3), "rotation", seed=0, as_text=True)  # text-only models: plain strings
+    assert all(isinstance(p, str) for p in text["prompt"]) and not is_conversational(text[0])
+
+
+def tiny_llava(image_size=8, patch_size=4):
+    """A random LLaVA (CLIP vision tower, Llama text model, 32k parameters) and its processor, built offline:
+    the character tokenizer plus an ``<image>`` token, a minimal chat template and a CLIP image processor."""
+    import torch
+    import transformers
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    tokenizer = char_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    template = (
+        "{% for m in messages %}{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+        "{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>{% else %}{{ p['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant\n{% endif %}"
+    )
+    tokenizer.chat_template = template
+    image_processor_class = getattr(transformers, "CLIPImageProcessorPil", transformers.CLIPImageProcessor)
+    image_processor = image_processor_class(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",  # drops CLS: (image_size / patch_size)^2 tokens per image
+        num_additional_image_tokens=1,
+        chat_template=template,
+    )
+    torch.manual_seed(0)
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=image_size,
+            patch_size=patch_size,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    return LlavaForConditionalGeneration(config), processor
+
+
+@pytest.mark.slow
+def test_two_grpo_trainer_steps_on_a_vision_language_model(tmp_path):
+    # the README fragment: build_dataset(...) keeping the images, a VLM with its processor, our rewards
+    model, processor = tiny_llava()
+    ds = build_dataset(ramp_images(8), "rotation", seed=0)
+    seen: dict[str, list] = {"completions": [], "forwards": []}
+
+    def answer_match_reward(completions, **kwargs):
+        seen["completions"].extend(completions)
+        return R.answer_match_reward(completions, **kwargs)
+
+    def record(module, args, kwargs):  # whole-prompt forwards: generation's prefill and the loss pass
+        ids, pixels = kwargs.get("input_ids"), kwargs.get("pixel_values")
+        if ids is not None and ids.shape[1] > 1:
+            image_tokens = (ids == module.config.image_token_index).sum(1).tolist()
+            seen["forwards"].append((None if pixels is None else pixels.shape[0], image_tokens))
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        bf16=False,
+        seed=0,
+    )
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=[answer_match_reward, R.format_reward],
+        args=args,
+        train_dataset=ds,
+        processing_class=processor,
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "rewards/answer_match_reward/mean" in entry]
+    assert trainer.state.global_step == 2 and len(logs) == 2
+    for entry in logs:
+        assert 0.0 <= entry["rewards/answer_match_reward/mean"] <= 1.0
+        assert 0.0 <= entry["rewards/format_reward/mean"] <= 1.0
+    # the images reached the model: two per prompt, each expanded to (8 / 4)^2 = 4 placeholder tokens
+    assert len(seen["forwards"]) >= 4  # per step: generation's prefill and the loss pass
+    assert {count for _, tokens in seen["forwards"] for count in tokens} == {8}
+    with_pixels = [(n, tokens) for n, tokens in seen["forwards"] if n is not None]  # the loss pass at least
+    assert len(with_pixels) >= 2 and all(n == 2 * len(tokens) for n, tokens in with_pixels)
+    # TRL passed conversational completions (one assistant message each); the rewards scored their text
+    assert len(seen["completions"]) == 8
+    assert all(
+        c[-1]["role"] == "assistant" and isinstance(c[-1]["content"], str) for c in seen["completions"]
+    )

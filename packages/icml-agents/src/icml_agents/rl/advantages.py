@@ -23,7 +23,8 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
     """``(r - mean_group(r)) / (std_group(r) + eps)`` for rewards laid out as consecutive groups.
 
     ``rewards`` is 1-D, length ``n_groups * group_size`` (a torch tensor, a NumPy array or a sequence);
-    the result has the same length and is a tensor for a tensor input, else a float64 NumPy array.
+    the result has the same length and is a tensor for a tensor input, else a float64 NumPy array. Half
+    precision (float16, bfloat16) is computed in float32 and cast back to the input's dtype.
     """
     group_size = check_int(group_size, "group_size", 2, why=" (a group of one has no baseline)")
     check_real(eps, "eps", "[0, inf)")
@@ -50,21 +51,30 @@ def group_relative_advantages(rewards, group_size: int, normalize_std: bool = Tr
         )
     if not torch.isfinite(r).all():
         raise ValueError("rewards contain NaN or infinite values")
+    out_dtype = r.dtype
+    r = r.to(torch.promote_types(r.dtype, torch.float32))  # half precision: eps / 2^e below would underflow
     # computed on r / 2^e (exact) with 2^e >= max|r|, so rewards near the float range do not overflow
     # the mean or the variance: (r - m) / (sd + eps) = (r' - m') / (sd' + eps / 2^e)
-    scale = 2.0 ** min(math.frexp(float(r.abs().max()))[1], 1023)  # 2^1024 is not a float
+    scale = 2.0 ** min(math.frexp(float(r.abs().max()))[1], max_exponent(r.dtype))
     grouped = (r / scale).reshape(-1, group_size)  # (n_groups, group_size); reshape: the input may be strided
     advantages = grouped - grouped.mean(dim=1, keepdim=True)
     if normalize_std:
         advantages = advantages / (grouped.std(dim=1, keepdim=True) + eps / scale)  # eps / scale may be inf
     else:
         advantages = advantages * scale
-    advantages = advantages.reshape(-1)  # (n_groups * group_size,)
+    advantages = advantages.reshape(-1).to(out_dtype)  # (n_groups * group_size,)
     if not torch.isfinite(advantages).all():
         warnings.warn(
             "group_relative_advantages: the advantages hold NaN or inf (with eps=0 a group of tied rewards "
-            f"divides 0 by 0; without normalize_std, differences of rewards near the {r.dtype} range overflow)",
+            f"divides 0 by 0; without normalize_std, differences of rewards near the {out_dtype} range "
+            "overflow)",
             RuntimeWarning,
             stacklevel=2,
         )
     return advantages if is_tensor else advantages.numpy()
+
+
+def max_exponent(dtype: torch.dtype) -> int:
+    """The largest ``e`` with ``2^e`` finite in ``dtype`` (127 for float32, 1023 for float64): the cap of the
+    power-of-two rescaling, since ``2^(e + 1)`` would be inf there and ``r / inf`` zero."""
+    return math.frexp(torch.finfo(dtype).max)[1] - 1

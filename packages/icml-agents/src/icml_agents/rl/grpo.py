@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from icml_agents.rl.advantages import group_relative_advantages
+from icml_agents.rl.advantages import group_relative_advantages, max_exponent
 from icml_agents.validation import check_choice, check_int, check_real, check_tensor
 
 SCALES = ("group", "batch", "none")
@@ -59,33 +59,48 @@ def compute_advantages(rewards, group_size: int, scale: str = "group", eps: floa
     """Group-relative advantages and the fraction of groups whose rewards all tie.
 
     ``rewards`` is 1-D ``(n_groups * group_size,)``, groups consecutive. Returns ``(advantages, frac_zero_std)``
-    with ``advantages`` a float tensor of the same length (float64 unless ``rewards`` is a float tensor).
+    with ``advantages`` a float tensor of the same length (float64 unless ``rewards`` is a float tensor; half
+    precision is computed in float32 and cast back).
     """
     check_choice(scale, "scale", SCALES)
+    out_dtype = None
+    if isinstance(rewards, torch.Tensor) and rewards.dtype in (torch.float16, torch.bfloat16):
+        out_dtype, rewards = rewards.dtype, rewards.float()  # eps / 2^e below would underflow in half
     centred = group_relative_advantages(rewards, group_size, normalize_std=scale == "group", eps=eps)
     centred = centred if isinstance(centred, torch.Tensor) else torch.from_numpy(centred)
     r = rewards if isinstance(rewards, torch.Tensor) else torch.as_tensor(rewards, dtype=torch.float64)
     r = r.to(centred.dtype).reshape(-1, group_size)  # (n_groups, G)
     tied = (r.max(dim=1).values - r.min(dim=1).values) == 0  # (n_groups,) exactly tied, no tolerance
     if scale == "batch" and r.numel() > 1:  # on r / 2^e >= max|r| (exact), so that the std cannot overflow
-        two_e = 2.0 ** min(math.frexp(float(r.abs().max()))[1], 1023)  # 2^1024 is not a float
+        two_e = 2.0 ** min(math.frexp(float(r.abs().max()))[1], max_exponent(r.dtype))
         centred = (centred / two_e) / ((r / two_e).reshape(-1).std() + eps / two_e)
+    if out_dtype is not None:
+        centred = centred.to(out_dtype)
     return centred, float(tied.float().mean())
 
 
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0)."""
+    """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0).
+
+    Half precision is computed in float32 and cast back: in float16 or bfloat16, ``exp(d) - d - 1`` of a
+    small log-ratio ``d`` cancels to rounding noise (bfloat16 gives 0 or 0.0078 for KLs near 0.003)."""
     check_tensor(logp, "logp", floating=True)
     check_tensor(ref_logp, "ref_logp", logp.shape, floating=True)
     for name, t in (("logp", logp), ("ref_logp", ref_logp)):
         if not bool(torch.isfinite(t.detach()).all()):
             raise ValueError(f"{name} must be finite, got NaN or inf")
-    delta = ref_logp - logp
-    kl = torch.exp(delta) - delta - 1
+    out_dtype = torch.promote_types(logp.dtype, ref_logp.dtype)
+    delta = _at_least_float32(ref_logp) - _at_least_float32(logp)
+    kl = (torch.exp(delta) - delta - 1).to(out_dtype)
     if not bool(torch.isfinite(kl.detach()).all()):
         warnings.warn(
-            "k3_kl: exp(ref_logp - logp) overflows (a log-ratio above ~709 in float64, ~88 in float32); "
-            "the estimate holds inf",
+            "k3_kl: exp(ref_logp - logp) overflows (a log-ratio above ~709 in float64, ~88 in float32 and "
+            "bfloat16, ~11 in float16); the estimate holds inf",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -112,7 +127,8 @@ def grpo_loss(
     when there is one optimisation pass per batch); ``advantages`` ``(B,)``; ``mask`` ``(B, T)``: 1 for
     completion tokens (default all ones); ``ref_logp`` ``(B, T)``: the reference policy, needed when
     ``beta > 0``. Returns ``(loss, stats)``; ``stats`` holds plain floats: ``kl`` (mean k3 over tokens),
-    ``clip_ratio`` (fraction of tokens where the clip is active), ``mean_ratio``.
+    ``clip_ratio`` (fraction of tokens where the clip is active), ``mean_ratio``. Half precision (float16,
+    bfloat16) is computed in float32; the loss is cast back to ``logp``'s dtype.
     """
     logp = check_tensor(logp, "logp", ndim=2, floating=True)  # (batch, tokens)
     old_logp = check_tensor(old_logp, "old_logp", logp.shape, floating=True)
@@ -140,9 +156,14 @@ def grpo_loss(
             raise ValueError(f"{name} must be finite on the completion tokens (mask != 0), got NaN or inf")
     if not bool(torch.isfinite(advantages).all()):
         raise ValueError("advantages must be finite, got NaN or inf")
-    logp, old_logp = (torch.where(completion, t, torch.zeros_like(t)) for t in (logp, old_logp))
+    out_dtype = logp.dtype
+    # half precision in float32: sums over more than 65504 tokens overflow float16 (the loss became 0 or NaN)
+    # and k3 of small log-ratios cancels to rounding noise
+    logp, old_logp = (
+        _at_least_float32(torch.where(completion, t, torch.zeros_like(t))) for t in (logp, old_logp)
+    )
     if ref_logp is not None:
-        ref_logp = torch.where(completion, ref_logp, torch.zeros_like(ref_logp))
+        ref_logp = _at_least_float32(torch.where(completion, ref_logp, torch.zeros_like(ref_logp)))
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
     ratio = torch.exp(logp - old_logp.detach())  # (B, T)
@@ -161,10 +182,11 @@ def grpo_loss(
     else:  # dr_grpo
         length = logp.shape[1] if max_completion_length is None else max_completion_length
         loss = masked.sum() / float(logp.shape[0] * length)  # a float: any int length converts
+    loss = loss.to(out_dtype)
     if not bool(torch.isfinite(loss.detach())):
         warnings.warn(
             "grpo_loss: the loss overflows (an importance ratio exp(logp - old_logp), a k3 term, a weight or "
-            f"a length too large for {logp.dtype}); it is {float(loss)}",
+            f"a length too large for {out_dtype}); it is {float(loss)}",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -504,8 +504,13 @@ def build_dataset(
     images, task: str, n_per_image: int = 1, seed: int = 0, as_text: bool = False, **task_kwargs
 ):
     """A ``datasets.Dataset`` with columns ``prompt``, ``answer``, ``task`` and ``images`` (PIL images), ready
-    for ``trl.GRPOTrainer`` with the rewards of :mod:`icml_agents.ssl4rl.rewards`. ``as_text=True`` writes
-    the images into the prompt with :func:`serialize_image` (for text-only models) and drops ``images``."""
+    for ``trl.GRPOTrainer`` with the rewards of :mod:`icml_agents.ssl4rl.rewards`.
+
+    ``prompt`` is conversational, ``[{"role": "user", "content": text}]``, as TRL's multimodal path requires:
+    the trainer inserts one image placeholder per entry of ``images`` before the text and applies the
+    processor's chat template (the rewards accept the conversational completions it then passes).
+    ``as_text=True`` writes the images into the prompt with :func:`serialize_image` (for text-only models),
+    drops ``images`` and keeps ``prompt`` a plain string."""
     from datasets import Dataset  # lazy: the `trl` extra
 
     check_bool(as_text, "as_text")
@@ -518,7 +523,7 @@ def build_dataset(
             pictures = "\n\n".join(f"Image {k + 1}:\n{serialize_image(im)}" for k, im in enumerate(ex.images))
             rows["prompt"].append(f"{pictures}\n\n{ex.prompt}")
         else:
-            rows["prompt"].append(ex.prompt)
+            rows["prompt"].append([{"role": "user", "content": ex.prompt}])
             rows["images"].append(
                 [
                     Image.fromarray((np.squeeze(im, 2) if im.shape[2] == 1 else im) * 255).convert(
