@@ -19,6 +19,23 @@ def ramp_images(n):
     return [rng.random((8, 8)) for _ in range(n)]
 
 
+def grpo_args(trl, tmp_path):
+    """Two GRPO steps of 4 prompts x 4 generations on the CPU, no reference model (beta = 0), no saving."""
+    return trl.GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        bf16=False,
+        seed=0,
+    )
+
+
 def test_rewards_accept_the_keywords_grpo_trainer_passes():
     # GRPOTrainer._calculate_rewards: every dataset column except "prompt" (and "completion[_ids]"), one
     # value per completion, plus prompts, completions, completion_ids, trainer_state, log_extra, log_metric.
@@ -84,19 +101,7 @@ def test_two_grpo_trainer_steps_with_our_rewards(tmp_path):
         )
     )
     ds = build_dataset(ramp_images(8), "rotation", seed=0, as_text=True)
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        use_cpu=True,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        bf16=False,
-        seed=0,
-    )  # beta = 0: no reference model
+    args = grpo_args(trl, tmp_path)  # beta = 0: no reference model
     trainer = trl.GRPOTrainer(
         model=model,
         reward_funcs=[R.answer_match_reward, R.format_reward],
@@ -210,19 +215,7 @@ def test_two_grpo_trainer_steps_on_a_vision_language_model(tmp_path):
             seen["forwards"].append((None if pixels is None else pixels.shape[0], image_tokens))
 
     model.register_forward_pre_hook(record, with_kwargs=True)
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        use_cpu=True,
-        report_to="none",
-        logging_steps=1,
-        save_strategy="no",
-        bf16=False,
-        seed=0,
-    )
+    args = grpo_args(trl, tmp_path)
     trainer = trl.GRPOTrainer(
         model=model,
         reward_funcs=[answer_match_reward, R.format_reward],
