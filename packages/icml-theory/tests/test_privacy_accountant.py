@@ -1,5 +1,7 @@
 """The opacus-shaped accountant and get_noise_multiplier."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -54,6 +56,17 @@ def test_get_noise_multiplier_meets_the_target():
         OptimalRDPAccountant().step(noise_multiplier=sigma, sample_rate=0.01, num_steps=100).get_epsilon(1e-5)
     )
     assert 2.0 - 0.05 <= got <= 2.0
+
+
+def test_epsilon_at_small_noise_multiplier():
+    """Regression: at sigma = 0.05, q = 0.01 the order-1 RDP was NaN (r overflowed in the forward KL), and
+    get_epsilon raised a misleading "profile(orders) must hold non-negative RDP values" ValueError."""
+    acc = OptimalRDPAccountant().step(noise_multiplier=0.05, sample_rate=0.01, num_steps=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eps, cks = acc.get_epsilon(1e-5), acc.get_epsilon(1e-5, method="cks")
+    assert np.isfinite(eps) and eps <= cks
+    assert cks == pytest.approx(267.11, abs=0.01)  # measured (CKS worked before the fix too)
 
 
 @pytest.mark.parametrize(

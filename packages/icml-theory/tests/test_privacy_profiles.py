@@ -1,6 +1,8 @@
 """RDP profiles: closed forms, numerical integration, both directions, sound interpolation, bad input."""
 
 import math
+import warnings
+from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from icml_theory.privacy import (
     SubsampledGaussianRDP,
     TabulatedRDP,
     bernoulli_renyi,
+    optimal_epsilon,
 )
 
 ORDERS = np.array([0.5, 0.6, 0.8, 0.99, 1.0, 1.01, 1.5, 2.0, 3.0, 7.5, 16.0, 40.0])
@@ -50,6 +53,67 @@ def test_laplace_matches_quadrature_both_directions(tau):
     p, q = stats.laplace(0, 0.8).logpdf, stats.laplace(1, 0.8).logpdf
     assert prof(tau) == pytest.approx(renyi_by_quad(p, q, tau), rel=1e-7)
     assert prof(tau) == pytest.approx(renyi_by_quad(q, p, tau), rel=1e-7)
+
+
+def laplace_rdp_reference(scale, tau):
+    """Mironov (2017), Table II, for Lap(0, b) vs Lap(1, b), in 60-digit decimal arithmetic:
+    ``log[tau/(2 tau - 1) e^{(tau-1)/b} + (tau-1)/(2 tau - 1) e^{-tau/b}] / (tau - 1)`` (the same three-piece
+    integral for tau in (1/2, 1)); the KL ``1/b + e^{-1/b} - 1`` at tau = 1, the limit at tau = 1/2."""
+    with localcontext() as ctx:
+        ctx.prec, ctx.Emax, ctx.Emin = 60, MAX_EMAX, MIN_EMIN
+        c, t = 1 / Decimal(repr(scale)), Decimal(repr(tau))
+        if t == 1:
+            return float(c + (-c).exp() - 1)
+        if t == Decimal("0.5"):  # the limit: the sum is e^{-c/2} (1 + c/2)
+            return float(((-c / 2).exp() * (1 + c / 2)).ln() / (t - 1))
+        total = t / (2 * t - 1) * ((t - 1) * c).exp() + (t - 1) / (2 * t - 1) * (-t * c).exp()
+        return float(total.ln() / (t - 1))
+
+
+LAPLACE_ORDERS = [
+    0.5,
+    0.6,
+    0.8,
+    0.85,
+    0.9,
+    0.95,
+    0.99,
+    1 - 1e-6,
+    1.0,
+    1 + 1e-6,
+    1.01,
+    1.1,
+    1.25,
+    2.0,
+    10.0,
+    1e4,
+]
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e-2, 0.1, 1.0, 10.0])
+def test_laplace_matches_high_precision_reference(scale):
+    """Regression: at scale 1e-3 the expm1 form next to tau = 1 cancelled to log1p(-1) = -inf, so the RDP was
+    +inf at orders 0.8-0.95 (true value <= 1/scale), and expm1 overflow warnings leaked at large orders.
+    Measured worst relative error over these orders: 1.1e-13 (scale 10), 1.5e-16 (scale 1e-3)."""
+    prof = LaplaceRDP(scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = prof(np.array(LAPLACE_ORDERS))
+    expected = [laplace_rdp_reference(scale, t) for t in LAPLACE_ORDERS]
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    assert np.all(got <= 1 / scale)  # bounded by the pure-DP epsilon
+    grid = np.array(LAPLACE_ORDERS[:-1]).reshape(3, 5)  # 2-d orders (the order search passes them)
+    np.testing.assert_array_equal(prof(grid), got[:-1].reshape(3, 5))
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0])
+def test_laplace_optimal_epsilon_is_finite_and_silent(scale):
+    """Regression: scale 1e-3 raised a misleading "must hold non-negative RDP values" ValueError (the order
+    search met the +inf values) and scale 1 emitted ~130 "overflow encountered in expm1" warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eps = optimal_epsilon(LaplaceRDP(scale), 1e-5)
+    assert eps == pytest.approx(1 / scale, rel=1e-4)  # measured: 1/scale + 6.1e-5 at both scales
 
 
 def test_randomized_response_is_bernoulli_divergence():
@@ -130,6 +194,46 @@ def test_subsampled_gaussian_limits():
     sub = SubsampledGaussianRDP(0.01, 1.0)(taus)
     assert np.all(sub <= GaussianRDP(1.0)(taus))
     assert sub[2] == pytest.approx(math.log1p(0.01**2 * (math.e - 1)), rel=1e-12)
+
+
+# D_tau at small sigma, where the privacy loss log r reaches hundreds to thousands: mpmath (40 digits) of the
+# defining integrals, max of both directions (add-remove) or D_tau(P||Q) (replace-one), KL at tau = 1
+SMALL_SIGMA_REFERENCE = [
+    ("add-remove", 0.01, 0.05, 0.9, 0.09045302024579138),
+    ("add-remove", 0.01, 0.05, 1.0, 1.9439984656451526),
+    ("add-remove", 0.01, 0.05, 1.1, 169.34312839137124),
+    ("add-remove", 0.01, 0.05, 2.0, 390.7896596280238),
+    ("add-remove", 0.01, 0.02, 0.8, 0.040201343414005775),
+    ("add-remove", 0.01, 0.02, 1.0, 12.443998465645153),
+    ("add-remove", 0.01, 0.02, 1.01, 797.4118951478238),
+    ("add-remove", 0.01, 0.02, 1.2, 1472.3689788840713),
+    ("add-remove", 0.5, 0.02, 0.95, 13.169796430638948),
+    ("add-remove", 0.5, 0.02, 1.0, 624.30685281944),
+    ("replace-one", 0.01, 0.05, 1.0, 1.954048801498654),
+    ("replace-one", 0.01, 0.02, 0.9, 0.10050335853501444),
+    ("replace-one", 0.01, 0.02, 1.01, 797.4219454836773),
+    ("replace-one", 0.01, 0.02, 1.1, 1324.3531782899845),
+    ("replace-one", 0.5, 0.02, 1.2, 1496.5342640972),
+    ("replace-one", 0.5, 0.02, 1.0, 625.0),
+]
+
+
+@pytest.mark.parametrize("relation, q, sigma, tau, expected", SMALL_SIGMA_REFERENCE)
+def test_subsampled_gaussian_small_sigma_matches_high_precision(relation, q, sigma, tau, expected):
+    """Regression: the forward KL formed phi0 * r, and r overflows float64 for small sigma (inf / inf: NaN at
+    order 1 for q = 0.01, sigma = 0.05); the expm1 sums next to orders 0 and 1 overflowed too (NaN at orders
+    0.8-1.2 for sigma <= 0.02). Measured worst relative error on these rows: 3.5e-14."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = SubsampledGaussianRDP(q, sigma, relation=relation)(tau)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_subsampled_gaussian_kl_at_small_sigma_matches_quadrature():
+    """The order-1 value against adaptive quadrature of E_mu1[log mu1/mu0] (mu1 formed directly, no r)."""
+    assert SubsampledGaussianRDP(0.01, 0.05)(1.0) == pytest.approx(
+        subsampled_by_quad(0.01, 0.05, 1.0), rel=1e-12
+    )
 
 
 def replace_by_quad(q, sigma, tau):

@@ -167,16 +167,25 @@ class LaplaceRDP(RDPProfile):
         c = self.sensitivity / self.scale  # 1 / lambda
         t1 = tau - 1.0
         k = 2 * tau - 1
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # over: expm1 of a huge exponent (large order or large 1/lambda) is inf, which the log then handles
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             middle = np.where(np.abs(k) < 1e-12, c, -np.expm1(-k * c) / np.where(k == 0, 1.0, k))
             # log of 1/2 e^{-(1-tau)c} + 1/2 e^{-tau c} + 1/2 e^{-(1-tau)c} * middle
             logs = np.log(0.5) + np.logaddexp(t1 * c + np.log1p(middle), -tau * c)
-            # next to tau = 1 the sum is 1 + O(tau - 1): assemble "sum - 1" from expm1 pieces instead
-            d_middle = (-2 * t1 + math.exp(-c) * (2 * t1 - np.expm1(-2 * t1 * c))) / k  # middle - middle(1)
-            s_minus_1 = 0.5 * (np.expm1(t1 * c) * (1 + middle) + d_middle) + 0.5 * math.exp(-c) * np.expm1(
-                -t1 * c
-            )
-            logs = np.where(np.abs(t1) < 0.25, np.log1p(s_minus_1), logs)
+            # next to tau = 1 the sum is 1 + O(tau - 1): assemble "sum - 1" from expm1 pieces instead. That
+            # form is accurate only while the sum - 1 is small: for large 1/lambda it lands next to -1 (e.g.
+            # -1 + 1e-87 at tau = 0.8, lambda = 1e-3), where log1p has cancelled (to -inf); the log above
+            # is accurate there, since |log sum| >= log(3/2)
+            near = np.abs(t1) < 0.25  # a mask: tau may be 2-d
+            if np.any(near):
+                tn, mn, kn = t1[near], middle[near], k[near]
+                # middle - middle(1)
+                d_middle = (-2 * tn + math.exp(-c) * (2 * tn - np.expm1(-2 * tn * c))) / kn
+                s_minus_1 = 0.5 * (np.expm1(tn * c) * (1 + mn) + d_middle) + 0.5 * math.exp(-c) * np.expm1(
+                    -tn * c
+                )
+                ok = np.abs(s_minus_1) <= 0.5
+                logs[near] = np.where(ok, np.log1p(np.where(ok, s_minus_1, 0.0)), logs[near])
             out = np.where(t1 == 0, c + math.expm1(-c), logs / np.where(t1 == 0, 1.0, t1))
         return self.steps * np.maximum(out, 0.0)  # a divergence: rounding below 0 (tiny c) is clamped
 
@@ -212,7 +221,9 @@ class SubsampledGaussianRDP(RDPProfile):
       tests check it against the binomial sum at integer orders and against adaptive quadrature. The
       rule's own error at ``lambda = 0, 1`` (where the moment is exactly 1) is subtracted, and within 0.25
       of those exponents the moment is summed as ``1 + E[expm1(...)]``, which keeps full relative
-      precision next to the KL order.
+      precision next to the KL order (where that sum stays within 1/2 of 1; for small sigma it can
+      overflow or cancel, and the log-sum-exp value, accurate there, is kept). The KL order's weights
+      ``phi0 * r`` are formed in log space, since ``r`` alone overflows float64 for small sigma.
     """
 
     _finite = True
@@ -278,8 +289,8 @@ class SubsampledGaussianRDP(RDPProfile):
             if np.any(near):
                 w = np.exp(log_p - log_p.max())
                 ell = log_p - log_q
-                e = np.expm1((lam[near, None] - 1) * ell[None, :]) @ w / w.sum()
-                log_m[near] = np.log1p(e)
+                sel = np.flatnonzero(near)
+                log_m[sel] = _log1p_where_accurate((lam[sel, None] - 1) * ell[None, :], w, log_m[sel])
                 kl = float(ell @ w / w.sum())
             with np.errstate(divide="ignore", invalid="ignore"):
                 d = np.where(lam == 1, kl if np.any(near) else 0.0, log_m / np.where(lam == 1, 1.0, lam - 1))
@@ -332,11 +343,11 @@ class SubsampledGaussianRDP(RDPProfile):
                 w1 = np.exp(log_w1 - log_w1.max())
                 near0, near1 = np.abs(lam) < 0.25, np.abs(lam - 1) < 0.25
                 if np.any(near0):
-                    e = np.expm1(lam[near0, None] * log_r[None, :]) @ w0 / w0.sum()
-                    out[idx[near0]] = np.log1p(e)
+                    sel = idx[near0]
+                    out[sel] = _log1p_where_accurate(lam[near0, None] * log_r[None, :], w0, out[sel])
                 if np.any(near1):
-                    e = np.expm1((lam[near1, None] - 1) * log_r[None, :]) @ w1 / w1.sum()
-                    out[idx[near1]] = np.log1p(e)
+                    sel = idx[near1]
+                    out[sel] = _log1p_where_accurate((lam[near1, None] - 1) * log_r[None, :], w1, out[sel])
         return out
 
     def _log_moment_binomial(self, lam: int) -> float:
@@ -358,11 +369,13 @@ class SubsampledGaussianRDP(RDPProfile):
 
     def _kl(self, forward: bool) -> float:
         log_phi0, log_r = self._grid(1.0)
-        w = np.exp(log_phi0)
-        if forward:  # E_mu1[log r] = E_mu0[r log r]
-            wr = w * np.exp(log_r)
-            return float(np.sum(wr * log_r) / np.sum(wr))
-        return float(-np.sum(w * log_r) / np.sum(w))  # E_mu0[log mu0/mu1]
+        # E_mu1[log r] = E_mu0[r log r] (forward) or E_mu0[log mu0/mu1] = -E_mu0[log r], with weights
+        # phi0 r or phi0 formed in log space and scaled by their largest term: r alone overflows float64
+        # once (2 z - 1) / (2 sigma^2) passes ~709 (small sigma), and inf / inf would give NaN
+        log_w = log_phi0 + log_r if forward else log_phi0
+        w = np.exp(log_w - log_w.max())
+        mean = float(w @ log_r / w.sum())
+        return mean if forward else -mean
 
     def __repr__(self):
         rel = "" if self.relation == "add-remove" else f", relation={self.relation!r}"
@@ -375,6 +388,21 @@ def _iterable(x) -> bool:
     except TypeError:
         return False
     return not isinstance(x, str | bytes)
+
+
+def _log1p_where_accurate(exponents: np.ndarray, w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """``log(1 + e)`` with ``e = sum_j w_j expm1(exponents[i, j]) / sum_j w_j``, per row where ``|e| <= 1/2``;
+    ``fallback`` (the log-sum-exp value) elsewhere.
+
+    The ``1 + E[expm1(...)]`` form keeps full relative precision only while the log moment is small. Far
+    from 0 (small sigma) the exponents reach float64's range: ``expm1`` overflows and ``inf * 0`` (an
+    underflowed weight) gives NaN, or ``e`` lands next to -1 where ``log1p`` has cancelled. There
+    ``|log(1 + e)| >= log(3/2)`` and the log-sum-exp value is accurate, so it is kept.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.expm1(exponents) @ w / w.sum()
+    ok = np.abs(e) <= 0.5  # False for NaN and inf
+    return np.where(ok, np.log1p(np.where(ok, e, 0.0)), fallback)
 
 
 def _lse(x: np.ndarray) -> np.ndarray:
