@@ -36,6 +36,24 @@ def grpo_args(trl, tmp_path):
     )
 
 
+def train_two_steps(trl, model, reward_funcs, dataset, processing_class, tmp_path) -> list[dict]:
+    """Two GRPOTrainer steps; their log entries, each with both rewards' means in [0, 1] (checked)."""
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=grpo_args(trl, tmp_path),  # beta = 0: no reference model
+        train_dataset=dataset,
+        processing_class=processing_class,
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "rewards/answer_match_reward/mean" in entry]
+    assert trainer.state.global_step == 2 and len(logs) == 2
+    for entry in logs:
+        assert 0.0 <= entry["rewards/answer_match_reward/mean"] <= 1.0
+        assert 0.0 <= entry["rewards/format_reward/mean"] <= 1.0
+    return logs
+
+
 def test_rewards_accept_the_keywords_grpo_trainer_passes():
     # GRPOTrainer._calculate_rewards: every dataset column except "prompt" (and "completion[_ids]"), one
     # value per completion, plus prompts, completions, completion_ids, trainer_state, log_extra, log_metric.
@@ -101,20 +119,8 @@ def test_two_grpo_trainer_steps_with_our_rewards(tmp_path):
         )
     )
     ds = build_dataset(ramp_images(8), "rotation", seed=0, as_text=True)
-    args = grpo_args(trl, tmp_path)  # beta = 0: no reference model
-    trainer = trl.GRPOTrainer(
-        model=model,
-        reward_funcs=[R.answer_match_reward, R.format_reward],
-        args=args,
-        train_dataset=ds,
-        processing_class=tokenizer,
-    )
-    trainer.train()
-    logs = [entry for entry in trainer.state.log_history if "rewards/answer_match_reward/mean" in entry]
-    assert trainer.state.global_step == 2 and len(logs) == 2
+    logs = train_two_steps(trl, model, [R.answer_match_reward, R.format_reward], ds, tokenizer, tmp_path)
     for entry in logs:
-        assert 0.0 <= entry["rewards/answer_match_reward/mean"] <= 1.0
-        assert 0.0 <= entry["rewards/format_reward/mean"] <= 1.0
         assert "frac_reward_zero_std" in entry
 
 
@@ -215,20 +221,7 @@ def test_two_grpo_trainer_steps_on_a_vision_language_model(tmp_path):
             seen["forwards"].append((None if pixels is None else pixels.shape[0], image_tokens))
 
     model.register_forward_pre_hook(record, with_kwargs=True)
-    args = grpo_args(trl, tmp_path)
-    trainer = trl.GRPOTrainer(
-        model=model,
-        reward_funcs=[answer_match_reward, R.format_reward],
-        args=args,
-        train_dataset=ds,
-        processing_class=processor,
-    )
-    trainer.train()
-    logs = [entry for entry in trainer.state.log_history if "rewards/answer_match_reward/mean" in entry]
-    assert trainer.state.global_step == 2 and len(logs) == 2
-    for entry in logs:
-        assert 0.0 <= entry["rewards/answer_match_reward/mean"] <= 1.0
-        assert 0.0 <= entry["rewards/format_reward/mean"] <= 1.0
+    train_two_steps(trl, model, [answer_match_reward, R.format_reward], ds, processor, tmp_path)
     # the images reached the model: two per prompt, each expanded to (8 / 4)^2 = 4 placeholder tokens
     assert len(seen["forwards"]) >= 4  # per step: generation's prefill and the loss pass
     assert {count for _, tokens in seen["forwards"] for count in tokens} == {8}
