@@ -21,3 +21,48 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def fake_cuda():
+    """A context manager that runs code on a faked CUDA device, for device checks on machines without one.
+
+    Inside ``with fake_cuda():`` torch's ``FakeTensorMode`` fakes ``device="cuda"`` tensors and modules moved
+    there, and an op mixing them with CPU tensors raises ``FakeTensorDeviceMismatchError`` as a GPU would.
+    Fake tensors hold no values, so value reads return stand-ins: ``bool(t)`` gives ``truth`` (default True)
+    and ``t.item()``/``float(t)``/``int(t)`` give ``scalar`` (default 1.0). Shapes, dtypes and devices are
+    real; numbers are not, so assert only on those. Not caught here: a CPU ``torch.Generator`` drawing CUDA
+    tensors, and ``.numpy()`` of a CUDA tensor (fake tensors refuse ``.numpy()`` on every device)."""
+    import contextlib
+
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    @contextlib.contextmanager
+    def mode(truth: bool = True, scalar: float = 1.0):
+        originals = {n: getattr(torch.Tensor, n) for n in ("__bool__", "item", "__float__", "__int__")}
+        stand_ins = {
+            "__bool__": lambda t: truth,
+            "item": lambda t: scalar if t.is_floating_point() else int(scalar),
+            "__float__": lambda t: float(scalar),
+            "__int__": lambda t: int(scalar),
+        }
+
+        def patched(name):
+            def read(self, *args, **kwargs):
+                if isinstance(self, FakeTensor):
+                    return stand_ins[name](self)
+                return originals[name](self, *args, **kwargs)
+
+            return read
+
+        for name in originals:
+            setattr(torch.Tensor, name, patched(name))
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=True) as fake:
+                yield fake
+        finally:
+            for name, original in originals.items():
+                setattr(torch.Tensor, name, original)
+
+    return mode
