@@ -139,6 +139,21 @@ def test_session_runs_on_a_hf_causal_lm(model):
     assert session.cache_tokens.tolist() == (6 + 2 + 5 + session.inserted).tolist()
 
 
+def test_a_forced_boundary_index_is_on_the_session_device(fake_cuda):
+    # on a faked CUDA device (the root conftest's fixture): a forced action's index was built on the CPU
+    model = tiny_mistral()
+    visual, reasoning, router = memories(model)
+    ids, image = prompt_and_image()
+    with fake_cuda():
+        model, visual, reasoning, router = (m.to("cuda") for m in (model, visual, reasoning, router))
+        session = MemorySession(model, visual, reasoning, router)
+        session.start(ids.to("cuda"), image.to("cuda"))
+        forced = session.boundary(("both", SIZES[0]))
+        chosen = session.boundary()
+        assert forced.index.device.type == "cuda" and chosen.index.device.type == "cuda"
+        assert torch.stack([forced.index, chosen.index], 1).shape == (2, 2)
+
+
 def test_layer_picks_the_hidden_states_the_memories_read(model):
     visual, _, router = memories(model)
     ids, image = prompt_and_image()

@@ -174,7 +174,8 @@ class CausalLMPolicy(nn.Module):
                 nxt = last.argmax(-1)
             else:
                 probs = torch.softmax(last, -1)
-                nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(ids.device)
+                on = probs.cpu() if generator is None else probs.to(generator.device)  # a CUDA generator too
+                nxt = torch.multinomial(on, 1, generator=generator).squeeze(1).to(ids.device)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_token_id), nxt)
             keep.append(~done)
             out.append(nxt)

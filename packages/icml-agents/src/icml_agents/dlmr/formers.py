@@ -333,7 +333,7 @@ def load_memories(path: str | os.PathLike[str]) -> dict[str, nn.Module]:
         raise ValueError(f"path must be an existing file written by save_memories, got {str(path)!r}")
     out: dict[str, nn.Module] = {}
     try:
-        payload = torch.load(target, weights_only=True)
+        payload = torch.load(target, weights_only=True, map_location="cpu")  # saved on a GPU too
         for name, entry in payload.items():
             cfg = dict(entry["config"])
             cls = classes[entry["class"]]

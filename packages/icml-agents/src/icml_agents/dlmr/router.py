@@ -95,7 +95,12 @@ class Router(nn.Module):
         if greedy:
             index = logits.argmax(dim=-1)
         else:
-            index = torch.multinomial(logp_all.exp().detach(), 1, generator=generator).squeeze(1)
+            probs = logp_all.exp().detach()
+            if (
+                generator is not None
+            ):  # drawn on the generator's device (a CPU generator samples CUDA rows too)
+                probs = probs.to(generator.device)
+            index = torch.multinomial(probs, 1, generator=generator).squeeze(1).to(logits.device)
         return index, logp_all.gather(1, index[:, None]).squeeze(1)
 
     def gumbel(self, state, tau: float = 1.0, hard: bool = True) -> torch.Tensor:
@@ -111,7 +116,10 @@ def token_cost_reward(correct, tokens, cost: float) -> torch.Tensor:
     """``correct - cost * tokens``: the router's reward (``correct`` in {0, 1} or a score, ``tokens`` the
     memory tokens inserted)."""
     cost = check_real(cost, "cost", "[0, inf)")
+    device = tokens.device if isinstance(tokens, torch.Tensor) else None  # a list follows the tensor
     correct, tokens = _as_reals(correct, "correct"), _as_reals(tokens, "tokens")
+    correct = correct.to(device or correct.device)
+    tokens = tokens.to(correct.device)
     if correct.shape != tokens.shape:
         raise ValueError(
             f"correct and tokens must have the same shape, got {tuple(correct.shape)} and {tuple(tokens.shape)}"

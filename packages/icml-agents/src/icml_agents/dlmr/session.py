@@ -198,7 +198,12 @@ class MemorySession:
             size = limit if size is None else check_int(size, "action size", 1, limit)
         index = None
         if self.router is not None and (mode == "none" or size in self.router.sizes):
-            index = torch.full((batch,), self.router.action_index(mode, size or 0), dtype=torch.long)
+            index = torch.full(
+                (batch,),
+                self.router.action_index(mode, size or 0),
+                dtype=torch.long,
+                device=self.state.device,
+            )
         return index, None, [(mode, int(size or 0))] * batch
 
     def boundary(self, action=None, *, rows=None, greedy: bool = True, generator=None) -> Boundary:

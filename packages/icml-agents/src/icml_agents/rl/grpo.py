@@ -126,14 +126,16 @@ def grpo_loss(
     gradient); ``old_logp`` ``(B, T)``: the same under the sampling policy (detached; pass ``logp.detach()``
     when there is one optimisation pass per batch); ``advantages`` ``(B,)``; ``mask`` ``(B, T)``: 1 for
     completion tokens (default all ones); ``ref_logp`` ``(B, T)``: the reference policy, needed when
-    ``beta > 0``. Returns ``(loss, stats)``; ``stats`` holds plain floats: ``kl`` (mean k3 over tokens),
-    ``clip_ratio`` (fraction of tokens where the clip is active), ``mean_ratio``. Half precision (float16,
-    bfloat16) is computed in float32; the loss is cast back to ``logp``'s dtype.
+    ``beta > 0``; ``advantages`` and ``mask`` are moved to ``logp``'s device. Returns ``(loss, stats)``;
+    ``stats`` holds plain floats: ``kl`` (mean k3 over tokens), ``clip_ratio`` (fraction of tokens where the
+    clip is active), ``mean_ratio``. Half precision (float16, bfloat16) is computed in float32; the loss is
+    cast back to ``logp``'s dtype.
     """
     logp = check_tensor(logp, "logp", ndim=2, floating=True)  # (batch, tokens)
     old_logp = check_tensor(old_logp, "old_logp", logp.shape, floating=True)
-    advantages = check_tensor(advantages, "advantages", logp.shape[:1])
-    mask = torch.ones_like(logp) if mask is None else check_tensor(mask, "mask", logp.shape)
+    # advantages and mask often come from the CPU (rewards are Python lists): they follow logp's device
+    advantages = check_tensor(advantages, "advantages", logp.shape[:1]).to(logp.device)
+    mask = torch.ones_like(logp) if mask is None else check_tensor(mask, "mask", logp.shape).to(logp.device)
     if mask.is_complex() or not bool(((mask >= 0) & (mask <= 1)).all()):  # NaN fails both comparisons
         raise ValueError("mask must hold weights in [0, 1] (1 for completion tokens, 0 for padding)")
     if advantages.is_complex():
@@ -152,7 +154,7 @@ def grpo_loss(
     # gradient); completion tokens must be finite
     completion = mask.detach() != 0
     for name, t in (("logp", logp), ("old_logp", old_logp), ("ref_logp", ref_logp)):
-        if t is not None and not bool(torch.isfinite(t.detach()[completion]).all()):
+        if t is not None and not bool((torch.isfinite(t.detach()) | ~completion).all()):
             raise ValueError(f"{name} must be finite on the completion tokens (mask != 0), got NaN or inf")
     if not bool(torch.isfinite(advantages).all()):
         raise ValueError("advantages must be finite, got NaN or inf")
