@@ -34,7 +34,7 @@ def test_float64_round_trip_is_exact(tmp_path, name):
     model = float64_model(name)
     saved = model.state_dict()
     assert any(t.dtype == torch.float64 and not torch.equal(t, t.float().double()) for t in saved.values())
-    model.save(tmp_path / name)
+    assert model.save(tmp_path / name) == tmp_path / name  # every save returns the folder
     loaded = type(model).load(tmp_path / name).state_dict()
     assert list(loaded) == list(saved)
     for key, t in saved.items():

@@ -101,10 +101,10 @@ class EchoCalibrator:
             raise ValueError(
                 "q, k and v are too large: the normal equations of the calibration overflow float64"
             )
-        for variant, (gram, rhs, yy) in enumerate(sums):
-            self.gram[variant] += gram
-            self.rhs[variant] += rhs
-            self.yy[variant] += yy
+        for variant, (gram, rhs, yy) in enumerate(sums):  # the sums stay on the CPU, where solve() runs
+            self.gram[variant] += gram.to(self.gram.device)
+            self.rhs[variant] += rhs.to(self.rhs.device)
+            self.yy[variant] += yy.to(self.yy.device)
         self.count += q.shape[0]
 
     def solve(self) -> dict[str, torch.Tensor]:
@@ -339,7 +339,7 @@ class EchoPolicy(torch.nn.Module):
         if self.mode == "mix":
             if self.mix_weights is None:
                 raise ValueError("mode 'mix' needs mix_weights (L, H, 3) set first")
-            w = self.mix_weights[layer].to(q.dtype)  # (H, 3)
+            w = self.mix_weights[layer].to(device=q.device, dtype=q.dtype)  # (H, 3)
             outs = torch.stack([self.operator(r, layer, all_heads, q, k, v) for r in ROUTES], -1)
             return (outs * w[None, :, None, None, :]).sum(-1)
         routes = self.routes[layer]

@@ -163,7 +163,7 @@ def train_router(
     check_int(seed, "seed", 0, 2**64 - 1)
     _check_training(transformer, policy, batches, "train_router")
     targets = _teacher(transformer, policy, batches)
-    costs = _route_costs(policy)
+    costs = _route_costs(policy).to(policy.router_logits.device)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam([policy.router_logits], lr=lr)
     log = []
@@ -176,7 +176,8 @@ def train_router(
         for step in range(steps):
             i = step % len(batches)
             logits = policy.router_logits
-            gumbel = -torch.log(-torch.log(torch.rand(logits.shape, generator=g).clamp(1e-10, 1 - 1e-10)))
+            uniform = torch.rand(logits.shape, generator=g).clamp(1e-10, 1 - 1e-10)  # drawn on the CPU
+            gumbel = -torch.log(-torch.log(uniform)).to(logits.device)
             soft = ((logits + gumbel) / tau).softmax(-1)
             hard = torch.nn.functional.one_hot(soft.argmax(-1), len(ROUTES)).to(soft.dtype)
             policy.mix_weights = hard - soft.detach() + soft

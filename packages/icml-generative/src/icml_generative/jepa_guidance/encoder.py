@@ -151,7 +151,7 @@ def train_jepa_encoder(
         raise ValueError(f"encoder refused data shaped {tuple(data.shape)}: {err}") from err
     torch.manual_seed(seed)  # the predictor's initial weights
     predictor = nn.Sequential(nn.Linear(dim, predictor_hidden), nn.SiLU(), nn.Linear(predictor_hidden, dim))
-    predictor.to(data.dtype)
+    predictor.to(device=data.device, dtype=data.dtype)
     opt = torch.optim.Adam([*module.parameters(), *predictor.parameters()], lr=lr)
     feature_std = data.std(0, keepdim=True).clamp_min(1e-8)
     batch = min(batch_size, data.shape[0])
@@ -159,12 +159,14 @@ def train_jepa_encoder(
     start = time.perf_counter()
     for step in range(steps):
         x = data[torch.randperm(data.shape[0], generator=gen)[:batch]]
+        # drawn on the CPU (gen), the same draws on every device
         views = [
-            x + noise * feature_std * torch.randn(x.shape, generator=gen, dtype=x.dtype) for _ in range(2)
+            x + noise * feature_std * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)
+            for _ in range(2)
         ]
         if mask_ratio > 0:
             keep = torch.rand(x.shape, generator=gen) >= mask_ratio
-            views[0] = views[0] * keep.to(x.dtype)
+            views[0] = views[0] * keep.to(device=x.device, dtype=x.dtype)
         z1, z2 = (module(v).reshape(batch, -1) for v in views)
         if not bool(torch.isfinite(z1).all() and torch.isfinite(z2).all()):
             raise ValueError(_diverged("the embeddings", step, lr, noise, weight))

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -182,7 +183,7 @@ class KinematicsGS(nn.Module):
             k = min(3, self.n - 1)
             # cdist has float32 and float64 kernels only: other dtypes (exact in float64) are measured there
             pts = points if points.dtype in (torch.float32, torch.float64) else points.double()
-            dist = torch.cdist(pts, pts) + torch.eye(self.n) * 1e9
+            dist = torch.cdist(pts, pts) + torch.eye(self.n, device=pts.device) * 1e9
             scale = float(dist.topk(k, largest=False).values.mean()) if k else 0.1
             if not self._representable(scale):
                 raise ValueError(
@@ -216,8 +217,8 @@ class KinematicsGS(nn.Module):
 
     # -------------------------------------------------------------------------------------- deformation
     def _basis(self, t: float | torch.Tensor) -> torch.Tensor:
-        t = torch.as_tensor(t, dtype=self.means.dtype)
-        k = torch.arange(1, self.frequencies + 1, dtype=self.means.dtype)
+        t = torch.as_tensor(t, dtype=self.means.dtype, device=self.means.device)
+        k = torch.arange(1, self.frequencies + 1, dtype=self.means.dtype, device=self.means.device)
         angle = 2 * math.pi * k * t
         return torch.cat([torch.sin(angle), torch.cos(angle) - 1])  # (2F,), zero at t = 0
 
@@ -234,7 +235,7 @@ class KinematicsGS(nn.Module):
             coefficients = field if coefficients is None else field + coefficients
         assert coefficients is not None
         if int(self.stage) < 2:  # coarse: the first frequency only
-            keep = torch.zeros(2 * self.frequencies, 1, dtype=coefficients.dtype)
+            keep = coefficients.new_zeros(2 * self.frequencies, 1)
             keep[0] = keep[self.frequencies] = 1.0
             coefficients = coefficients * keep
         return coefficients
@@ -325,7 +326,7 @@ class KinematicsGS(nn.Module):
         w = torch.where(w.norm(dim=-1, keepdim=True) > 1e-6, w, fallback)
         e2 = w / w.norm(dim=-1, keepdim=True)
         frame = torch.stack([e1, e2, torch.linalg.cross(e1, e2)], -1)  # columns
-        eye = torch.eye(3, dtype=frame.dtype).expand_as(frame)
+        eye = torch.eye(3, dtype=frame.dtype, device=frame.device).expand_as(frame)
         return torch.where(moving[:, None, None], frame, eye), moving
 
     def rotations(self, velocities: torch.Tensor) -> torch.Tensor:
@@ -446,9 +447,10 @@ class KinematicsGS(nn.Module):
         return torch.stack(frames).mean(0)
 
     # --------------------------------------------------------------------------------------- save/load
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the model into the folder ``path`` atomically (``config.json`` + ``model.safetensors``)."""
-        save_module(path, self, self.config())
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the model into the folder ``path`` atomically (``config.json`` + ``model.safetensors``);
+        returns the folder."""
+        return save_module(path, self, self.config())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> KinematicsGS:

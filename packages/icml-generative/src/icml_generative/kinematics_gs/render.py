@@ -137,7 +137,12 @@ def rotmat_to_quat(rotations: torch.Tensor) -> torch.Tensor:
     _check_floats(rotations, "rotations", (3, 3))
     r = rotations.detach().double()
     if r.numel() and not (
-        bool(((r @ r.transpose(-1, -2) - torch.eye(3, dtype=r.dtype)).abs() <= ROTATION_TOLERANCE).all())
+        bool(
+            (
+                (r @ r.transpose(-1, -2) - torch.eye(3, dtype=r.dtype, device=r.device)).abs()
+                <= ROTATION_TOLERANCE
+            ).all()
+        )
         and bool((torch.linalg.det(r) > 0).all())
     ):
         raise ValueError(
@@ -425,13 +430,13 @@ def naive_rasterization(
     eps2d = check_number(eps2d, "eps2d", minimum=0)
     if background is not None:
         check_background(background, "background", colors.shape[1])
-    mu = means.detach().double().numpy()
-    cov = covars.detach().double().numpy()
-    op = opacities.detach().double().numpy()
-    col = colors.detach().double().numpy()
-    vm = viewmat.detach().double().numpy()
-    k = K.detach().double().numpy()
-    bg = np.zeros(col.shape[1]) if background is None else background.detach().double().numpy()
+    mu = means.detach().cpu().double().numpy()
+    cov = covars.detach().cpu().double().numpy()
+    op = opacities.detach().cpu().double().numpy()
+    col = colors.detach().cpu().double().numpy()
+    vm = viewmat.detach().cpu().double().numpy()
+    k = K.detach().cpu().double().numpy()
+    bg = np.zeros(col.shape[1]) if background is None else background.detach().cpu().double().numpy()
     fx, fy, cx, cy = k[0, 0], k[1, 1], k[0, 2], k[1, 2]
     splats = []
     for i in range(mu.shape[0]):

@@ -38,7 +38,7 @@ def sliced_wasserstein(x: torch.Tensor, y: torch.Tensor, n_projections: int = 25
         )
     gen = torch.Generator().manual_seed(seed)
     theta = torch.randn(x.shape[1], n_projections, generator=gen, dtype=torch.float64)  # (d, p)
-    theta = theta / theta.norm(dim=0, keepdim=True)
+    theta = (theta / theta.norm(dim=0, keepdim=True)).to(x.device)  # drawn on the CPU: the same on any device
     # on x / s and y / s with s = max |x|, |y| (SW2 is 1-homogeneous): no overflow for any finite input
     s = max(x.double().abs().max().item(), y.double().abs().max().item()) or 1.0
     px = torch.sort((x.double() / s) @ theta, dim=0).values  # (n, p)
@@ -96,7 +96,7 @@ def frechet_distance(x: torch.Tensor, y: torch.Tensor) -> float:
 def spearman(a, b) -> float:
     """Spearman rank correlation (average ranks for ties); NaN, with a ``RuntimeWarning``, with fewer than
     3 pairs or a constant input (as ``scipy.stats.spearmanr``)."""
-    a, b = as_real_tensor(a, "a").numpy(), as_real_tensor(b, "b").numpy()
+    a, b = as_real_tensor(a, "a").cpu().numpy(), as_real_tensor(b, "b").cpu().numpy()
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"a and b must be 1-D of equal length, got shapes {a.shape} and {b.shape}")
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
