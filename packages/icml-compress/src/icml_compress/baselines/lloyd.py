@@ -58,7 +58,7 @@ def lloyd_max(
         if init.shape != (*x.shape[:-1], levels):
             expected = (*x.shape[:-1], levels)
             raise ValueError(f"init must have shape {expected} (x's rows by levels), got {tuple(init.shape)}")
-        grid = init.to(values.dtype)
+        grid = init.to(dtype=values.dtype, device=values.device)
     nearest, mse = _assign(values, grid)
     history = [mse]
     for _ in range(iters):

@@ -177,7 +177,8 @@ def refit_coefficients(
     check_positive(damping, "damping")
     H = H.double()
     G = basis.T @ H @ basis
-    G = G + damping * G.diagonal().mean().clamp_min(1e-30) * torch.eye(G.shape[0], dtype=G.dtype)
+    eye = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
+    G = G + damping * G.diagonal().mean().clamp_min(1e-30) * eye
     C = torch.linalg.solve(G, basis.T @ H @ W.detach().double().T)
     if not torch.isfinite(C).all():
         raise ValueError("the refitted coefficients are not finite: W, H or basis too large for float64")

@@ -139,7 +139,7 @@ def dsatur_coloring(adjacency, max_group: int, seed: int = 0, costs=None) -> lis
     ``max_group`` nodes per color: ``colors[i]`` in ``0 .. C-1``, numbered by first use. ``costs`` (same
     shape, optional) ranks the feasible colors of a node by its summed cost to their members (lowest first);
     without it the lowest feasible color is taken, as in plain DSatur. Deterministic under ``seed``."""
-    adj = np.asarray(adjacency)
+    adj = adjacency.detach().cpu().numpy() if isinstance(adjacency, torch.Tensor) else np.asarray(adjacency)
     if adj.dtype != bool or adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
         raise ValueError(f"adjacency must be a square boolean matrix, got {adj.dtype} {adj.shape}")
     if not np.array_equal(adj, adj.T) or adj.diagonal().any():

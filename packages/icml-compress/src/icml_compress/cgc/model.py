@@ -158,7 +158,7 @@ def collect_statistics(
     check_bool(progress, "progress")
     ids = check_token_ids(encode_texts(calibration_texts, tokenizer), "calibration_texts", vocab_size(model))
     sequences = make_sequences(ids, config.n_calibration, config.seq_len)
-    return collect_hessians(model, linears, sequences, progress=progress)
+    return collect_hessians(model, linears, sequences.to(next(model.parameters()).device), progress=progress)
 
 
 def _check_statistics(statistics, linears: dict[str, nn.Linear]) -> None:

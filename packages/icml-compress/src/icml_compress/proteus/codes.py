@@ -106,8 +106,11 @@ class TrellisCode:
         return params
 
     def decode(self, states: torch.Tensor) -> torch.Tensor:
-        """float32 values ``(..., V)`` of integer states ``(...)``."""
-        return code_values(states, self.name, self.L, self.V, **self.raw_params())
+        """float32 values ``(..., V)`` of integer states ``(...)``, on their device."""
+        params = self.raw_params()
+        if self.table is not None:  # made on the CPU: moved to the states' device
+            params["table"] = self.table.to(states.device)
+        return code_values(states, self.name, self.L, self.V, **params)
 
     def values(self) -> torch.Tensor:
         """The value of every state, ``(2^L, V)`` float32 (what the Viterbi encoder needs)."""

@@ -66,12 +66,12 @@ def overlap_stats(values: torch.Tensor, L: int, K: int = 2) -> dict:
     succ = v.view(Q, R)  # row q: the successors (q << K) | j of every state whose low L-K bits are q
     merge = v.view(R, Q).T  # row q: the states (j << (L-K)) | q that merge into the same successors
     normal = torch.distributions.Normal(0.0, 1.0)
-    x = normal.icdf((torch.arange(QUADRATURE, dtype=torch.float64) + 0.5) / QUADRATURE)  # (QUADRATURE,)
+    x = normal.icdf((torch.arange(QUADRATURE, dtype=torch.float64, device=v.device) + 0.5) / QUADRATURE)
     set_distortion = (x.view(1, 1, -1) - succ.unsqueeze(-1)).pow(2).amin(1).mean().item()
     gauss_cells = (normal.cdf(v) * CELLS).long().clamp(0, CELLS - 1)  # (2^L,)
     rank_cells = torch.empty_like(gauss_cells)
-    rank_cells[v.argsort(stable=True)] = torch.arange(1 << L) * CELLS >> L
-    nxt = succ[torch.arange(1 << L) % Q]  # (2^L, R) successor values of each state
+    rank_cells[v.argsort(stable=True)] = torch.arange(1 << L, device=v.device) * CELLS >> L
+    nxt = succ[torch.arange(1 << L, device=v.device) % Q]  # (2^L, R) successor values of each state
     return {
         "L": L,
         "skew": v.pow(3).mean().item(),
@@ -96,7 +96,7 @@ def _check_L_K(L: int, K: int) -> None:
 
 def _tv_pairs(cells: torch.Tensor, Q: int, R: int) -> float:
     """Total variation between the law of (cell(s), cell(next(s))) and the uniform law on the cells."""
-    nxt = cells.view(Q, R)[torch.arange(cells.numel()) % Q]  # (2^L, R)
+    nxt = cells.view(Q, R)[torch.arange(cells.numel(), device=cells.device) % Q]  # (2^L, R)
     pairs = (cells.unsqueeze(-1) * CELLS + nxt).reshape(-1)
     freq = torch.bincount(pairs, minlength=CELLS * CELLS).double() / pairs.numel()
     return 0.5 * (freq - 1.0 / CELLS**2).abs().sum().item()

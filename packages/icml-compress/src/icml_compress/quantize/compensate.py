@@ -30,7 +30,7 @@ def compensate(module: ProteusLinear, W: torch.Tensor, H: torch.Tensor) -> tuple
     A = (What.T @ What) * Hd  # (n, n)
     r = (What * (Wd @ Hd)).sum(0)  # (n,)
     lam = RIDGE * A.diagonal().mean()
-    c = torch.linalg.solve(A + lam * torch.eye(A.shape[0], dtype=A.dtype), r + lam)
+    c = torch.linalg.solve(A + lam * torch.eye(A.shape[0], dtype=A.dtype, device=A.device), r + lam)
     Wc = What * c[None, :]
     WcH = Wc @ Hd
     g = (Wd * WcH).sum(1) / (Wc * WcH).sum(1).clamp_min(1e-30)

@@ -40,8 +40,12 @@ def split_corpus(text: str, calibration_fraction: float = 0.8) -> tuple[str, str
 @torch.no_grad()
 def reference_logprobs(reference: nn.Module, sequences: torch.Tensor) -> torch.Tensor:
     """Float16 log-probabilities ``(n, seq_len, vocab)`` of the reference model (reused across methods)."""
+    device = next(reference.parameters()).device
     return torch.stack(
-        [torch.log_softmax(reference(s.unsqueeze(0)).logits[0].float(), -1).half() for s in sequences]
+        [
+            torch.log_softmax(reference(s.unsqueeze(0).to(device)).logits[0].float(), -1).half()
+            for s in sequences
+        ]
     )
 
 
@@ -97,13 +101,17 @@ def evaluate(
     kl_seq = []
     nll_sum = ref_nll_sum = 0.0
     n_nll = 0
+    device = next(model.parameters()).device
+    ref_device = None if reference is None else next(reference.parameters()).device
     for i, seq in enumerate(sequences):
+        seq = seq.to(device)
         lq = torch.log_softmax(model(seq.unsqueeze(0)).logits[0].float(), -1)  # (seq_len, vocab)
         if reference_lp is not None:
-            lp = reference_lp[i].float()
+            lp = reference_lp[i].to(device).float()
         else:
             assert reference is not None  # exactly one of the two is given
-            lp = torch.log_softmax(reference(seq.unsqueeze(0)).logits[0].float(), -1)
+            ref_logits = reference(seq.unsqueeze(0).to(ref_device)).logits[0].float()
+            lp = torch.log_softmax(ref_logits, -1).to(device)
         # the model's logits fix the vocabulary: checked on the first sequence
         if lp.shape[-1] != lq.shape[-1]:
             which = "reference_lp" if reference_lp is not None else "reference"

@@ -154,8 +154,8 @@ class ProteusLinear(nn.Module):
         if training or x.is_cuda:
             xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
             if training:
-                raw = getattr(self, "_raw", None)
-                if raw is None:
+                raw = getattr(self, "_raw", None)  # a plain attribute: .to() does not move it
+                if raw is None or raw.device != self.packed.device:
                     raw = self._raw = self.raw_weight()
                 z = xs @ raw.T  # no (out, in) temporary
             elif xs.numel() == self.in_features:
@@ -237,7 +237,7 @@ class RTNLinear(nn.Module):
         """Pack integer codes ``(out, in)`` in ``0 .. 2^bits - 1`` (first code in the low bits)."""
         per = 8 // self.bits
         c = codes.to(torch.int32).reshape(self.out_features, -1, per)
-        shifts = torch.arange(per, dtype=torch.int32) * self.bits
+        shifts = torch.arange(per, dtype=torch.int32, device=c.device) * self.bits
         self.codes.copy_((c << shifts).sum(-1).to(torch.uint8))
 
     def dequantized_weight(self) -> torch.Tensor:

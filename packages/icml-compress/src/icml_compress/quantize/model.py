@@ -934,6 +934,7 @@ def apply_compensation(
     )
     sequences = make_sequences(ids, config.n_calibration, config.seq_len, "calibration_ids")
     if hessians is None:
+        sequences = sequences.to(next(reference.parameters()).device)
         hessians = collect_hessians(reference, linears, sequences, progress=progress)
     else:
         check_hessians(hessians, linears)

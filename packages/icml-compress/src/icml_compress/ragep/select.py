@@ -217,7 +217,7 @@ def spectral_salience(
     bases = [
         _principal_basis(stats.gram[e], float(energy_fraction), max_rank) for e in range(stats.n_experts)
     ]
-    span = torch.zeros(hidden, 0, dtype=torch.float64)
+    span = torch.zeros(hidden, 0, dtype=torch.float64, device=stats.gram.device)
     kept: list[int] = []
     trace: list[dict] = []
     for _ in range(k):

@@ -93,7 +93,7 @@ def check_code_values(values: torch.Tensor, trellis: BitshiftTrellis) -> torch.T
     return values
 
 
-def _check_overlap(o, name: str, shape: tuple[int, ...], trellis: BitshiftTrellis):
+def _check_overlap(o, name: str, shape: tuple[int, ...], trellis: BitshiftTrellis, device: torch.device):
     if o is None:
         return None
     if (
@@ -104,9 +104,9 @@ def _check_overlap(o, name: str, shape: tuple[int, ...], trellis: BitshiftTrelli
         or tuple(o.shape) != shape
     ):
         raise ValueError(f"{name} must be an integer tensor of shape {shape}")
-    if o.numel() and (o.min() < 0 or o.max() >= 1 << trellis.overlap_bits):
+    if not ((o >= 0) & (o < 1 << trellis.overlap_bits)).all():  # one read of the data
         raise ValueError(f"{name} must lie in 0..{(1 << trellis.overlap_bits) - 1}")
-    return o.to(torch.int64)
+    return o.to(device=device, dtype=torch.int64)
 
 
 def check_dtype(dtype, x: torch.Tensor) -> torch.dtype:
@@ -140,7 +140,8 @@ def viterbi(
             or ``(G, 2^L, V)``; moved to the device of ``x``.
         trellis (BitshiftTrellis): ``L``, ``K``, ``V``.
         start_overlap, end_overlap (torch.Tensor, Optional): integers in ``0..2^(L-KV)-1`` of the shape
-            of ``x`` without its last dimension: constrain ``s_0 >> KV`` and ``s_last & (2^(L-KV) - 1)``.
+            of ``x`` without its last dimension: constrain ``s_0 >> KV`` and ``s_last & (2^(L-KV) - 1)``;
+            moved to the device of ``x``.
         chunk (int, Optional): tiles per batch (memory bound), default :func:`default_chunk`.
         dtype (torch.dtype, Optional): the search's float type, float32 or float64; default float64 when
             ``x`` is float64, else float32.
@@ -201,7 +202,7 @@ def _viterbi(x, values, trellis, start_overlap, end_overlap, chunk, dtype, worke
     check_int(chunk, "chunk", 1)
     dtype = check_dtype(dtype, x)
     start, end = (
-        _check_overlap(o, n, tuple(x.shape[:-1]), trellis)
+        _check_overlap(o, n, tuple(x.shape[:-1]), trellis, x.device)
         for o, n in ((start_overlap, "start_overlap"), (end_overlap, "end_overlap"))
     )
     xs = x.to(dtype).reshape(-1 if grouped else 1, x.shape[-2], steps, trellis.V)  # (G, tiles, steps, V)
@@ -490,7 +491,7 @@ def _quantize_tiles(x, values, trellis, tail_biting, chunk, dtype, workers: int)
     if not _pooled(x, workers, trellis):
         return _two_passes(xs, values, trellis, chunk)
     # one part per worker, both passes there (one round trip per call, not one per pass)
-    v, params = values.to(xs.dtype).numpy(), _params(trellis)
+    v, params = values.to("cpu", xs.dtype).numpy(), _params(trellis)
     args = [(xs[..., lo:hi, :].numpy(), v, params, chunk) for lo, hi in _parts(x.shape[-2], workers)]
     return torch.cat(_run_in_pool(_tail_biting_task, args, workers), dim=-2)
 
