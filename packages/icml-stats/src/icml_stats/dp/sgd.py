@@ -92,7 +92,8 @@ class CondDPSGD:
     first layer of a network, e.g. ``"0.weight"``); ``None`` or ``{}`` is DP-SGD. ``loss_fn(output,
     target)`` is one sample's loss (default ``0.5 * ||output - target||^2``). ``max_grad_norm`` is the clip bound
     ``c``, ``noise_multiplier`` ``sigma`` (noise std ``sigma * c``), ``expected_batch_size`` the ``B`` that
-    the noisy sum is divided by (``sample_rate * n`` under Poisson sampling). ``generator`` draws the noise.
+    the noisy sum is divided by (``sample_rate * n`` under Poisson sampling). ``generator`` draws the noise
+    (on its own device, then moved to each parameter's) and the Poisson batches (returned as CPU indices).
 
     :meth:`step` makes one update from a batch; :meth:`poisson_batch` draws a Poisson batch's indices.
     """
@@ -165,7 +166,7 @@ class CondDPSGD:
         if len(inputs) == 0:  # an empty Poisson batch: noise only
             return {k: torch.zeros_like(p) for k, p in self.params.items()}
         for k, C in self.conditioning.items():
-            g[k] = g[k] @ C.mT
+            g[k] = g[k] @ C.to(g[k].device).mT  # C is kept on the CPU; the model may have moved since
         flat = torch.cat([v.reshape(len(v), -1) for v in g.values()], dim=1)
         # the norm scaled by each row's largest entry: no overflow of the squares for huge gradients
         top = flat.abs().amax(dim=1).clamp_min(torch.finfo(flat.dtype).tiny)
@@ -183,17 +184,20 @@ class CondDPSGD:
         summed = self.clipped_sum(inputs, targets)
         std = self.noise_multiplier * self.max_grad_norm
         for k, p in self.params.items():
-            noise = torch.normal(0.0, std, size=p.shape, device=p.device, generator=self.generator)
+            # drawn on the generator's device (a generator draws only there), then moved to the parameter's
+            where = p.device if self.generator is None else self.generator.device
+            noise = torch.normal(0.0, std, size=p.shape, device=where, generator=self.generator).to(p.device)
             update = (summed[k] + noise).to(p.dtype)
             if k in self.conditioning:
-                update = update @ self.conditioning[k]
+                update = update @ self.conditioning[k].to(p.device)
             p.sub_(self.lr * update / self.expected_batch_size)
 
     def poisson_batch(self, n: int, sample_rate: float) -> torch.Tensor:
         """Indices of a Poisson batch: each of ``n`` records independently with probability ``sample_rate``."""
         n = check_int(n, "n", 1, MAX_RECORDS)
         q = check_real(sample_rate, "sample_rate", "(0, 1]")
-        return torch.nonzero(torch.rand(n, generator=self.generator) < q).reshape(-1)
+        where = None if self.generator is None else self.generator.device  # a generator draws only there
+        return torch.nonzero(torch.rand(n, generator=self.generator, device=where) < q).reshape(-1).cpu()
 
 
 def calibrate_noise(epsilon: float, delta: float, sample_rate: float, steps: int, relation: str) -> float:

@@ -72,9 +72,9 @@ def cholesky_from_raw(raw: Any, dimension: int, min_std: float = 1e-3):
     n = raw.shape[0]
     diag = torch.nn.functional.softplus(raw[:, :dimension]) + min_std
     chol = torch.diag_embed(diag)
-    rows, cols = torch.tril_indices(dimension, dimension, offset=-1)
+    rows, cols = torch.tril_indices(dimension, dimension, offset=-1, device=raw.device)
     if len(rows):
-        off = torch.zeros(n, dimension, dimension, dtype=raw.dtype)
+        off = torch.zeros(n, dimension, dimension, dtype=raw.dtype, device=raw.device)
         off[:, rows, cols] = raw[:, dimension:]
         chol = chol + off
     return chol
@@ -375,7 +375,8 @@ class ShapeField(BaseEstimator):
     def load(cls, path) -> ShapeField:
         """A field written by :meth:`save`, identical in every output."""
         torch = require_torch()
-        state = torch.load(os.fspath(path), weights_only=True)
+        # the field fits and predicts on the CPU: tensors saved from another device are loaded there
+        state = torch.load(os.fspath(path), weights_only=True, map_location="cpu")
         params = dict(state["params"])
         params["hidden"] = tuple(params["hidden"])
         field = cls(**params, random_state=state["random_state"])

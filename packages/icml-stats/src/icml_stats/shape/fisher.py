@@ -94,7 +94,8 @@ def _evaluate(model: Model, p, t):
         raise ValueError(
             f"model must return mean ({n}, {d}) and cov ({n}, {d}, {d}), got {tuple(mean.shape)} and {tuple(cov.shape)}"
         )
-    return mean, cov
+    # a model computing on another device (a GPU) returns there: the results come back to the points' (CPU)
+    return mean.to(p.device), cov.to(p.device)
 
 
 def gaussian_log_likelihood(model: Any, points: Any, covariates: Any, displacements: Any) -> np.ndarray:
