@@ -45,7 +45,7 @@ class Estimate:
 
     def covers(self, truth) -> torch.Tensor:
         """Elementwise ``low <= truth <= high`` (a bool tensor)."""
-        t = torch.as_tensor(truth, dtype=torch.float64)
+        t = torch.as_tensor(truth, dtype=torch.float64, device=self.low.device)
         return (self.low <= t) & (t <= self.high)
 
 
@@ -88,7 +88,7 @@ def _evaluate(f: BooleanFunction, x: torch.Tensor) -> torch.Tensor:
     y = y.reshape(-1)
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"f must return one value per point ({x.shape[0]}), got shape {tuple(y.shape)}")
-    y = y.to(torch.float64)
+    y = y.to(x.device, torch.float64)  # on the points' device (CPU) whatever device f computes on
     if not torch.isfinite(y).all():
         raise ValueError("f returned NaN or infinite values")
     return y

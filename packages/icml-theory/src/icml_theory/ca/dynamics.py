@@ -42,11 +42,11 @@ def _check_rule(rule) -> Rule:
 def step(state, rule: Rule) -> torch.Tensor:
     """One synchronous update on the torus (rows and columns wrap around). Returns uint8 of ``state``'s shape."""
     s, rule = _check_state(state), _check_rule(rule)
-    index = torch.zeros(s.shape, dtype=torch.long)
+    index = torch.zeros(s.shape, dtype=torch.long, device=s.device)
     for j in range(CELLS):
         dy, dx = j // 3 - 1, j % 3 - 1
         index |= torch.roll(s, shifts=(-dy, -dx), dims=(-2, -1)).long() << j  # cell (r + dy, c + dx)
-    return rule.table[index]
+    return rule.table.to(s.device)[index]
 
 
 def simulate(state, rule: Rule, steps: int, *, history: bool = False) -> torch.Tensor:
@@ -68,11 +68,11 @@ def window_step(windows, rule: Rule) -> torch.Tensor:
     h, w = s.shape[-2:]
     if h < 3 or w < 3:
         raise ValueError(f"windows must be at least 3 x 3, got {h} x {w}")
-    index = torch.zeros((*s.shape[:-2], h - 2, w - 2), dtype=torch.long)
+    index = torch.zeros((*s.shape[:-2], h - 2, w - 2), dtype=torch.long, device=s.device)
     for j in range(CELLS):
         dy, dx = j // 3, j % 3
         index |= s[..., dy : dy + h - 2, dx : dx + w - 2].long() << j
-    return rule.table[index]
+    return rule.table.to(s.device)[index]
 
 
 def window_image(windows, rule: Rule, k: int) -> torch.Tensor:
@@ -107,13 +107,14 @@ def local_table(rule: Rule, k: int) -> torch.Tensor:
         return rule.table.clone()  # the 3 x 3 window is the neighbourhood, numbered alike
     # k = 2: a band of 3 window rows (15 bits) determines 3 of the 9 intermediate cells; tabulate that
     # once (2^15 bands), then each 25-bit window needs 3 band lookups and one rule lookup.
-    bands = torch.arange(1 << 15)
-    band_cells = ((bands[:, None] >> torch.arange(15)) & 1).to(torch.uint8).reshape(-1, 3, 5)
+    device = rule.table.device  # computed where the rule's table lives
+    bands = torch.arange(1 << 15, device=device)
+    band_cells = ((bands[:, None] >> torch.arange(15, device=device)) & 1).to(torch.uint8).reshape(-1, 3, 5)
     band_out = window_step(band_cells, rule)[:, 0, :].long()  # (2^15, 3): intermediate cells of row 0
-    band_code = (band_out << torch.arange(3)).sum(1)  # (2^15,) 3-bit code
-    out = torch.empty(1 << inputs, dtype=torch.uint8)
+    band_code = (band_out << torch.arange(3, device=device)).sum(1)  # (2^15,) 3-bit code
+    out = torch.empty(1 << inputs, dtype=torch.uint8, device=device)
     for start in range(0, 1 << inputs, _CHUNK):
-        index = torch.arange(start, min(start + _CHUNK, 1 << inputs))
+        index = torch.arange(start, min(start + _CHUNK, 1 << inputs), device=device)
         middle = torch.zeros_like(index)
         for row in range(3):  # intermediate row `row` comes from window rows row..row+2 (bits 5 row..)
             middle |= band_code[(index >> (5 * row)) & 0x7FFF] << (3 * row)

@@ -44,7 +44,8 @@ class TrainingLog:
 
 
 def _check_data(data, name: str, chain: MixtureOfLagsChain, context: int) -> torch.Tensor:
-    x = torch.as_tensor(np.asarray(data), dtype=torch.int64)
+    # a tensor is read where it lives (numpy cannot read a CUDA tensor); the checked copy is on the CPU
+    x = torch.as_tensor(data if isinstance(data, torch.Tensor) else np.asarray(data), dtype=torch.int64).cpu()
     if x.ndim != 2 or x.shape[1] != context + 1 or x.shape[0] < 1:
         raise ValueError(
             f"{name} must be an integer array of shape (n, context + 1 = {context + 1}), got {tuple(x.shape)}"
@@ -100,22 +101,24 @@ def train(
     rng = np.random.default_rng(check_seed(seed))
     full_logging = check_bool(full_logging, "full_logging")
     length = model.context + 1
+    device = model.attn.W_Q.device  # batches and the evaluation set go to the model's device
     fixed = None if train_data is None else _check_data(train_data, "train_data", chain, model.context)
+    fixed = None if fixed is None else fixed.to(device)
     evaluation = None
     if full_logging:
         if eval_data is None:
             eval_data = chain.sample(check_int(n_eval, "n_eval", minimum=1), length, rng)
-        evaluation = _check_data(eval_data, "eval_data", chain, model.context)
+        evaluation = _check_data(eval_data, "eval_data", chain, model.context).to(device)
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(model.parameters(), lr=lr)
     records: dict[str, list] = {"steps": [], "train": [], "eval": [], "mass": []}
     pool, used, running, count = None, 0, 0.0, 0
     start = time.perf_counter()
     for step in range(1, steps + 1):
         if fixed is not None:
-            batch = fixed[torch.as_tensor(rng.integers(0, fixed.shape[0], size=batch_size))]
+            batch = fixed[torch.as_tensor(rng.integers(0, fixed.shape[0], size=batch_size), device=device)]
         else:
             if pool is None or used + batch_size > pool.shape[0]:
-                pool, used = torch.as_tensor(chain.sample(batch_size * 256, length, rng)), 0
+                pool, used = torch.as_tensor(chain.sample(batch_size * 256, length, rng), device=device), 0
             batch, used = pool[used : used + batch_size], used + batch_size
         loss = sequence_loss(model, batch, chain.order)
         opt.zero_grad(set_to_none=True)
@@ -130,7 +133,7 @@ def train(
                 with torch.no_grad():
                     logits, cache = model.run_with_cache(evaluation[:, :-1], PATTERN)
                     records["eval"].append(float(_scored(logits, evaluation, chain.order)))
-                    records["mass"].append(lag_mass(cache[PATTERN], chain.order - 1).numpy())
+                    records["mass"].append(lag_mass(cache[PATTERN], chain.order - 1).cpu().numpy())
     seconds = time.perf_counter() - start
     config = {
         "steps": steps, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "log_every": log_every,
