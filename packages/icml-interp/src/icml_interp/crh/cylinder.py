@@ -170,14 +170,16 @@ class SpiralProbe:
     r2: float  # share of the top-k variance the helix explains
 
     def helix(self, t: torch.Tensor) -> torch.Tensor:
-        """Helix coordinates ``(len(t), 3)``."""
-        t = torch.as_tensor(t, dtype=torch.float64).reshape(-1)
+        """Helix coordinates ``(len(t), 3)``, on ``t``'s device (a number or a list: the probe's)."""
+        device = t.device if isinstance(t, torch.Tensor) else self.mean.device
+        t = torch.as_tensor(t, dtype=torch.float64, device=device).reshape(-1)
         w = 2 * math.pi * self.n_rot * t
         return torch.stack([t, self.radius * torch.cos(w), self.radius * torch.sin(w)], 1)
 
     def point(self, t) -> torch.Tensor:
         """The activation-space vectors at helix parameters ``t`` (a number or a 1-d tensor), ``(len(t), d)``."""
-        return (self.helix(t) - self.helix_mean) @ self.projection.T @ self.components + self.mean
+        y = self.helix(t).to(self.helix_mean.device)
+        return (y - self.helix_mean) @ self.projection.T @ self.components + self.mean
 
 
 def fit_spiral_probe(
@@ -203,7 +205,9 @@ def fit_spiral_probe(
         raise ValueError("n_rots and radii must be non-empty")
     mean = x.mean(0)
     w = _right_singular_vectors(x - mean, "diffs")[:k]
-    z = (x - mean) @ w.T  # (n, k)
+    # the helix fit ((n, 3) against (n, k)) runs on the CPU whatever diffs' device: CUDA's only lstsq driver
+    # (gels) assumes a full-rank matrix, and helices can be rank-deficient (always with 3 centred points)
+    z = ((x - mean) @ w.T).cpu()  # (n, k)
     t = torch.linspace(0, 1, len(x), dtype=torch.float64)
     best: tuple | None = None
     zero = torch.zeros(3, dtype=torch.float64)
@@ -218,4 +222,4 @@ def fit_spiral_probe(
     resid, p, y_mean, n_rot, radius = best
     total = float((z**2).sum())
     r2 = 1 - resid / total if total > 0 else 0.0
-    return SpiralProbe(mean, w, p, y_mean, n_rot, radius, r2)
+    return SpiralProbe(mean, w, p.to(mean.device), y_mean.to(mean.device), n_rot, radius, r2)

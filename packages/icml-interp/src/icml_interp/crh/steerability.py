@@ -110,8 +110,8 @@ def geometry_features(cylinder: Cylinder, steerability, *, a: float = 2.0, p: fl
     n = len(cylinder.parallel)
     steer = _vector(steerability, "steerability", n)
     a, p, t = (check_number(v, name) for v, name in ((a, "a"), (p, "p"), (t, "t")))
-    norms = cylinder.norms.numpy()
-    cos, sin = cylinder.cos.numpy(), cylinder.sin.numpy()
+    norms = cylinder.norms.cpu().numpy()
+    cos, sin = cylinder.cos.cpu().numpy(), cylinder.sin.cpu().numpy()
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         target = steer / norms**a
         feature = sin**p * np.power(cos, t)  # a negative cos to a fractional power is nan: dropped
@@ -317,10 +317,11 @@ def continuation_perplexity(model, prompts, continuations, *, batch_size: int = 
     check_int(batch_size, "batch_size", minimum=1)
     out = np.full(len(ps), np.nan)
     todo = [i for i in range(len(ps)) if conts[i].numel()]
+    device = hooked.embed.weight.device  # where the model reads its token ids
     for start in range(0, len(todo), batch_size):
         idx = todo[start : start + batch_size]
-        rows = [torch.cat([ps[i], conts[i]]) for i in idx]
-        batch, mask = right_padded(rows)
+        rows = [torch.cat([ps[i].to(device), conts[i].to(device)]) for i in idx]
+        batch, mask = right_padded(rows, device)
         with torch.no_grad():
             logp = torch.log_softmax(hooked(batch, attention_mask=mask).float(), -1)
         for j, i in enumerate(idx):

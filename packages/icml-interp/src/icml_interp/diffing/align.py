@@ -92,7 +92,7 @@ def decoder_alignment(w_dec_a: torch.Tensor, w_dec_b: torch.Tensor, *, threshold
         )
     a = F.normalize(_unit_rows(w_dec_a.detach().double()), dim=1)
     b = F.normalize(_unit_rows(w_dec_b.detach().double()), dim=1)
-    cos = (a @ b.T).numpy()
+    cos = (a @ b.T).cpu().numpy()
     pairs, score = _hungarian(cos)
     return Alignment(pairs, score, score > threshold, cos, threshold, "cosine")
 
@@ -154,7 +154,7 @@ def _correlation(maps_a, maps_b, grid) -> tuple[np.ndarray, np.ndarray, np.ndarr
     a, alive_a = _standardized(maps_a, grid)
     b, alive_b = _standardized(maps_b, grid)
     c = (a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])).clamp(-1.0, 1.0)  # dead rows/cols: 0
-    return c.numpy(), alive_a.numpy(), alive_b.numpy()
+    return c.cpu().numpy(), alive_a.cpu().numpy(), alive_b.cpu().numpy()
 
 
 def correlation_matrix(
@@ -351,7 +351,7 @@ def best_partner(
         for start in range(0, null_draws, NULL_CHUNK):
             p = perms[start : start + NULL_CHUNK]
             c = gram[rows, p].sum(1).clamp(-1.0, 1.0).masked_fill(~alive_b, -np.inf)  # (chunk, d_b)
-            null[i, start : start + p.shape[0]] = c.max(1).values.numpy()
+            null[i, start : start + p.shape[0]] = c.max(1).values.cpu().numpy()
     return BestPartners(np.array(chosen, dtype=np.int64), partner, score, null)
 
 

@@ -59,7 +59,7 @@ def latent_attribution(
         new = from_tokens(tokens + sae.decode(f) - sae.decode(f.detach()), h, kind)
         return (new, *output[1:]) if isinstance(output, tuple) else new
 
-    total = torch.zeros(sae.W_dec.shape[0], dtype=torch.float64)
+    total = torch.zeros(sae.W_dec.shape[0], dtype=torch.float64, device=sae.W_dec.device)
     was_training = model.training
     model.eval()
     handle = module.register_forward_hook(hook)

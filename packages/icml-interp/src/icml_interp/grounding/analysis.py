@@ -289,7 +289,7 @@ def attention_mass(model, inputs, layouts, *, layers=None) -> AttentionMass:
     names = [act_name("pattern", layer) for layer in chosen]
     _, cache = hooked.run_with_cache(ids, names, **kwargs)
     mass = np.stack([
-        np.mean([partition_attention_mass(cache[n][i], lay).numpy() for i, lay in enumerate(lays)], axis=0)
+        np.mean([partition_attention_mass(cache[n][i], lay).cpu().numpy() for i, lay in enumerate(lays)], axis=0)
         for n in names
     ])  # fmt: skip
     return AttentionMass(chosen, mass, float(np.mean([chance_mass(lay) for lay in lays])))
@@ -419,10 +419,10 @@ def swap_test(
 
     clean = hooked(base_ids, **base_kwargs)[:, position][:, tokens]
     patched = hooked.run_with_hooks(base_ids, [(name, patch)], **base_kwargs)[:, position][:, tokens]
-    predictions = patched.argmax(-1).numpy()
+    predictions = patched.argmax(-1).cpu().numpy()
     return SwapResult(
         predictions=predictions,
-        clean_predictions=clean.argmax(-1).numpy(),
+        clean_predictions=clean.argmax(-1).cpu().numpy(),
         follows=predictions == answers.numpy(),
         logits=patched.float(),
         clean_logits=clean.float(),

@@ -66,7 +66,7 @@ import torch
 from torch import nn
 
 from icml_interp.hooks.arch import ArchSpec, get_module, spec_for
-from icml_interp.validation import check_int, check_replacement, check_token_ids, check_type
+from icml_interp.validation import check_bool, check_int, check_replacement, check_token_ids, check_type
 
 HookFn = Callable[[torch.Tensor, "HookPoint"], "torch.Tensor | None"]
 NameFilter: TypeAlias = "str | Iterable[str] | Callable[[str], bool] | None"
@@ -553,9 +553,12 @@ class HookedModel:
         ``[0, d_vocab)``), as ``(batch, seq)``."""
         return check_token_ids(input_ids, self.d_vocab)
 
-    def to_tokens(self, text: str | list[str]) -> torch.Tensor:
+    def to_tokens(self, text: str | list[str], *, move_to_device: bool = True) -> torch.Tensor:
         """``text`` as token ids ``(batch, seq)`` with the tokenizer given at construction (its own special
-        tokens: SmolLM2's adds none); a list of texts must tokenize to equal lengths."""
+        tokens: SmolLM2's adds none); a list of texts must tokenize to equal lengths. The ids are on the
+        device of the model's input embedding, ready for a forward pass (TransformerLens' default), or on the
+        CPU with ``move_to_device=False``."""
+        check_bool(move_to_device, "move_to_device")
         if self.tokenizer is None:
             raise ValueError("to_tokens needs a tokenizer: HookedModel(model, tokenizer=tokenizer)")
         texts = [text] if isinstance(text, str) else text
@@ -566,7 +569,8 @@ class HookedModel:
             raise ValueError(
                 f"the texts tokenize to different lengths {[len(r) for r in rows]}; pad them yourself"
             )
-        return torch.tensor(rows, dtype=torch.long)
+        ids = torch.tensor(rows, dtype=torch.long)
+        return ids.to(self.embed.weight.device) if move_to_device else ids
 
     def __call__(self, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:
         """The model's logits ``(batch, seq, vocab)`` for ``input_ids`` shaped ``(seq,)`` or ``(batch, seq)``;

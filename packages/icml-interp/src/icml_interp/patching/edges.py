@@ -87,8 +87,9 @@ def build_graph(model) -> Graph:
 @dataclass
 class EdgeScores:
     """Scores of the edges: ``scores[i, j]`` for sender ``graph.senders[i]`` and receiver ``graph.receivers[j]``,
-    for the pairs where ``scored`` is true (0 elsewhere: not an edge, or not measured). ``clean`` and
-    ``corrupt`` are the metric's values; a score estimates ``M(edge patched) - M(clean)``."""
+    for the pairs where ``scored`` is true (0 elsewhere: not an edge, or not measured); float32 on the CPU,
+    like ``scored``, whatever the model's device. ``clean`` and ``corrupt`` are the metric's values; a score
+    estimates ``M(edge patched) - M(clean)``."""
 
     graph: Graph
     scores: torch.Tensor
@@ -239,7 +240,7 @@ def _receiver_grads(hooked: HookedModel, ids: torch.Tensor, metric: Metric, embe
             outputs, grad_outputs, start = [], [], 0
             for which, count, proj in zip("qkv", counts, qkv, strict=True):
                 gw = g[act_name(which, layer)]  # (b, s, count, dh)
-                select = torch.zeros(count, 1, 1, count, 1, dtype=gw.dtype)
+                select = torch.zeros(count, 1, 1, count, 1, dtype=gw.dtype, device=gw.device)
                 select[torch.arange(count), 0, 0, torch.arange(count)] = 1
                 outputs.append(proj[start : start + count])
                 grad_outputs.append(gw.unsqueeze(0) * select)
@@ -298,14 +299,15 @@ def edge_attribution_patching(
         used = 1
     else:
         e0, e1 = clean_cache["hook_embed"], corrupt_cache["hook_embed"]
-        grads = torch.zeros(len(graph.receivers), *delta.shape[1:])
+        grads = torch.zeros(len(graph.receivers), *delta.shape[1:], device=delta.device)
         for k in range(steps):
             alpha = (k + 0.5) / steps
             g, _ = _receiver_grads(hooked, clean, metric, e0 + alpha * (e1 - e0))
             grads += g / steps
         used = steps
     scores = torch.einsum("ubsd,vbsd->uv", delta.double(), grads.double())  # M is a mean over prompts
-    scores = torch.where(graph.mask, scores.float(), torch.zeros((), dtype=torch.float32))
+    # on the CPU, with the graph's masks (as edge_patching's scores)
+    scores = torch.where(graph.mask, scores.float().cpu(), torch.zeros((), dtype=torch.float32))
     return EdgeScores(
         graph, scores, metric_value(metric, clean_logits), metric_value(metric, corrupt_logits), method, used
     )
@@ -507,7 +509,7 @@ def evaluate_circuit(
                 return None
             k = max(upstream[j] for j in ids)
             diff = _current_senders(hooked, run, k) - corrupt_out[:k]
-            return torch.einsum("ur,ubsd->rbsd", rows[:k].float(), diff)
+            return torch.einsum("ur,ubsd->rbsd", rows[:k].to(diff.device, torch.float32), diff)
 
         logits = hooked.run_with_hooks(clean, _receiver_hooks(hooked, correction))
     return metric_value(metric, logits)
@@ -538,7 +540,7 @@ def edge_patching(
             def correction(ids, run, u=u, v=v):
                 if v not in ids:
                     return None
-                out = torch.zeros(len(ids), *delta.shape[1:])
+                out = torch.zeros(len(ids), *delta.shape[1:], device=delta.device)
                 out[ids.index(v)] = -delta[u]
                 return out
 

@@ -69,7 +69,8 @@ def split_perplexity(model, pairs: Sequence[tuple], tokenizer=None) -> dict:
         answer = _as_ids(pair[1], tokenizer, f"pairs[{j}][1]", False, hooked.d_vocab)
         if len(prompt) < 1 or len(answer) < 1:
             raise ValueError(f"pairs[{j}]: prompt and answer must each have at least one token")
-        nll = token_nll(hooked, torch.tensor([prompt + answer]))[0]  # (len - 1,): nll[t] scores token t + 1
+        ids = torch.tensor([prompt + answer], device=hooked.embed.weight.device)  # where the model reads ids
+        nll = token_nll(hooked, ids)[0]  # (len - 1,): nll[t] scores token t + 1
         p_nll, a_nll = nll[: len(prompt) - 1], nll[len(prompt) - 1 :]
         item = {
             "n_prompt_tokens": len(prompt),

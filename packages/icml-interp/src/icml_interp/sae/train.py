@@ -540,5 +540,7 @@ def auxk_ablation(source, cfg: SAEConfig, eval_activations: torch.Tensor, *, pro
     out = {}
     for label, run_cfg in (("auxk", cfg), ("no_auxk", replace(cfg, aux_coefficient=0.0))):
         sae, log = train_sae(source, run_cfg, progress=progress)
-        out[label] = {**evaluate_sae(sae, eval_activations), "train_dead_fraction": log.dead_fraction[-1]}
+        # the SAE is trained on the CPU: evaluate it there
+        metrics = evaluate_sae(sae, eval_activations.cpu())
+        out[label] = {**metrics, "train_dead_fraction": log.dead_fraction[-1]}
     return out

@@ -49,10 +49,13 @@ def default_layers(model) -> tuple[int, int]:
     return n // 2, (3 * n) // 4
 
 
-def right_padded(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """1-d token-id tensors as one right-padded ``(batch, longest)`` batch and its attention mask: causal
-    attention never lets a real token see the padding after it, so each row's outputs are its own."""
-    batch = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long)
+def right_padded(
+    rows: Sequence[torch.Tensor], device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """1-d token-id tensors as one right-padded ``(batch, longest)`` batch and its attention mask, both on
+    ``device`` (default: the CPU): causal attention never lets a real token see the padding after it, so each
+    row's outputs are its own."""
+    batch = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.long, device=device)
     mask = torch.zeros_like(batch)
     for i, r in enumerate(rows):
         batch[i, : len(r)], mask[i, : len(r)] = r, 1
@@ -72,7 +75,7 @@ def last_token_activations(
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         lengths = torch.tensor([len(s) for s in chunk])
-        batch, mask = right_padded(chunk)
+        batch, mask = right_padded(chunk, hooked.embed.weight.device)
         with torch.no_grad():
             _, cache = hooked.run_with_cache(batch, [name], attention_mask=mask)
         out.append(cache[name][torch.arange(len(chunk)), lengths - 1].float())
@@ -100,11 +103,11 @@ def _probe_direction(pos: torch.Tensor, neg: torch.Tensor, l2: float, steps: int
     """Weight vector of an L2-regularised logistic regression separating ``pos`` (1) from ``neg`` (0),
     fitted by L-BFGS on standardised features and mapped back to the raw coordinates."""
     x = torch.cat([pos, neg]).double()
-    y = torch.cat([torch.ones(len(pos)), torch.zeros(len(neg))]).double()
+    y = torch.cat([torch.ones(len(pos), device=x.device), torch.zeros(len(neg), device=x.device)]).double()
     mu, sd = x.mean(0), x.std(0).clamp_min(1e-8)
     z = (x - mu) / sd
-    w = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
-    b = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    w = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device, requires_grad=True)
+    b = torch.zeros((), dtype=torch.float64, device=x.device, requires_grad=True)
     opt = torch.optim.LBFGS([w, b], max_iter=steps, line_search_fn="strong_wolfe")
 
     def closure():

@@ -78,7 +78,7 @@ def neuron_scores(
     keys = cache["post", layer][:, position]  # (n, d_mlp)
     top, _ = mlp_value_lens(hooked, layer, top_k=top_tokens)  # (d_mlp, top_tokens)
     overlap = torch.stack(
-        [torch.isin(top, torch.tensor(sorted(a))).sum(-1) / len(a) for a in answers]
+        [torch.isin(top, torch.tensor(sorted(a), device=top.device)).sum(-1) / len(a) for a in answers]
     ).float()
     score = (keys.abs() * (1 + OVERLAP_WEIGHT * overlap)).mean(0)
     return {"score": score, "key": keys, "overlap": overlap}
@@ -150,8 +150,9 @@ def scale_mlp_keys(model, neurons: Mapping[int, Sequence[int]], factor: float):
                 f"neurons[{layer}] must be a non-empty list of indices in [0, {hooked.d_mlp}) "
                 "(or a (batch, k) tensor of per-prompt indices)"
             )
-        mask = torch.zeros(*index.shape[:-1], hooked.d_mlp, dtype=torch.bool)
-        mask.scatter_(-1, index, True)  # (d_mlp,) or (batch, d_mlp)
+        device = hooked.mlp_values(layer).device  # the block's keys are there
+        mask = torch.zeros(*index.shape[:-1], hooked.d_mlp, dtype=torch.bool, device=device)
+        mask.scatter_(-1, index.to(device), True)  # (d_mlp,) or (batch, d_mlp)
 
         def scale(act, hook, mask=mask):
             if mask.ndim == 2 and mask.shape[0] != act.shape[0]:
