@@ -14,8 +14,6 @@ from icml_generative.echo_attention import (
     EchoCalibrator,
     EchoPolicy,
     VideoLayout,
-    apply_echo_attention,
-    train_router,
 )
 from icml_generative.jepa_guidance import mlp_encoder, train_jepa_encoder
 from icml_generative.kinematics_gs import (
@@ -147,39 +145,6 @@ def test_mix_weights_on_the_cpu_combine_cuda_outputs(fake_cuda):
     with fake_cuda():
         q, k, v = (torch.randn(1, 2, 16, 8, device="cuda") for _ in range(3))
         assert on_cuda(policy.attention(0, q, k, v), (1, 2, 16, 8))
-
-
-def test_train_router_on_cuda(fake_cuda, monkeypatch):
-    from diffusers import WanTransformer3DModel
-
-    torch.manual_seed(0)
-    transformer = WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=8,
-        in_channels=3,
-        out_channels=3,
-        text_dim=8,
-        freq_dim=16,
-        ffn_dim=32,
-        num_layers=2,
-        rope_max_seq_len=32,
-    ).eval()
-    policy = EchoPolicy(2, 2, 8, VideoLayout(4, 16), block_size=8, anchor_stride=2, neighbor_frames=0)
-    policy.operator = dense_operator
-    with fake_cuda():
-        transformer, policy = transformer.to("cuda"), policy.to("cuda")
-        apply_echo_attention(transformer, policy)
-        batches = [
-            {
-                "hidden_states": torch.randn(1, 3, 4, 8, 8, device="cuda"),
-                "timestep": torch.tensor([500.0], device="cuda"),
-                "encoder_hidden_states": torch.randn(1, 1, 8, device="cuda"),
-            }
-        ]
-        monkeypatch.setattr(torch.Tensor, "backward", no_backward)
-        log = train_router(transformer, policy, batches, 0.5, steps=2)
-        assert len(log) == 2 and on_cuda(policy.router_logits, (2, 2, 3))
 
 
 # -- jepa_guidance ------------------------------------------------------------------------------------------

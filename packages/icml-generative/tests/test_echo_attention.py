@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -391,6 +392,21 @@ def test_three_stages_fit_the_budget_and_leave_the_model_unchanged(wan):
     for k, v in wan.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert all(p.requires_grad for p in wan.parameters())  # restored after the stages
+
+
+def test_train_router_on_a_fake_cuda_device(wan, fake_cuda, monkeypatch):
+    # the root conftest's faked CUDA: the Gumbel noise and the route costs were built on the CPU
+    policy = policy_for(wan, anchor_stride=2, neighbor_frames=0)
+    policy.operator = lambda route, layer, heads, q, k, v: F.scaled_dot_product_attention(q, k, v)  # the
+    # real operators read index values, which fake tensors do not hold
+    with fake_cuda():
+        wan, policy = wan.to("cuda"), policy.to("cuda")
+        apply_echo_attention(wan, policy)
+        batches = [{k: v[:1].to("cuda") for k, v in wan_inputs().items()}]
+        # autograd needs a real CUDA device for fake CUDA tensors: the forward passes' devices are checked
+        monkeypatch.setattr(torch.Tensor, "backward", lambda *args, **kwargs: None)
+        log = train_router(wan, policy, batches, 0.5, steps=2)
+        assert len(log) == 2 and policy.router_logits.device.type == "cuda"
 
 
 def test_save_load_round_trip_and_failed_save_keeps_the_old(tmp_path, wan, monkeypatch):
