@@ -174,6 +174,29 @@ def test_sphere_distance_is_the_exact_angle_at_every_scale(theta):
     np.testing.assert_allclose(Sphere().dist2(a, -a), [np.pi**2], rtol=1e-15)
 
 
+@pytest.mark.parametrize("space", [Sphere(), Compositional()], ids=["sphere", "compositional"])
+def test_torch_head_distance_is_the_numpy_distance_with_finite_gradients(space):
+    # DeSI trains on the torch head: its clamped arccos floored the loss at arccos(1 - 1e-7)**2 = 2.0e-7
+    # (0 at theta = 0 and 1e-4 alike) with a zero gradient below that angle
+    torch = pytest.importorskip("torch")
+    _, _, _, dist2 = space.torch_head(np.full((1, 3), 1 / 3))
+    for theta in ANGLES:
+        for seed in range(3):
+            x, y = points_at_angle(theta, seed)
+            a = torch.tensor(np.stack([x, y]), dtype=torch.float64, requires_grad=True)
+            b = torch.tensor(np.stack([y, x]), dtype=torch.float64)
+            got = dist2(a, b)
+            np.testing.assert_allclose(
+                got.detach().numpy(), Sphere().dist2(a.detach().numpy(), b.numpy()), rtol=1e-14, atol=0
+            )
+            got.sum().backward()
+            assert torch.isfinite(a.grad).all()
+    a = torch.tensor([[1.0, 1e-4, 0.0]], dtype=torch.float64)
+    a = (a / a.norm()).requires_grad_()
+    dist2(a, torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)).sum().backward()
+    assert a.grad[0, 1] == pytest.approx(2e-4, rel=1e-6)  # d(theta^2)/dy = 2 theta at small theta
+
+
 def test_compositional_distance_of_nearby_compositions():
     # the roots of (1/2 + e, 1/2 - e) and (1/2, 1/2) are at the angle arcsin(2 e) / 2
     c = np.full((1, 3), 1 / 3)

@@ -621,10 +621,19 @@ class Sphere(Space):
         def to_object(z):
             return z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
-        def dist2(o, t):
-            return torch.arccos(((o * t).sum(-1)).clamp(-1 + 1e-7, 1 - 1e-7)) ** 2
+        return y.shape[-1], to_object, torch.as_tensor(y), _torch_angle2
 
-        return y.shape[-1], to_object, torch.as_tensor(y), dist2
+
+def _torch_angle2(a, b):
+    """Squared angles between the rows of ``a`` and ``b`` in torch, as :meth:`Sphere._tangent` computes
+    them: ``atan2(|a| |b_perp|, a . b)`` is accurate at every angle and has a finite gradient everywhere
+    (a clamped ``arccos`` floors the loss at ``arccos(1 - 1e-7)**2`` and has no gradient below it)."""
+    import torch
+
+    d = b - a
+    aa = (a * a).sum(-1, keepdim=True).clamp_min(1e-300)
+    perp = d - ((d * a).sum(-1, keepdim=True) / aa) * a
+    return torch.atan2(aa[..., 0].sqrt() * perp.norm(dim=-1), (a * b).sum(-1)) ** 2
 
 
 class Compositional(Sphere):
@@ -662,10 +671,7 @@ class Compositional(Sphere):
         def to_root(z):  # a point of the positive orthant of the sphere: the composition's square root
             return z.abs() / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
-        def dist2(o, t):
-            return torch.arccos(((o * t).sum(-1)).clamp(-1 + 1e-7, 1 - 1e-7)) ** 2
-
-        return y.shape[-1], to_root, torch.as_tensor(np.sqrt(y)), dist2
+        return y.shape[-1], to_root, torch.as_tensor(np.sqrt(y)), _torch_angle2
 
 
 SPACES: dict[str, type[Space]] = {
