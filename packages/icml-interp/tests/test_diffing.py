@@ -135,6 +135,35 @@ def test_attribution_equals_closed_form():
     assert not conv._forward_hooks
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_attribution_of_a_float32_sae_on_a_half_model(dtype):
+    # train_sae gives float32 SAEs; the splice promoted the half model's activations to float32 and the next
+    # layer raised (reported as "model failed on inputs")
+    torch.manual_seed(0)
+    conv = nn.Conv2d(1, 4, 3, padding=1)
+    model = nn.Sequential(conv, nn.ReLU(), nn.Conv2d(4, 1, 1, bias=False))
+    sae, x = LinearSAE(), torch.randn(5, 1, 6, 6)
+    want = latent_attribution(model, conv, sae, x, lambda out, sl: out.float().sum(), batch=2)
+    model = model.to(dtype)
+    got = latent_attribution(model, model[0], sae, x.to(dtype), lambda out, sl: out.float().sum(), batch=2)
+    torch.testing.assert_close(got, want, rtol=0, atol=0.05 * float(want.abs().max()))
+
+
+def test_attribution_of_a_float16_sae_sums_tokens_beyond_float16():
+    # f * g summed over tokens in float16 overflowed past 65504 ("the attribution overflowed")
+    conv = nn.Conv2d(1, 1, 1, bias=False)
+    with torch.no_grad():
+        conv.weight.fill_(1.0)
+    model = nn.Sequential(conv).half()
+    sae = LinearSAE(d_in=1, d_sae=1)
+    with torch.no_grad():
+        sae.W_enc.fill_(1.0), sae.W_dec.fill_(1.0), sae.b_dec.zero_()
+    sae.W_enc, sae.W_dec, sae.b_dec = sae.W_enc.half(), sae.W_dec.half(), sae.b_dec.half()
+    x = torch.full((1, 1, 100, 100), 8.0, dtype=torch.float16)  # f = 8 and g = 1 at 10^4 pixels: 80000
+    attr = latent_attribution(model, conv, sae, x, lambda out, sl: out.float().sum())
+    assert attr.tolist() == [80000.0]
+
+
 def test_latent_maps_and_layer_activations():
     torch.manual_seed(0)
     conv = nn.Conv2d(1, 4, 3, padding=1)

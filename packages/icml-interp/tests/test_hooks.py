@@ -331,6 +331,33 @@ def test_norm_hooks_have_transformer_lens_semantics(model, which):
     torch.testing.assert_close(doubled[names[2]], (normalized - bias) / 2 + bias, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "neox"])
+def test_layer_norm_hook_scale_is_finite_in_float16_with_large_residuals(zoo, arch):
+    # one residual dimension 300 above the rest: (x - mean)^2 passes float16's 65504; the scale was inf in
+    # float16 (the model's own output stays finite) and is now the float32 model's to float16 precision
+    lm = getattr(zoo, arch)()
+    with torch.no_grad():
+        lm.get_input_embeddings().weight[:, 3] += 300.0
+    names = ["blocks.0.ln1.hook_scale", "blocks.1.ln2.hook_scale", "ln_final.hook_scale"]
+    x = ids((1, 6), seed=2)
+    _, want = HookedModel(lm).run_with_cache(x, names)
+    _, got = HookedModel(lm.half()).run_with_cache(x, names)
+    for name in names:
+        assert got[name].dtype == torch.float16
+        torch.testing.assert_close(got[name].float(), want[name], rtol=2e-2, atol=0)  # measured < 1e-3
+
+
+def test_the_lens_takes_float32_vectors_on_a_half_model():
+    # steering vectors and SAE decoder rows are float32; the lens raised a dtype mismatch on a bfloat16 model
+    lm = tiny_llama(seed=0, layers=2)
+    vectors = torch.randn(3, lm.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    want = HookedModel(lm).lens(vectors).detach()
+    got = HookedModel(lm.to(torch.bfloat16)).lens(vectors).detach()
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=0.1 * float(want.abs().max()))
+    assert HookedModel(lm).lens(vectors.double()).dtype == torch.bfloat16
+
+
 def test_final_norm_scale_and_gated_pre_linear(model):
     hooked = HookedModel(model)
     x = ids((1, 6), seed=8)

@@ -54,9 +54,10 @@ def latent_attribution(
         kind = resolve_layout(h, layout)
         tokens = to_tokens(h, kind)
         check_d_in(tokens.shape[-1], d_in)
-        f = sae.encode(tokens.detach()).detach().requires_grad_(True)
+        f = sae.encode(tokens.detach().to(sae.W_dec.dtype)).detach().requires_grad_(True)  # the SAE's dtype
         codes.append(f)
-        new = from_tokens(tokens + sae.decode(f) - sae.decode(f.detach()), h, kind)
+        # in the activations' dtype: a float32 SAE on a half model would otherwise promote the next layer's input
+        new = from_tokens((tokens + sae.decode(f) - sae.decode(f.detach())).to(tokens.dtype), h, kind)
         return (new, *output[1:]) if isinstance(output, tuple) else new
 
     total = torch.zeros(sae.W_dec.shape[0], dtype=torch.float64, device=sae.W_dec.device)
@@ -85,7 +86,8 @@ def latent_attribution(
                 raise ValueError("module did not run during the forward pass; is it part of model?")
             grads = torch.autograd.grad(value, codes)
             for f, g in zip(codes, grads, strict=True):
-                total += (f.detach() * g).sum(0).double()
+                wide = torch.promote_types(f.dtype, torch.float32)  # a float16 sum over tokens overflows
+                total += (f.detach().to(wide) * g.to(wide)).sum(0).double()
     finally:
         handle.remove()
         model.train(was_training)

@@ -161,8 +161,10 @@ class ActivationCache(dict):
 def _norm_parts(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
     """A norm's input split as TransformerLens' ``hook_scale`` sees it: ``(centred input, scale, weight,
     bias)`` with ``output = centred / scale * weight + bias``; LayerNorm centres and has a bias, RMSNorm
-    (Llama's, in float32 as it computes) neither. ``scale`` is ``(batch, seq, 1)``."""
+    (Llama's, in float32 as it computes) neither. ``scale`` is ``(batch, seq, 1)``. Half precision is computed
+    in float32, as torch's LayerNorm computes it (in float16 the squares overflow past 65504)."""
     if isinstance(module, nn.LayerNorm):
+        x = x.to(torch.promote_types(x.dtype, torch.float32))
         centred = x - x.mean(-1, keepdim=True)
         scale = (centred.pow(2).mean(-1, keepdim=True) + module.eps).sqrt()
         return centred, scale, module.weight, module.bias
@@ -626,13 +628,15 @@ class HookedModel:
 
     # ------------------------------------------------------------------ weights
     def lens(self, resid: torch.Tensor) -> torch.Tensor:
-        """Logit lens: the final norm and unembedding applied to any residual-stream tensor ``(..., d_model)``."""
+        """Logit lens: the final norm and unembedding applied to any residual-stream tensor ``(..., d_model)``,
+        cast to the unembedding's dtype first (a float32 steering vector or SAE row on a bfloat16 model)."""
         if not isinstance(resid, torch.Tensor) or resid.shape[-1:] != (self.d_model,):
             raise ValueError(
                 f"resid must be a tensor shaped (..., {self.d_model}), "
                 f"got {getattr(resid, 'shape', type(resid).__name__)}"
             )
-        return self.unembed(self.final_norm(resid))
+        dtype = next(self.unembed.parameters()).dtype
+        return self.unembed(self.final_norm(resid.to(dtype)))
 
     def mlp_values(self, layer: int) -> torch.Tensor:
         """The value vectors of block ``layer``'s MLP: row ``i`` is what key ``i`` writes, ``(d_mlp, d_model)``."""
