@@ -152,6 +152,12 @@ def test_refit_is_least_squares_under_the_layer_moments():
     for _ in range(5):
         C2 = C + 1e-3 * torch.randn(C.shape, dtype=torch.float64, generator=GEN)
         assert layer_cost(weights[0], (B @ C2).T, hessians[0]) >= best
+    # a basis in another dtype (a SharedBasisLinear's basis in a half model's) is solved in float64 as well;
+    # it raised a dtype mismatch
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        low = B.to(dtype)
+        expected = refit_coefficients(low.double(), weights[0], hessians[0], damping=1e-12)
+        assert torch.equal(refit_coefficients(low, weights[0], hessians[0], damping=1e-12), expected)
 
 
 def stats_for(model, cfg):

@@ -175,7 +175,7 @@ def refit_coefficients(
     if W.shape[1] != basis.shape[0]:
         raise ValueError(f"basis must have W's {W.shape[1]} input rows, got shape {tuple(basis.shape)}")
     check_positive(damping, "damping")
-    H = H.double()
+    H, basis = H.double(), basis.double()  # a basis in a half model's dtype too
     G = basis.T @ H @ basis
     eye = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
     G = G + damping * G.diagonal().mean().clamp_min(1e-30) * eye

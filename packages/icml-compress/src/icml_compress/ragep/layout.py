@@ -180,7 +180,13 @@ def route(
         raise ValueError(
             f"x must hold tokens of the model's width {hidden} in its last dimension, got {tuple(x.shape)}"
         )
-    logits = nn.functional.linear(x.reshape(-1, hidden).float(), router.weight.float())
+    flat = x.reshape(-1, hidden)
+    if (
+        layer.spec.routing == "softmax"
+    ):  # Mixtral, Qwen-MoE, OLMoE: logits in the model's dtype, as their gates
+        logits = nn.functional.linear(flat.to(router.weight.dtype), router.weight).float()
+    else:  # DeepSeek-V3's gate computes in float32
+        logits = nn.functional.linear(flat.float(), router.weight.float())
     if alive is not None:
         check_tensor(alive, "alive", (torch.bool,))
         if alive.shape != (layer.n_experts,):
