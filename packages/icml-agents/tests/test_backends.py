@@ -207,6 +207,26 @@ def test_hf_chat_without_template_is_refused(tiny_model, smol_tokenizer):
         HFLocalBackend(tiny_model, bare).chat([[{"role": "user", "content": "hi"}]])
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_hf_from_pretrained_honours_dtype_and_torch_dtype(tiny_model, smol_tokenizer, tmp_path):
+    """``torch_dtype`` (transformers' older name of ``dtype``) was dropped for float32."""
+    tiny_model.save_pretrained(tmp_path)
+    smol_tokenizer.save_pretrained(tmp_path)
+
+    def dtypes(backend):
+        return {p.dtype for p in backend.model.parameters()}
+
+    assert dtypes(HFLocalBackend.from_pretrained(tmp_path)) == {torch.float32}
+    for dtype in (torch.bfloat16, torch.float16):
+        by_dtype = HFLocalBackend.from_pretrained(tmp_path, dtype=dtype)
+        by_torch_dtype = HFLocalBackend.from_pretrained(tmp_path, torch_dtype=dtype, batch_size=2)
+        assert dtypes(by_dtype) == dtypes(by_torch_dtype) == {dtype} and by_torch_dtype.batch_size == 2
+        for name, tensor in tiny_model.state_dict().items():
+            assert torch.equal(by_torch_dtype.model.state_dict()[name], tensor.to(dtype)), name
+    with pytest.raises(ValueError, match="dtype or torch_dtype"):
+        HFLocalBackend.from_pretrained(tmp_path, dtype=torch.float16, torch_dtype=torch.bfloat16)
+
+
 @pytest.fixture(scope="module")
 def smollm2_backend():
     from icml_tools.assets import smollm2

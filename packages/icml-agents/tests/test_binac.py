@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 
 import numpy as np
 import pytest
@@ -382,6 +383,39 @@ def test_bad_input_names_the_argument():
         CausalLMPolicy(tiny_llama(), eos_token_id=EOS, allowed_tokens=[])
     with pytest.raises(ValueError, match="references"):
         Ledger(verifier).verify([[1]], [[1], [2]])
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_float16_trainable_parameters_are_refused():
+    """Adam over float16 weights rounds its eps to 0: the weights were NaN after one step."""
+    half = CausalLMPolicy(tiny_llama(0).half(), eos_token_id=EOS, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"actor has float16 trainable parameters.*float32"):
+        BiNACTrainer(half, None, dense_verifier, TEMPLATE)
+    critic = CausalLMPolicy(tiny_llama(1).half(), eos_token_id=EOS, max_new_tokens=1, allowed_tokens=FEEDBACK)
+    with pytest.raises(ValueError, match="critic has float16 trainable parameters"):
+        BiNACTrainer(scripted_actor(), critic, verifier, TEMPLATE)
+    # what is not trained may be float16: a fixed critic, a frozen actor
+    BiNACTrainer(scripted_actor(), critic, verifier, TEMPLATE, BiNACConfig(critic_mode="fixed"))
+    half.model.requires_grad_(False)
+    BiNACTrainer(half, table_critic(), verifier, TEMPLATE)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_bfloat16_trainable_parameters_warn_once():
+    actor = CausalLMPolicy(tiny_llama(0).bfloat16(), eos_token_id=EOS, max_new_tokens=4)
+    critic = CausalLMPolicy(
+        tiny_llama(1).bfloat16(), eos_token_id=EOS, max_new_tokens=1, allowed_tokens=FEEDBACK
+    )
+    with pytest.warns(RuntimeWarning, match="actor has bfloat16 trainable parameters") as record:
+        BiNACTrainer(actor, None, dense_verifier, TEMPLATE)
+    assert len(record) == 1
+    with pytest.warns(RuntimeWarning, match="actor and critic have bfloat16") as record:
+        BiNACTrainer(actor, critic, dense_verifier, TEMPLATE)
+    assert len(record) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # float32, or bfloat16 that is not trained: no warning
+        BiNACTrainer(CausalLMPolicy(tiny_llama(0), eos_token_id=EOS), None, dense_verifier, TEMPLATE)
+        BiNACTrainer(scripted_actor(), critic, verifier, TEMPLATE, BiNACConfig(critic_mode="fixed"))
 
 
 @pytest.mark.slow

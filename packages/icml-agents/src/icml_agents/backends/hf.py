@@ -60,9 +60,20 @@ class HFLocalBackend(Backend):
     def from_pretrained(
         cls, path: str | os.PathLike[str], *, dtype: Any = None, batch_size: int = 8, **kwargs: Any
     ) -> HFLocalBackend:
-        """Load a model folder (or a Hub name already in the local cache) with ``AutoModelForCausalLM``."""
+        """Load a model folder (or a Hub name already in the local cache) with ``AutoModelForCausalLM``.
+
+        ``dtype`` (or its older name ``torch_dtype``, not both) is the weights' dtype: float32 by default,
+        ``"auto"`` for the checkpoint's own; other keyword arguments go to ``from_pretrained``."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        torch_dtype = kwargs.pop("torch_dtype", None)
+        if torch_dtype is not None:
+            if dtype is not None:
+                raise ValueError(
+                    f"give dtype or torch_dtype (its older name), not both: got dtype={dtype!r}, "
+                    f"torch_dtype={torch_dtype!r}"
+                )
+            dtype = torch_dtype
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **kwargs)
         return cls(model, AutoTokenizer.from_pretrained(path), batch_size=batch_size)
 

@@ -257,6 +257,30 @@ def _params(policy) -> list[nn.Parameter]:
     return [p for p in policy.parameters() if p.requires_grad]
 
 
+def _check_trainable_dtypes(trained: dict[str, Any]) -> None:
+    """Refuse float16 trainable parameters and warn once about bfloat16 ones (Adam updates the parameters
+    in their own dtype: there are no float32 master weights)."""
+    bf16 = []
+    for name, policy in trained.items():
+        dtypes = {p.dtype for p in _params(policy)}
+        if torch.float16 in dtypes:
+            raise ValueError(
+                f"{name} has float16 trainable parameters: Adam in float16 rounds its eps (1e-8) to 0 and "
+                "turns the weights into NaN after one step; train it in float32 (its model's .float()) or "
+                "bfloat16, or freeze those parameters"
+            )
+        if torch.bfloat16 in dtypes:
+            bf16.append(name)
+    if bf16:
+        warnings.warn(
+            f"{' and '.join(bf16)} {'has' if len(bf16) == 1 else 'have'} bfloat16 trainable parameters: "
+            "without float32 master weights, Adam updates smaller than half a bfloat16 ulp of a weight are "
+            "lost to rounding (most of them at small learning rates); train in float32 to keep them",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 class BiNACTrainer:
     """Train ``actor`` (and ``critic``) with the Bi-NAC loop; ``critic=None`` trains the actor alone by GRPO.
 
@@ -265,6 +289,11 @@ class BiNACTrainer:
     (:class:`~icml_agents.binac.ScriptedPolicy` for scripted critics) and trainable for the ``"bilevel"`` and
     ``"supervised"`` modes. ``verifier(reference, completion_ids) -> float`` scores answers; it is called
     through :attr:`ledger`, which also records both models' parameters.
+
+    The trained models are updated by Adam in their parameters' own dtype: float16 trainable parameters
+    are refused (``ValueError``: Adam's eps rounds to 0 and the weights turn NaN), bfloat16 ones are
+    trained with a ``RuntimeWarning`` (updates below half a bfloat16 ulp of a weight are lost); train in
+    float32 for exact updates.
     """
 
     def __init__(
@@ -290,9 +319,13 @@ class BiNACTrainer:
         self.ledger.register("actor", actor)
         self.ledger.register("critic", critic if critic is not None else nn.Module())
         self.generator = torch.Generator().manual_seed(check_int(seed, "seed", 0, 2**63 - 1))
-        self.actor_opt = torch.optim.Adam(_params(actor), lr=cfg.actor_lr) if is_trainable(actor) else None
-        self.critic_opt = None
+        trained = {"actor": actor} if is_trainable(actor) else {}
         if critic is not None and cfg.critic_mode != "fixed":
+            trained["critic"] = critic
+        _check_trainable_dtypes(trained)
+        self.actor_opt = torch.optim.Adam(_params(actor), lr=cfg.actor_lr) if "actor" in trained else None
+        self.critic_opt = None
+        if "critic" in trained:
             self.critic_opt = torch.optim.Adam(_params(critic), lr=cfg.critic_lr)
         self.steps = 0
 

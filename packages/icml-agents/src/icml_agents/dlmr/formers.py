@@ -289,9 +289,18 @@ def _check_path(path: object) -> Path:
     return Path(path)
 
 
+_SAVED_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
 def save_memories(path: str | os.PathLike[str], **modules: nn.Module) -> Path:
     """Save formers and routers (each with a ``config()``) to one file, atomically: the file is written
-    next to ``path`` and moved into place, so a failure leaves ``path`` as it was."""
+    next to ``path`` and moved into place, so a failure leaves ``path`` as it was. Each module's parameter
+    dtype is recorded (its parameters must share one) and restored by :func:`load_memories`."""
     from icml_agents.dlmr.router import Router
 
     target = _check_path(path)
@@ -308,7 +317,20 @@ def save_memories(path: str | os.PathLike[str], **modules: nn.Module) -> Path:
             raise TypeError(
                 f"{name} must be a VisualMemory, ReasoningMemory or Router, got {type(m).__name__}"
             )
-        payload[name] = {"class": type(m).__name__, "config": m.config(), "state": m.state_dict()}  # type: ignore[operator]
+        dtypes = {p.dtype for p in m.parameters()}
+        if len(dtypes) > 1:
+            raise ValueError(
+                f"{name} must have its parameters in one dtype, got {sorted(str(d) for d in dtypes)}"
+            )
+        dtype = str(dtypes.pop() if dtypes else torch.float32).removeprefix("torch.")
+        if dtype not in _SAVED_DTYPES:
+            raise ValueError(f"{name} must have parameters in one of {sorted(_SAVED_DTYPES)}, got {dtype}")
+        payload[name] = {
+            "class": type(m).__name__,
+            "config": m.config(),  # type: ignore[operator]
+            "state": m.state_dict(),
+            "dtype": dtype,
+        }
     tmp = target.with_name(target.name + ".tmp")
     try:
         torch.save(payload, tmp)
@@ -320,7 +342,8 @@ def save_memories(path: str | os.PathLike[str], **modules: nn.Module) -> Path:
 
 
 def load_memories(path: str | os.PathLike[str]) -> dict[str, nn.Module]:
-    """Load what :func:`save_memories` wrote: ``{name: module}`` in eval mode."""
+    """Load what :func:`save_memories` wrote: ``{name: module}`` in eval mode, each in the parameter dtype
+    it was saved in (float32 for files written before the dtype was recorded)."""
     from icml_agents.dlmr.router import Router
 
     classes: dict[str, Any] = {
@@ -342,7 +365,8 @@ def load_memories(path: str | os.PathLike[str]) -> dict[str, nn.Module]:
             else:
                 d_in, d_out, n = cfg.pop("d_in"), cfg.pop("d_out"), cfg.pop("n_tokens")
                 module = cls(d_in, d_out, n, **cfg)
-            module.load_state_dict(entry["state"])
+            dtype = _SAVED_DTYPES[entry.get("dtype", "float32")]
+            module.to(dtype).load_state_dict(entry["state"])
             out[name] = module.eval()
     except (
         pickle.UnpicklingError,

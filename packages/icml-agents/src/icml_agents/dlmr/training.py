@@ -57,13 +57,22 @@ def trainable_fraction(trainable: list[nn.Module] | nn.Module, base: nn.Module) 
     return sum(p.numel() for m in mods for p in m.parameters()) / n_base
 
 
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def distillation_loss(
     student_logits, teacher_logits, targets=None, *, ce_weight: float = 1.0, temperature: float = 1.0
 ):
     """``KL(teacher || student)`` over the rows of ``(N, V)`` logits (mean over rows, ``temperature``-scaled
     and multiplied by ``temperature**2`` as in Hinton et al.) plus ``ce_weight`` times the cross-entropy of
     ``targets`` ``(N,)`` (-100 ignored) when given. ``temperature`` is at most 100: beyond, the rounding of
-    the log-probabilities, multiplied by ``temperature**2``, swamps the loss (it even turns negative)."""
+    the log-probabilities, multiplied by ``temperature**2``, swamps the loss (it even turns negative).
+
+    Half-precision logits (float16, bfloat16) are computed in float32 and the loss is cast back to the
+    logits' dtype (the promotion of both when they differ): in half precision the rounding of the
+    log-probabilities swamps a small KL (bfloat16 was off by a factor of three)."""
     s = check_tensor(student_logits, "student_logits", ndim=2, floating=True)
     t = check_tensor(teacher_logits, "teacher_logits", tuple(s.shape), floating=True).detach()
     ce_weight = check_real(ce_weight, "ce_weight", "[0, inf)")
@@ -82,7 +91,9 @@ def distillation_loss(
             raise ValueError(
                 f"targets must be class indices in [0, {s.shape[1] - 1}] or -100, got {targets.tolist()}"
             )
-    scaled_s, scaled_t = s / temperature, t / temperature
+    out_dtype = torch.promote_types(s.dtype, t.dtype)
+    s32, t32 = _at_least_float32(s), _at_least_float32(t)
+    scaled_s, scaled_t = s32 / temperature, t32 / temperature
     if not bool(torch.isfinite(scaled_s.detach()).all() and torch.isfinite(scaled_t).all()):
         raise ValueError(
             f"temperature {temperature} is too small for these logits: logits / temperature overflows"
@@ -91,7 +102,8 @@ def distillation_loss(
     log_t = F.log_softmax(scaled_t, dim=-1)
     loss = (log_t.exp() * (log_t - log_s)).sum(dim=-1).mean() * temperature**2
     if targets is not None and bool((targets != -100).any()):
-        loss = loss + ce_weight * F.cross_entropy(s, targets.long(), ignore_index=-100)
+        loss = loss + ce_weight * F.cross_entropy(s32, targets.long(), ignore_index=-100)
+    loss = loss.to(out_dtype)
     if not bool(torch.isfinite(loss.detach())):
         warnings.warn(
             f"distillation_loss: the loss overflows {loss.dtype} (logits or ce_weight too large)",

@@ -50,6 +50,11 @@ def _in_dtype_of(thought: torch.Tensor, embedding_weight: torch.Tensor) -> torch
     return out
 
 
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def _check_top_k(top_k) -> int | None:
     return None if top_k is None else check_int(top_k, "top_k", 1, MAX_TOP_K)
 
@@ -125,6 +130,10 @@ class ContextPredictionFusion(nn.Module):
     the latent input is ``α · e_ctx + (1 − α) · e_pred`` with ``α = σ(a)``, a learned scalar (``gate="scalar"``)
     or a per-position gate from ``h`` (``gate="mlp"``). ``forward(..., alpha=a)`` fixes ``α`` (1 gives
     ``e_ctx``, 0 gives ``e_pred``).
+
+    The fusion may be cast to any float dtype (``.to(torch.bfloat16)``): ``hidden`` is fed to it in its
+    parameters' dtype, the norms and the mixture are computed in float32 at least, and the thought is
+    returned in ``embedding_weight``'s dtype.
     """
 
     def __init__(
@@ -157,17 +166,20 @@ class ContextPredictionFusion(nn.Module):
             self.gate_mlp = nn.Sequential(nn.Linear(hidden_size, 16), nn.Tanh(), last)
 
     def alpha(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The gate ``α`` per row, ``(B, 1)``."""
+        """The gate ``α`` per row, ``(B, 1)``, in the fusion's parameter dtype (float32 at least)."""
         if self.gate == "scalar":
-            return torch.sigmoid(self.gate_logit).expand(hidden.shape[0], 1)
-        return torch.sigmoid(self.gate_mlp(hidden.float()))
+            return torch.sigmoid(_at_least_float32(self.gate_logit)).expand(hidden.shape[0], 1)
+        return torch.sigmoid(_at_least_float32(self.gate_mlp(hidden.to(self.proj.weight.dtype))))
 
     def context(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        """``e_ctx``: the projected hidden state at the mean input-embedding norm, ``(B, D)``."""
-        u = self.proj(self.norm(hidden.float()))
+        """``e_ctx``: the projected hidden state at the mean input-embedding norm, ``(B, D)``, float32 at
+        least (the LayerNorm and projection run in the fusion's parameter dtype, the rescaling in float32 at
+        least)."""
+        dtype = self.proj.weight.dtype
+        u = _at_least_float32(self.proj(self.norm(hidden.to(dtype))))
         if not bool(torch.isfinite(u).all()):
             raise ValueError(
-                "hidden is too large for the fusion: its LayerNorm and projection overflow float32"
+                f"hidden is too large for the fusion: its LayerNorm and projection overflow {dtype}"
             )
         target = embedding_weight.detach().float().norm(dim=-1).mean()
         if not bool(torch.isfinite(target)):
