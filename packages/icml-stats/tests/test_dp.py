@@ -110,6 +110,33 @@ def test_clipped_per_sample_gradients_have_norm_at_most_the_bound():
     assert norm <= 64 * 0.05 + 1e-9
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_half_precision_batch_sum_is_formed_in_float32(dtype):
+    """70,000 clipped gradients of -1 sum past float16's 65504: the sum, the noise and the division by the
+    batch size run in float32 (the float16 sum was -inf, and the bias stepped to +inf without a word)."""
+    n = 70_000
+    model = nn.Linear(1, 1).to(dtype)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+    x, y = torch.zeros(n, 1, dtype=dtype), torch.full((n, 1), 10.0, dtype=dtype)
+    opt = CondDPSGD(
+        model,
+        lr=0.5,
+        max_grad_norm=1.0,
+        noise_multiplier=1.0,
+        expected_batch_size=n,
+        conditioning={"weight": np.eye(1)},
+        generator=torch.Generator().manual_seed(0),
+    )
+    summed = opt.clipped_sum(x, y)
+    assert summed["bias"].dtype == torch.float32
+    assert float(summed["bias"]) == pytest.approx(-n, rel=2e-3)
+    opt.step(x, y)
+    assert model.bias.dtype == dtype and float(model.bias.detach()) == pytest.approx(0.5, abs=1e-3)
+    assert torch.isfinite(model.weight).all()
+
+
 def run(conditioning, steps=20, seed=3):
     X, y = spectral(n=200)
     model = linear(8)

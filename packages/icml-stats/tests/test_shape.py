@@ -142,6 +142,31 @@ def test_gaussian_log_likelihood_equals_scipy():
     np.testing.assert_allclose(gaussian_log_likelihood(model, p, t, d), ref, rtol=1e-10)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_model_is_read_in_float64(dtype):
+    """torch's cholesky and solve have no half precision: a model returning bfloat16/float16 (mean, cov) used
+    to raise NotImplementedError; its outputs are now cast to the points' float64."""
+    closed, rng = ClosedForm(2), np.random.default_rng(7)
+    p, t = rng.uniform(-1, 1, (20, 2)), rng.uniform(0, 1.5, 20)
+    d = closed.sample(p, t, rng)
+
+    def half(points, s):
+        mean, cov = closed(points.to(dtype), s.to(dtype))
+        return mean.to(dtype), cov.to(dtype)
+
+    def rounded(points, s):  # the same model, computed in float64 from the same rounded inputs
+        return closed(points.to(dtype).double(), s.to(dtype).double())
+
+    for fn, args, tol in (
+        (fisher_information, (p, t), {"rtol": 0.05}),  # bfloat16: 1.4 % at worst
+        (gaussian_log_likelihood, (p, t, d), {"atol": 0.05}),  # bfloat16: 0.016 at worst
+    ):
+        values = fn(half, *args)
+        assert values.dtype == np.float64 and np.isfinite(values).all()
+        np.testing.assert_allclose(values, fn(rounded, *args), **tol)
+    assert estimate_covariate(half, p[:8], d[:8], (0.0, 2.0), grid=5).estimate.dtype == np.float64
+
+
 # -------------------------------------------------------------------------------------- maximum likelihood
 def test_maximum_likelihood_reaches_the_cramer_rao_bound():
     """200 subjects of 32 points: the estimates' RMSE is within 20 % of sqrt(mean(se²)), and each se is

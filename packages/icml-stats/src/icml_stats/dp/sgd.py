@@ -40,6 +40,11 @@ MAX_STEPS = 10**9
 MAX_RECORDS = 2**40
 
 
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """float32 for a half-precision dtype (float16 sums overflow above 65504), else ``dtype`` itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def _squared_error(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The default per-sample loss ``0.5 * ||output - target||^2`` (one sample's output and target)."""
     if output.numel() != target.numel():
@@ -161,10 +166,11 @@ class CondDPSGD:
         return g
 
     def clipped_sum(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The sum of the batch's clipped per-sample gradients, in conditioned coordinates."""
+        """The sum of the batch's clipped per-sample gradients, in conditioned coordinates: in float32 for a
+        half-precision parameter (a float16 sum overflows above 65504), else in the parameter's dtype."""
         g = self.per_sample_gradients(inputs, targets)
         if len(inputs) == 0:  # an empty Poisson batch: noise only
-            return {k: torch.zeros_like(p) for k, p in self.params.items()}
+            return {k: torch.zeros_like(p, dtype=_wide(p.dtype)) for k, p in self.params.items()}
         for k, C in self.conditioning.items():
             g[k] = g[k] @ C.to(g[k].device).mT  # C is kept on the CPU; the model may have moved since
         flat = torch.cat([v.reshape(len(v), -1) for v in g.values()], dim=1)
@@ -176,20 +182,25 @@ class CondDPSGD:
                 "the conditioned per-sample gradients overflow: inputs or targets are too large, rescale them"
             )
         factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        return {k: torch.einsum("i,i...", factor, v) for k, v in g.items()}
+        return {
+            k: torch.einsum("i,i...", factor.to(_wide(v.dtype)), v.to(_wide(v.dtype))) for k, v in g.items()
+        }
 
     @torch.no_grad()
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        """One Cond-DP update of the model's parameters from the batch ``(inputs, targets)``."""
+        """One Cond-DP update of the model's parameters from the batch ``(inputs, targets)``. For a
+        half-precision parameter the noisy sum is formed, conditioned and divided by the batch size in float32;
+        only the update's result is rounded to the parameter's dtype."""
         summed = self.clipped_sum(inputs, targets)
         std = self.noise_multiplier * self.max_grad_norm
         for k, p in self.params.items():
             # drawn on the generator's device (a generator draws only there), then moved to the parameter's
             where = p.device if self.generator is None else self.generator.device
             noise = torch.normal(0.0, std, size=p.shape, device=where, generator=self.generator).to(p.device)
-            update = (summed[k] + noise).to(p.dtype)
+            wide = _wide(p.dtype)
+            update = (summed[k] + noise).to(wide)
             if k in self.conditioning:
-                update = update @ self.conditioning[k].to(p.device)
+                update = update @ self.conditioning[k].to(p.device, wide)
             p.sub_(self.lr * update / self.expected_batch_size)
 
     def poisson_batch(self, n: int, sample_rate: float) -> torch.Tensor:

@@ -5,7 +5,9 @@ A **model** is a callable ``model(points, t) -> (mean, cov)`` on torch float64 t
 ``cov`` ``(n, d, d)`` symmetric positive definite, the law ``d | p, t ~ N(mean, cov)`` of the displacement
 observed at ``p``. Each row must depend on its own ``t`` only (a pointwise field), which is what lets one
 forward-mode pass give every point's derivative in ``t``. :class:`~icml_stats.shape.ShapeField` is one;
-a closed-form model is another (the tests use one).
+a closed-form model is another (the tests use one). A model computing in half precision (bfloat16,
+float16) may return its ``(mean, cov)`` so: they are cast to float64 (torch's linear algebra has no half
+precision).
 
 Fisher information of ``t`` at a point (the standard Gaussian formula)::
 
@@ -94,7 +96,10 @@ def _evaluate(model: Model, p, t):
         raise ValueError(
             f"model must return mean ({n}, {d}) and cov ({n}, {d}, {d}), got {tuple(mean.shape)} and {tuple(cov.shape)}"
         )
-    # a model computing on another device (a GPU) returns there: the results come back to the points' (CPU)
+    # a model computing on another device (a GPU) returns there: the results come back to the points' (CPU);
+    # half-precision outputs come back in the points' dtype, which torch's cholesky and solve support
+    if mean.dtype in (torch.float16, torch.bfloat16) or cov.dtype in (torch.float16, torch.bfloat16):
+        return mean.to(p.device, p.dtype), cov.to(p.device, p.dtype)
     return mean.to(p.device), cov.to(p.device)
 
 
