@@ -229,6 +229,17 @@ def test_train_logs_and_learns_lag_one():
         quiet.lag_mass((1,))
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_train_logs_the_attention_masses_of_a_bfloat16_model_in_float32():
+    """numpy has no bfloat16: the masses used to fail to convert."""
+    chain = MixtureOfLagsChain(3, (1, 2), (0.7, 0.3), seed=0)
+    model = AttentionOnlyTransformer(3, 6, 2, seed=0).to(torch.bfloat16)
+    log = train(model, chain, 4, lr=0.1, batch_size=8, log_every=2, n_eval=16)
+    assert log.mass is not None and log.mass.dtype == np.float32 and log.mass.shape == (2, 2, 6)
+    assert np.allclose(log.mass.sum(-1), 1.0, atol=0.05)  # rows of bfloat16 attention
+    assert model.attn.W_Q.dtype == torch.bfloat16
+
+
 def test_train_bad_input():
     chain = MixtureOfLagsChain(4, (1, 3), (0.5, 0.5), seed=0)
     with pytest.raises(ValueError, match="n_states"):

@@ -25,6 +25,7 @@ from icml_theory.pc import (
     forward_states,
     iterations_to_tolerance,
     local_energy,
+    output_loss,
     relative_error,
     states_from_errors,
 )
@@ -281,6 +282,52 @@ def test_same_seed_gives_the_same_batches():
             EPC(model, "ce", inference_steps=4).fit(x, torch.arange(16) % 4, epochs=3, batch_size=5, seed=7)
         )
     assert runs[0] == runs[1]
+
+
+# ---------------------------------------------------------------- half precision
+def test_half_precision_losses_and_energies_are_summed_in_float32():
+    """A float16 sum of squares overflows above 65504: the sums run in float32 (they used to give inf, and
+    the functions and trainers refused the batch)."""
+    out = torch.zeros(64, 16, dtype=torch.float16)
+    mse = output_loss(out, torch.full_like(out, 12.0), "mse")
+    assert mse.dtype == torch.float32 and float(mse) == 0.5 * 144 * 64 * 16  # 73728
+    logits = torch.zeros(8, 2, dtype=torch.float16)
+    logits[:, 1] = 60000.0
+    ce = output_loss(logits, torch.zeros(8, dtype=torch.long), "ce")
+    assert ce.dtype == torch.float32 and float(ce) == 8 * 60000.0
+    for dtype in (torch.float16, torch.bfloat16):
+        model, (x, y) = mlp(dtype=dtype), batch()
+        x = x.to(dtype)
+        errors = [torch.full((8, 16), 20.0, dtype=dtype) for _ in range(3)]  # ½ · 400 · 384 = 76800
+        states, _ = states_from_errors(model, x, errors)
+        wide = mlp(dtype=dtype).double()  # the same (rounded) weights in float64
+        with torch.no_grad():
+            reference = float(error_energy(wide, x.double(), y, [e.double() for e in errors]))
+            values = [
+                error_energy(model, x, y, errors),
+                energy(model, x, y, states),
+                local_energy(model, x, y, states),
+            ]
+        assert reference > 76800
+        for value in values:
+            assert value.dtype == torch.float32
+            assert float(value) == pytest.approx(reference, rel=1e-3)
+
+
+@pytest.mark.parametrize("cls", [Backprop, SPC, EPC])
+def test_trainers_refuse_float16_parameters_for_their_own_adam(cls):
+    """Adam's eps 1e-8 rounds to 0 in float16 and its first step turned weights to NaN."""
+    with pytest.raises(ValueError, match=r"^model has float16 .*bfloat16.*autocast"):
+        cls(mlp(dtype=torch.float16), "ce")
+    cls(mlp(dtype=torch.bfloat16), "ce")
+    # an optimizer of the caller's is theirs to choose; a batch whose loss passes 65504 now trains
+    model = mlp(depth=2, d_out=16, dtype=torch.float16)
+    x = batch()[0].half()
+    y = torch.full((8, 16), 40.0, dtype=torch.float16)  # summed loss ≈ ½ · 1600 · 128 = 102400
+    trainer = cls(model, "mse", optimizer=torch.optim.SGD(model.parameters(), lr=1e-4))
+    info = trainer.step(x, y)
+    assert info.loss > 65504 / 8 and torch.isfinite(info.grad_norms).all()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 # ---------------------------------------------------------------- bad input

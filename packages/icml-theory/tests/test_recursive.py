@@ -225,6 +225,34 @@ def test_save_load_gives_identical_outputs_and_a_failed_save_keeps_the_old_file(
         RecursiveModel.load(bogus)
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_save_load_keeps_a_bfloat16_model_in_bfloat16_and_reads_files_without_a_dtype(tmp_path):
+    model = _model(trm_config(V, L, hidden=8), seed=2).to(torch.bfloat16)
+    model.save(tmp_path / "bf16.pt")
+    loaded = RecursiveModel.load(tmp_path / "bf16.pt")
+    assert {p.dtype for p in loaded.state_dict().values()} == {torch.bfloat16}
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    x = _tokens(3)
+    assert torch.equal(predict(model, x), predict(loaded, x))
+    # a file written before the dtype was recorded: float32, as it was saved
+    old = _model(trm_config(V, L, hidden=8), seed=2)
+    torch.save({"config": dataclasses.asdict(old.config), "state": old.state_dict()}, tmp_path / "old.pt")
+    loaded = RecursiveModel.load(tmp_path / "old.pt")
+    assert loaded.head.weight.dtype == torch.float32
+    assert torch.equal(predict(old, x), predict(loaded, x))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_trainer_refuses_float16_parameters_that_adamw_would_turn_to_nan():
+    model = _model(trm_config(V, L, hidden=8, supervision_steps=1, h_cycles=2, l_cycles=2))
+    with pytest.raises(ValueError, match=r"model has float16 .*bfloat16.*autocast"):
+        RecursiveTrainer(model.to(torch.float16))
+    model.to(torch.bfloat16)
+    RecursiveTrainer(model).train_batch(_tokens(4), _tokens(4, 1))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -31,7 +31,8 @@ class TrainingLog:
     train_loss: np.ndarray  # (n_logs,) mean training loss (nats) over the steps since the previous record
     eval_loss: np.ndarray | None = None  # (n_logs,) loss on the evaluation set (full logging)
     mass: np.ndarray | None = (
-        None  # (n_logs, heads, context) attention mass per head and lag (column j: lag j+1)
+        None  # (n_logs, heads, context) attention mass per head and lag (column j: lag j+1); float32 for a
+        # half-precision model
     )
     seconds: float = 0.0
     config: dict = field(default_factory=dict)
@@ -133,7 +134,10 @@ def train(
                 with torch.no_grad():
                     logits, cache = model.run_with_cache(evaluation[:, :-1], PATTERN)
                     records["eval"].append(float(_scored(logits, evaluation, chain.order)))
-                    records["mass"].append(lag_mass(cache[PATTERN], chain.order - 1).cpu().numpy())
+                    mass = lag_mass(cache[PATTERN], chain.order - 1)
+                    # numpy has no bfloat16: half-precision masses are logged in float32
+                    wide = torch.promote_types(mass.dtype, torch.float32)
+                    records["mass"].append(mass.to(wide).cpu().numpy())
     seconds = time.perf_counter() - start
     config = {
         "steps": steps, "lr": lr, "batch_size": batch_size, "optimizer": optimizer, "log_every": log_every,

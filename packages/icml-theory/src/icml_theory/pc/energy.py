@@ -15,6 +15,9 @@ takes the same value at corresponding points; the map between ``s`` and ``e`` is
 diagonal, so both forms have the same stationary points. The weight gradient at given states is that of the
 *local* energy, the state energy with every state detached: each layer's parameters then see only their own
 term ``½‖f_l(s_{l−1}) − s_l‖²`` (or the output loss).
+
+The losses and energies of a half-precision model (float16, bfloat16) are summed, and returned, in float32:
+a float16 sum of squares overflows above 65504. Float32 and float64 models sum in their own dtype.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ def as_layers(model) -> list[nn.Module]:
 
 def output_loss(output: torch.Tensor, target: torch.Tensor, loss: str = "ce") -> torch.Tensor:
     """ℓ summed over the batch: ``"mse"`` ½‖output − target‖², ``"ce"`` cross-entropy of logits against class
-    indices (``output`` of shape ``(B, C, …)``, ``target`` of shape ``(B, …)``)."""
+    indices (``output`` of shape ``(B, C, …)``, ``target`` of shape ``(B, …)``); float32 for a half-precision
+    ``output`` (see the module docstring)."""
     loss = check_choice(loss, "loss", LOSSES)
     like = output if isinstance(output, torch.Tensor) and output.is_floating_point() else torch.zeros(())
     output, target = check_batch(output, target, loss, like, names=("output", "target"))

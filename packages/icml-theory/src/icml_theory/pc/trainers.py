@@ -57,7 +57,11 @@ class Trainer:
 
     Parameters: ``model`` a sequential stack (see :func:`icml_theory.pc.energy.as_layers`); ``loss``
     ``"ce"`` (class-index targets) or ``"mse"`` (targets shaped like the output); ``lr`` Adam's learning
-    rate when ``optimizer`` is None; ``optimizer`` a torch optimizer over the model's parameters."""
+    rate when ``optimizer`` is None; ``optimizer`` a torch optimizer over the model's parameters.
+
+    With ``optimizer=None`` a model with float16 trainable parameters is refused (ValueError): Adam's ``eps``
+    (1e-8) rounds to 0 in float16 and the first step turns weights to NaN; train in bfloat16, or in float32
+    under ``torch.autocast`` for float16 compute (or pass an ``optimizer`` suited to float16 weights)."""
 
     method = "trainer"
 
@@ -72,6 +76,12 @@ class Trainer:
         if not params:
             raise ValueError("model must have trainable parameters, got none")
         if optimizer is None:
+            if any(p.requires_grad and p.dtype == torch.float16 for p in params):
+                raise ValueError(
+                    "model has float16 trainable parameters, which Adam turns to NaN (its eps, 1e-8, rounds to 0 "
+                    "in float16); use model.to(torch.bfloat16), keep float32 weights and run float16 compute "
+                    "under torch.autocast, or pass an optimizer suited to float16 weights"
+                )
             optimizer = torch.optim.Adam(params, lr=self.lr)
         elif not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(

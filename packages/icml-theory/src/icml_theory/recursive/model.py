@@ -258,12 +258,16 @@ class RecursiveModel(nn.Module):
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
-        """Write the config and the weights to ``path`` atomically (a failed save leaves the old file)."""
+        """Write the config, the weights and their dtype to ``path`` atomically (a failed save leaves the old
+        file)."""
         path = Path(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
+        dtype = str(self.head.weight.dtype).removeprefix("torch.")
         try:
-            torch.save({"config": dataclasses.asdict(self.config), "state": self.state_dict()}, tmp)
+            torch.save(
+                {"config": dataclasses.asdict(self.config), "state": self.state_dict(), "dtype": dtype}, tmp
+            )
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -271,11 +275,15 @@ class RecursiveModel(nn.Module):
 
     @classmethod
     def load(cls, path: str | os.PathLike, map_location: str | torch.device = "cpu") -> RecursiveModel:
-        """A model written by :meth:`save`, with its config and weights."""
+        """A model written by :meth:`save`, with its config and weights, in the dtype it was saved in (a
+        bfloat16 model loads as bfloat16; files written before the dtype was recorded load as float32)."""
         blob = torch.load(Path(path), map_location=map_location, weights_only=True)
-        if not isinstance(blob, dict) or set(blob) != {"config", "state"}:
+        if not isinstance(blob, dict) or set(blob) - {"dtype"} != {"config", "state"}:
             raise ValueError(f"path must be a file written by RecursiveModel.save, got {str(path)!r}")
-        model = cls(RecursiveConfig(**blob["config"]))
+        dtype = getattr(torch, str(blob.get("dtype", "float32")), None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"path must be a file written by RecursiveModel.save, got {str(path)!r}")
+        model = cls(RecursiveConfig(**blob["config"])).to(dtype)
         model.load_state_dict(blob["state"])
         return model
 

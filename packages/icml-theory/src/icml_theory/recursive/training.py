@@ -171,6 +171,9 @@ class RecursiveTrainer:
 
     Defaults follow DIS's official optimizer (lr 1e-4, weight decay 0.1, betas (0.9, 0.95)) except the
     learning rate, which small models on CPU budgets want higher; ``q_weight`` weighs TRM's halting loss.
+    A model with float16 trainable parameters is refused (ValueError): AdamW's ``eps`` (1e-8) rounds to 0 in
+    float16 and the first update turns weights to NaN; train in bfloat16, or in float32 under
+    ``torch.autocast`` for float16 compute.
     """
 
     def __init__(
@@ -184,6 +187,12 @@ class RecursiveTrainer:
     ) -> None:
         if not isinstance(model, RecursiveModel):
             raise TypeError(f"model must be a RecursiveModel, got {type(model).__name__}")
+        if any(p.requires_grad and p.dtype == torch.float16 for p in model.parameters()):
+            raise ValueError(
+                "model has float16 trainable parameters, which AdamW turns to NaN (its eps, 1e-8, rounds to 0 "
+                "in float16); use model.to(torch.bfloat16), or keep float32 weights and run float16 compute "
+                "under torch.autocast"
+            )
         self.model = model
         self.q_weight = check_real(q_weight, "q_weight", "[0, inf)")
         if not isinstance(betas, tuple | list) or len(betas) != 2:
