@@ -308,6 +308,24 @@ def test_all_dense_routes_reproduce_the_model_exactly(wan):
     assert video_layout_of(wan, tuple(inputs["hidden_states"].shape)) == VideoLayout(4, 16)
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_layerwise_casting_is_checked_against_its_compute_dtype(wan):
+    # diffusers' enable_layerwise_casting stores the weights in float8 and computes in bfloat16: the old check
+    # compared hidden_states with the float8 storage dtype and refused every call
+    wan = wan.to(torch.bfloat16)
+    wan.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
+    inputs = {k: v if k == "timestep" else v.to(torch.bfloat16) for k, v in wan_inputs().items()}
+    with torch.no_grad():
+        reference = wan(**inputs, return_dict=False)[0]
+        apply_echo_attention(wan, policy_for(wan))
+        routed = wan(**inputs, return_dict=False)[0]
+        attn = wan.blocks[0].attn1
+        assert attn.to_out[0].weight.dtype == torch.float8_e4m3fn
+        with pytest.raises(TypeError, match=r"hidden_states must have the model's dtype torch\.bfloat16"):
+            attn.processor(attn, torch.randn(2, 64, 16))
+    assert routed.dtype == torch.bfloat16 and torch.equal(routed, reference)  # all-dense routes: exact
+
+
 def test_routes_change_the_output_and_cross_attention_stays_dense(wan):
     inputs = wan_inputs()
     policy = policy_for(wan, density=0.25, neighbor_frames=0)

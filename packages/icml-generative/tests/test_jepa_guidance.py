@@ -410,3 +410,92 @@ def test_diffusers_callback_with_a_user_x0_fn_under_an_euler_scheduler():
     plain, guided = run(0.0), run(0.5)
     assert seen == sorted(seen, reverse=True) and len(seen) == 4
     assert torch.isfinite(guided).all() and not torch.equal(plain, guided)
+
+
+HALF = [torch.bfloat16, torch.float16]
+
+
+def _half_and_reference_encoders(dtype):
+    """A half-precision encoder and the float32 encoder with the same (rounded) weights."""
+    torch.manual_seed(0)
+    enc = mlp_encoder(8, 6).to(dtype)
+    ref = mlp_encoder(8, 6)
+    ref.load_state_dict({name: t.float() for name, t in enc.state_dict().items()})
+    return enc, ref
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("dtype", HALF)
+def test_jepa_score_runs_on_a_half_precision_encoder(dtype):
+    # the SVD (no half kernel) runs in float32 and the default step is sqrt(machine eps) in half precision;
+    # the old code refused fd_eps=1e-4 against the dtype's epsilon, then failed in svdvals
+    enc, ref = _half_and_reference_encoders(dtype)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)).to(dtype)
+    eps = torch.finfo(dtype).eps
+    # measured against float32 on the same rounded weights and inputs: score relative error 3.3e-3 (bf16),
+    # 3.6e-4 (fp16); singular values 8.3e-3 (bf16), 1.0e-3 (fp16)
+    for kw in ({}, {"k": 3}, {"k": 3, "jvp": "forward"}, {"k": 3, "method": "exact"}):
+        score, sv = jepa_score(enc, x, **kw), jepa_singular_values(enc, x, **kw)
+        assert score.dtype == sv.dtype == dtype
+        torch.testing.assert_close(score.float(), jepa_score(ref, x.float(), **kw), rtol=eps, atol=0)
+        torch.testing.assert_close(
+            sv.float(), jepa_singular_values(ref, x.float(), **kw), rtol=2 * eps, atol=0
+        )
+    # the step is checked against the dtype only where finite differences are used
+    jepa_score(enc, x, 3, jvp="forward", fd_eps=1e-4)
+    jepa_score(enc, x, method="exact", fd_eps=1e-4)
+    with pytest.raises(ValueError, match="fd_eps"):
+        jepa_score(enc, x, 3, fd_eps=1e-4)
+    # a guidance step: half precision in and out, its objective that of the float32 encoder
+    z = torch.randn(4, 8, generator=torch.Generator().manual_seed(2)).to(dtype)
+    guidance, reference = (JEPAGuidance(e, eta=0.5, top_k=3, start_fraction=1.0) for e in (enc, ref))
+    moved = guidance(z, lambda v: 0.9 * v, 0, 4)
+    reference(z.float(), lambda v: 0.9 * v, 0, 4)
+    assert moved.dtype == dtype and bool(torch.isfinite(moved).all()) and not torch.equal(moved, z)
+    # measured: 2.3e-2 of about 8 (bf16), 2.7e-3 (fp16)
+    torch.testing.assert_close(guidance.last_objective.float(), reference.last_objective, rtol=eps, atol=0)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction"])
+def test_tweedie_x0_keeps_the_model_output_in_half_precision(dtype, prediction_type):
+    # at alpha_bar = 0.999, 1 - alpha_bar rounded to 0 in bfloat16: x0_hat was the sample itself, off by
+    # 0.13 (bf16); the coefficients are now float32
+    gen = torch.Generator().manual_seed(0)
+    z, out = (torch.randn(2, 4, 16, 16, generator=gen).to(dtype) for _ in range(2))
+    for a in (0.999, 0.99, 0.3):
+        half = tweedie_x0(z, out, alpha_bar=a, prediction_type=prediction_type)
+        ref = tweedie_x0(z.float(), out.float(), alpha_bar=a, prediction_type=prediction_type)
+        assert half.dtype == dtype
+        # measured: at most 0.86 of the dtype's epsilon times the largest |x0_hat| (0.56 in bf16)
+        atol = torch.finfo(dtype).eps * ref.abs().max().item()
+        torch.testing.assert_close(half.float(), ref, rtol=0, atol=atol)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_minority_score_accumulates_half_precision_in_float32():
+    # 65536 squares of about 4 per sample: past float16's 65504, the old sum (and last_objective) was inf
+    x0 = torch.randn(2, 64, 32, 32, generator=torch.Generator().manual_seed(0)).half()
+    ref = minority_score(x0.float(), lambda t: -t, 1.0, 0.0)
+    score = minority_score(x0, lambda t: -t, 1.0, 0.0)
+    assert score.dtype == torch.float32 and ref.min() > 2e5
+    torch.testing.assert_close(score, ref, rtol=1e-6, atol=0)  # the squares (2 x0)² are exact in float32
+    guidance = MinorityGuidance(lambda t: -t, 1.0, 0.0, start_fraction=1.0)
+    moved = guidance(x0, lambda t: t, 0, 4)
+    assert moved.dtype == torch.float16 and bool(torch.isfinite(moved).all())
+    torch.testing.assert_close(guidance.last_objective, -ref, rtol=1e-6, atol=0)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_encoder_trainer_refuses_float16_weights():
+    # Adam's eps (1e-8) is 0 in float16: the first step made the weights NaN
+    enc = mlp_encoder(8, 4).half()
+    with pytest.raises(ValueError, match=r"encoder has float16 trainable parameters.*bfloat16"):
+        train_jepa_encoder(enc, torch.randn(64, 8).half(), steps=2, batch_size=16)
+    with pytest.raises(ValueError, match="data is float16"):
+        train_jepa_encoder(torch.nn.Flatten(), torch.randn(64, 8).half(), steps=2, batch_size=16)
+    log = train_jepa_encoder(
+        mlp_encoder(8, 4).bfloat16(), torch.randn(64, 8).bfloat16(), steps=2, batch_size=16
+    )
+    assert all(math.isfinite(v) for v in log["loss"])

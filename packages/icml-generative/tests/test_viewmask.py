@@ -275,6 +275,27 @@ def test_a_tiny_model_learns_to_copy_the_condition_into_every_view():
     assert acc > 0.95
 
 
+def test_train_viewmask_refuses_float16_weights_and_a_non_finite_loss():
+    g = torch.Generator().manual_seed(0)
+    cond = torch.randint(0, 6, (16, 2, 2), generator=g)
+    targets = torch.stack([cond, cond.flip(-1)], 1)
+
+    def model():
+        torch.manual_seed(0)
+        return MultiViewTransformer(6, grid=(2, 2), num_views=3, width=16, depth=1, heads=2)
+
+    # AdamW's eps (1e-8) is 0 in float16: the old loop turned the weights NaN at the first step
+    with pytest.raises(ValueError, match=r"model has float16 trainable parameters.*bfloat16"):
+        train_viewmask(model().half(), cond, targets, steps=2, batch_size=8)
+    losses = train_viewmask(model().bfloat16(), cond, targets, steps=2, batch_size=8)
+    assert all(math.isfinite(v) for v in losses)
+    broken = model()
+    with torch.no_grad():
+        next(broken.parameters()).fill_(math.nan)
+    with pytest.raises(ValueError, match="loss became nan at step 0"):  # the old loop returned NaN losses
+        train_viewmask(broken, cond, targets, steps=2, batch_size=8)
+
+
 def test_generate_views_decodes_every_target_view():
     tok = LFQTokenizer(image_size=8, bits=3, downsample=4, width=8)
     model = MultiViewTransformer(tok.codebook_size, grid=tok.grid, num_views=4, width=16, depth=1, heads=2)

@@ -328,3 +328,6 @@ def test_train_tokenizer_refuses_bad_arguments():
         train_tokenizer(tok, (x * 255).to(torch.uint8))
     with pytest.raises(ValueError, match="images"):
         train_tokenizer(tok, torch.rand(4, 3, 16, 16))
+    # AdamW's eps (1e-8) is 0 in float16: the old loop turned the weights NaN at the first step
+    with pytest.raises(ValueError, match=r"tokenizer has float16 trainable parameters.*bfloat16"):
+        train_tokenizer(tok.half(), x.half(), steps=2, batch_size=2)

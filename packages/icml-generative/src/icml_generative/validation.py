@@ -189,6 +189,18 @@ def check_model_input(
     return value
 
 
+def check_trainable_dtype(module: torch.nn.Module, name: str, method: str) -> None:
+    """Refuse float16 trainable parameters in ``module`` (the argument ``name`` of ``method``), which trains
+    them with Adam(W) in their own dtype: its ``eps`` (1e-8) rounds to 0 in float16, so the first update
+    divides by zero and turns weights to NaN (``ValueError``)."""
+    if any(p.requires_grad and p.dtype == torch.float16 for p in module.parameters()):
+        raise ValueError(
+            f"{method}: {name} has float16 trainable parameters, which Adam turns to NaN (its eps, 1e-8, "
+            f"rounds to 0 in float16); use {name}.to(torch.bfloat16), or keep float32 weights and run "
+            "float16 compute under torch.autocast"
+        )
+
+
 def check_same_shape(a: torch.Tensor, b: torch.Tensor, names: str) -> None:
     """Two tensors of equal shape (``names``: how the message calls them, e.g. ``"x and ref"``)."""
     if a.shape != b.shape:

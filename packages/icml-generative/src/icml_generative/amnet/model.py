@@ -69,7 +69,9 @@ class SpectralGate(nn.Module):
     """``IFFT2(FFT2(F) ⊙ g)`` with the real gate ``g = 2σ(W · log(1 + |FFT2 F|) + b)`` (``W``: a 1×1 channel mix
     of the log amplitudes, zero-initialized, so the gate starts at 1: the identity). The gate is a function of
     the amplitude alone, hence Hermitian-symmetric: the output is real and the phase is kept. Computed with
-    ``rfft2`` (orthonormal) in float32 or float64."""
+    ``rfft2`` (orthonormal) in float32 or float64: half-precision features (torch has no bfloat16 FFT, and a
+    float16 one only on CUDA for power-of-two sizes) are transformed in float32, the gate is computed in the
+    module's dtype, and the output is cast back to the features' dtype."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
@@ -85,8 +87,9 @@ class SpectralGate(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_features(x, self)
-        spectrum = torch.fft.rfft2(x, norm="ortho")
-        return torch.fft.irfft2(spectrum * self.gate(spectrum.abs()), s=x.shape[-2:], norm="ortho")
+        spectrum = torch.fft.rfft2(x.to(torch.promote_types(x.dtype, torch.float32)), norm="ortho")
+        gate = self.gate(spectrum.abs().to(x.dtype))
+        return torch.fft.irfft2(spectrum * gate, s=x.shape[-2:], norm="ortho").to(x.dtype)
 
 
 class S2DGTranslator(nn.Module):

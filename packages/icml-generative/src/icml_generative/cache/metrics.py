@@ -38,9 +38,11 @@ def ssim_map(
 ) -> torch.Tensor:
     """The SSIM map ``(N, 1, H − window + 1, W − window + 1)`` of frames ``(..., H, W)`` (``N`` frames and
     channels), differentiable, in the dtype of ``x``; no checks (:func:`ssim` validates and averages it;
-    training losses use it directly)."""
-    a = x.reshape(-1, 1, *x.shape[-2:])
-    b = ref.reshape(-1, 1, *x.shape[-2:])
+    training losses use it directly). Half-precision frames are compared in float32: the variances
+    ``blur(a²) − mu²`` cancel, and in bfloat16 the map lost about a third of its value."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    a = x.reshape(-1, 1, *x.shape[-2:]).to(dtype)
+    b = ref.reshape(-1, 1, *x.shape[-2:]).to(dtype)
     coords = torch.arange(window, dtype=a.dtype, device=a.device) - (window - 1) / 2
     # exp(-(c² - min c²) / 2σ²): the same kernel once normalised, and 1 at the centre for any σ > 0 (no 0/0
     # when σ² underflows); dividing by σ twice keeps σ² from overflowing or underflowing
@@ -56,7 +58,8 @@ def ssim_map(
     var_b = blur(b * b) - mu_b**2
     cov = blur(a * b) - mu_a * mu_b
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-    return ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+    similarity = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+    return similarity.to(x.dtype)
 
 
 def ssim(

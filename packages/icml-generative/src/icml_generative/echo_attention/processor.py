@@ -32,20 +32,36 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return out.type_as(x)
 
 
+def _compute_dtype(layer: torch.nn.Module) -> torch.dtype:
+    """The dtype ``layer`` computes in: its weight's, or the compute dtype of diffusers' layerwise casting
+    (``enable_layerwise_casting``: the weight is stored in, e.g., float8 and cast by a ``LayerwiseCastingHook``,
+    an object with ``compute_dtype``, registered on the layer's ``_diffusers_hook`` registry before each
+    forward)."""
+    registry = getattr(layer, "_diffusers_hook", None)
+    for hook in getattr(registry, "hooks", {}).values():
+        dtype = getattr(hook, "compute_dtype", None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight.dtype
+
+
 def _check_hidden_states(attn: Any, hidden_states: object, num_tokens: int) -> None:
-    """Self-attention input ``(B, num_tokens, dim)``: non-empty, finite, in the attention's dtype unless
+    """Self-attention input ``(B, num_tokens, dim)``: non-empty, finite, in the dtype the attention's
+    projections compute in (their weights', or the compute dtype of diffusers' layerwise casting) unless
     autocast is on (torch would fail deep inside the projection)."""
-    weight = attn.to_out[0].weight  # (dim, inner_dim)
+    layer = attn.to_out[0]
+    weight = layer.weight  # (dim, inner_dim)
     check_tensor(
         hidden_states, "hidden_states", ("B", num_tokens, weight.shape[0]), floating=True, finite=True
     )
     assert isinstance(hidden_states, torch.Tensor)
     if hidden_states.numel() == 0:
         raise ValueError(f"hidden_states must not be empty, got shape {tuple(hidden_states.shape)}")
-    if hidden_states.dtype != weight.dtype and not torch.is_autocast_enabled(hidden_states.device.type):
-        raise TypeError(
-            f"hidden_states must have the model's dtype {weight.dtype}, got {hidden_states.dtype}"
-        )
+    dtype = _compute_dtype(layer)
+    if hidden_states.dtype != dtype and not torch.is_autocast_enabled(hidden_states.device.type):
+        raise TypeError(f"hidden_states must have the model's dtype {dtype}, got {hidden_states.dtype}")
 
 
 class EchoWanAttnProcessor:

@@ -36,6 +36,7 @@ from icml_generative.validation import (
     check_module,
     check_number,
     check_tensor,
+    check_trainable_dtype,
 )
 
 ANTI_COLLAPSE = ("sigreg", "vicreg")
@@ -126,9 +127,18 @@ def train_jepa_encoder(
     Loss = ``‖pred(f(context)) − f(target)‖²`` (mean) + ``weight`` × the anti-collapse term on both views'
     embeddings. Adam at ``lr``; batches and views from ``seed``. Returns ``{"predictor", "loss",
     "invariance", "regularizer", "seconds"}`` (per-step losses as lists). The encoder is left in eval mode.
+    Float16 trainable parameters (the encoder's, or the predictor's, built in ``data``'s dtype) are refused
+    (``ValueError``: Adam's ``eps`` rounds to 0 in float16 and the weights turn NaN): train in bfloat16, or
+    in float32 under ``torch.autocast``.
     """
     module = check_module(encoder, "train_jepa_encoder", "encoder")
+    check_trainable_dtype(module, "encoder", "train_jepa_encoder")
     check_model_input(data, "data", module)
+    if data.dtype == torch.float16:  # a frozen or parameter-free encoder: the predictor head is float16
+        raise ValueError(
+            "train_jepa_encoder: data is float16, the dtype the predictor head is trained in, and Adam turns "
+            "float16 weights to NaN (its eps, 1e-8, rounds to 0); pass bfloat16 or float32 data"
+        )
     if data.ndim < 2 or data.shape[0] < 2:
         raise ValueError(
             f"data must be a batch of at least 2 samples shaped (n, ...), got {tuple(data.shape)}"

@@ -66,7 +66,9 @@ def tweedie_x0(
     Variance-preserving (``alpha_bar`` = ``ᾱ_t``): ``epsilon``: ``(z − sqrt(1−ᾱ) ε̂) / sqrt(ᾱ)``;
     ``v_prediction``: ``sqrt(ᾱ) z − sqrt(1−ᾱ) v̂``; ``sample``: the output itself. With ``sigma``
     instead: variance-exploding ``epsilon`` (``z = x0 + σ ε``): ``z − σ ε̂``; ``flow`` (rectified flow,
-    ``z = (1−σ) x0 + σ ε``, the model predicts ``v = ε − x0``): ``z − σ v̂``.
+    ``z = (1−σ) x0 + σ ε``, the model predicts ``v = ε − x0``): ``z − σ v̂``. In ``sample``'s dtype; the
+    coefficients (``sqrt(ᾱ)``, ``sqrt(1−ᾱ)``, ``σ``) are computed in float32 or wider (in bfloat16,
+    ``1 − ᾱ`` would be 0 for ``ᾱ`` above ``1 − 2^-9``, dropping the model's output).
     """
     check_tensor(sample, "sample", floating=True, finite=True)
     check_tensor(model_output, "model_output", floating=True, finite=True)
@@ -93,12 +95,15 @@ def tweedie_x0(
 
 
 def _level(value: Any, name: str, like: torch.Tensor, **bounds: float) -> torch.Tensor:
+    """A checked scalar as a 0-d tensor on ``like``'s device, in float32 or ``like``'s dtype if wider (0-d:
+    an operation with ``like`` still runs in ``like``'s dtype)."""
     if isinstance(value, torch.Tensor):
         check_real_tensor(value, name)
         if value.numel() != 1:
             raise ValueError(f"{name} must be a single number, got shape {tuple(value.shape)}")
         value = float(value)
-    return torch.tensor(check_number(value, name, **bounds), dtype=like.dtype, device=like.device)
+    dtype = torch.promote_types(like.dtype, torch.float32)
+    return torch.tensor(check_number(value, name, **bounds), dtype=dtype, device=like.device)
 
 
 def minority_score(
@@ -116,7 +121,8 @@ def minority_score(
     ``denoise`` is the generator's own Tweedie estimate at the fixed noise level the perturbation
     ``(scale, noise_scale)`` reaches (``(sqrt(ᾱ_s), sqrt(1 − ᾱ_s))`` for a VP model, ``(1, σ_s)`` for a VE
     one). High where the generator reconstructs badly: its own notion of a minority sample.
-    Differentiable in ``x0``.
+    Differentiable in ``x0``. Accumulated, and returned, in float32 (``x0``'s dtype if wider): a sum of
+    squares over a half-precision latent overflows float16 at ordinary sizes.
     """
     x0 = check_tensor(x0, "x0", floating=True, finite=True)
     if x0.ndim < 2 or x0.numel() == 0:
@@ -126,7 +132,8 @@ def minority_score(
     noise_scale = check_number(noise_scale, "noise_scale", minimum=0)
     check_int(draws, "draws", 1, MAX_DRAWS)
     gen = torch.Generator(device=x0.device).manual_seed(check_int(seed, "seed", 0, 2**63 - 1))
-    total = torch.zeros(x0.shape[0], dtype=x0.dtype, device=x0.device)
+    acc = torch.promote_types(x0.dtype, torch.float32)
+    total = torch.zeros(x0.shape[0], dtype=acc, device=x0.device)
     for _ in range(draws):
         eps = torch.randn(x0.shape, generator=gen, device=x0.device, dtype=x0.dtype)
         recon = denoise(scale * x0 + noise_scale * eps)
@@ -135,11 +142,11 @@ def minority_score(
                 f"denoise must return a tensor shaped like x0 {tuple(x0.shape)}, got "
                 f"{getattr(recon, 'shape', type(recon).__name__)}"
             )
-        total = total + ((x0 - recon) ** 2).reshape(x0.shape[0], -1).sum(dim=1)
+        total = total + ((x0 - recon).to(acc) ** 2).reshape(x0.shape[0], -1).sum(dim=1)
     score = total / draws
     if not bool(torch.isfinite(score.detach()).all()):
         warnings.warn(
-            f"minority_score: the score overflows {x0.dtype} (scale={scale:g}, noise_scale={noise_scale:g})",
+            f"minority_score: the score overflows {acc} (scale={scale:g}, noise_scale={noise_scale:g})",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -350,7 +357,8 @@ class JEPAGuidance(TweedieGuidance):
 
     ``encoder`` maps a batch of (preprocessed) samples to embeddings; the score is
     :func:`~icml_generative.jepa_guidance.jepa_score` with ``k=top_k`` and ``power_iters``,
-    ``oversample``, ``jvp``, ``fd_eps`` passed on, differentiable in ``x̂0`` (the sketch basis held fixed).
+    ``oversample``, ``jvp``, ``fd_eps`` passed on, differentiable in ``x̂0`` (the sketch basis held fixed;
+    ``fd_eps=None``: ``1e-4``, or ``sqrt(machine epsilon)`` for a half-precision ``x̂0``).
     The sketch directions at step ``s`` are drawn from ``seed + s``: a run is reproducible and the global
     RNG is not touched. Defaults are the paper's Table 2 script (``eta 0.5, interval 1, start_fraction
     0.8, top_k 9, power_iters 2, oversample 2, constant schedule, normalized gradient``).
@@ -369,7 +377,7 @@ class JEPAGuidance(TweedieGuidance):
         *,
         oversample: int = 2,
         jvp: str = "finite_difference",
-        fd_eps: float = 1e-4,
+        fd_eps: float | None = None,
         preprocess: Callable[[torch.Tensor], torch.Tensor] | None = None,
         seed: int = 0,
     ) -> None:
@@ -379,7 +387,7 @@ class JEPAGuidance(TweedieGuidance):
         self.power_iters = check_int(power_iters, "power_iters", 0, 64)
         self.oversample = check_int(oversample, "oversample", 0, MAX_OVERSAMPLE)
         self.jvp = check_choice(jvp, "jvp", JVP_METHODS)
-        self.fd_eps = check_number(fd_eps, "fd_eps", above=0, maximum=1.0)
+        self.fd_eps = None if fd_eps is None else check_number(fd_eps, "fd_eps", above=0, maximum=1.0)
         self.seed = check_int(seed, "seed", 0, 2**62)
         super().__init__(
             self._score,

@@ -28,6 +28,14 @@ Error control (documented, and checked in the tests):
   leaves about ``1e-3`` relative). ``jvp="forward"`` uses ``torch.func.jvp`` (exact, needs an encoder
   that forward-mode autodiff supports).
 
+Half precision (a float16 or bfloat16 encoder): the encoder runs, and the Jacobian products come out, in
+its dtype; the QR and SVD run in float32 (torch has no half SVD), the score's logarithms are summed in
+float32, and the results are returned in ``x``'s dtype. The default step ``ε`` (``fd_eps=None``) is ``1e-4``
+in float32 and wider and ``sqrt(machine epsilon)`` in half precision (``2^-5`` in float16, about ``0.088``
+in bfloat16), the order that balances the two errors above; a finite-difference step must be at least the
+dtype's machine epsilon. The step only steers the sketch's subspace ``Q``: the singular values are those
+of ``Qᵀ J``, from exact vector-Jacobian products.
+
 The encoder must treat the samples of a batch independently (put BatchNorm in eval mode) and be
 differentiable in its input. With ``create_graph=True`` the score is differentiable in ``x`` (the sketch
 basis ``Q`` is held fixed, as in the paper's guidance), which is what :class:`JEPAGuidance` descends.
@@ -91,8 +99,24 @@ def _check_x(x: object) -> torch.Tensor:
 
 
 def _check_step(value: object, name: str, dtype: torch.dtype) -> float:
-    """A finite-difference step in ``[machine epsilon of dtype, 1]`` (the directions have unit norm)."""
-    return check_number(value, name, torch.finfo(dtype).eps, 1.0)
+    """A finite-difference step in ``[machine epsilon of dtype, 1]`` (the directions have unit norm);
+    ``None``: ``1e-4`` in float32 and wider, ``sqrt(machine epsilon)`` in half precision."""
+    eps = torch.finfo(dtype).eps
+    if value is None:
+        return 1e-4 if eps <= torch.finfo(torch.float32).eps else math.sqrt(eps)
+    return check_number(value, name, eps, 1.0)
+
+
+def _check_step_unused(value: object, name: str) -> None:
+    """A step that this call does not use (``method="exact"`` or ``jvp="forward"``): ``None`` or in ``(0, 1]``,
+    whatever the dtype."""
+    if value is not None:
+        check_number(value, name, maximum=1.0, above=0.0)
+
+
+def _wide(dtype: torch.dtype) -> torch.dtype:
+    """float32 for the half dtypes (torch has no half SVD), else ``dtype``."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def encoder_jvp(
@@ -100,12 +124,13 @@ def encoder_jvp(
     x: torch.Tensor,
     tangent: torch.Tensor,
     method: str = "finite_difference",
-    eps: float = 1e-4,
+    eps: float | None = None,
 ) -> torch.Tensor:
-    """The Jacobian-vector products ``J_f(x_i) v_i`` for a batch: ``(n, D)``, without a graph.
+    """The Jacobian-vector products ``J_f(x_i) v_i`` for a batch: ``(n, D)`` in ``x``'s dtype, without a graph.
 
     ``method="finite_difference"``: ``(f(x + ε v) − f(x)) / ε`` (two forward passes; see the module
-    docstring for its error); ``"forward"``: ``torch.func.jvp`` (exact).
+    docstring for its error; ``eps=None``: ``1e-4``, or ``sqrt(machine epsilon)`` in half precision);
+    ``"forward"``: ``torch.func.jvp`` (exact).
     """
     x = _check_x(x)
     check_tensor(tangent, "tangent", floating=True, finite=True)
@@ -114,8 +139,11 @@ def encoder_jvp(
     check_choice(method, "method", JVP_METHODS)
     _embed_differentiable(encoder, x[:1].detach())  # a detaching encoder would answer zeros silently
     if method == "finite_difference":
-        eps = _check_step(eps, "eps", x.dtype)
-    return _jvp(encoder, x.detach(), tangent.to(x.dtype), method, eps)
+        step = _check_step(eps, "eps", x.dtype)
+    else:
+        _check_step_unused(eps, "eps")
+        step = 0.0
+    return _jvp(encoder, x.detach(), tangent.to(x.dtype), method, step)
 
 
 def _jvp(encoder: Encoder, x: torch.Tensor, v: torch.Tensor, method: str, eps: float) -> torch.Tensor:
@@ -165,18 +193,39 @@ def jepa_singular_values(
     power_iters: int = 2,
     oversample: int = 2,
     jvp: str = "finite_difference",
-    fd_eps: float = 1e-4,
+    fd_eps: float | None = None,
     seed: int | torch.Generator = 0,
     create_graph: bool = False,
 ) -> torch.Tensor:
-    """The top-``k`` singular values of each sample's encoder Jacobian: ``(n, k)``, descending.
+    """The top-``k`` singular values of each sample's encoder Jacobian: ``(n, k)``, descending, in ``x``'s
+    dtype (computed in float32 for a half-precision encoder).
 
     ``k=None`` takes all ``min(D, N)`` of them, exactly. ``method="auto"`` is ``"exact"`` when ``k`` is None
-    and ``"randomized"`` otherwise (see the module docstring for both and their error control). ``seed``
-    (an int or a ``torch.Generator``) draws the sketch directions. ``create_graph=True`` keeps the values
+    and ``"randomized"`` otherwise (see the module docstring for both and their error control). ``fd_eps``
+    is the finite-difference step of the randomized sketch's products (``jvp="finite_difference"``;
+    ``None``: ``1e-4``, or ``sqrt(machine epsilon)`` in half precision). ``seed`` (an int or a
+    ``torch.Generator``) draws the sketch directions. ``create_graph=True`` keeps the values
     differentiable in ``x``.
     """
     x = _check_x(x)
+    return _singular_values(
+        encoder, x, k, method, power_iters, oversample, jvp, fd_eps, seed, create_graph
+    ).to(x.dtype)
+
+
+def _singular_values(
+    encoder: Encoder,
+    x: torch.Tensor,
+    k: int | None,
+    method: str,
+    power_iters: int,
+    oversample: int,
+    jvp: str,
+    fd_eps: float | None,
+    seed: int | torch.Generator,
+    create_graph: bool,
+) -> torch.Tensor:
+    """:func:`jepa_singular_values` in float32 or wider (``x`` checked)."""
     check_choice(method, "method", METHODS)
     check_choice(jvp, "jvp", JVP_METHODS)
     check_int(power_iters, "power_iters", 0, 64)
@@ -188,8 +237,6 @@ def jepa_singular_values(
     else:
         gen = torch.Generator(device=x.device).manual_seed(check_int(seed, "seed", 0, 2**63 - 1))
     xg, out = _embed_differentiable(encoder, x)
-    if jvp == "finite_difference":
-        fd_eps = _check_step(fd_eps, "fd_eps", x.dtype)
     n, d = out.shape
     big_n = x[0].numel()
     rank = min(d, big_n)
@@ -197,11 +244,16 @@ def jepa_singular_values(
         check_int(k, "k", 1, rank, why=f" (the Jacobian is {d} x {big_n}: embedding x input size)")
     if method == "auto":
         method = "exact" if k is None else "randomized"
+    if method == "randomized" and jvp == "finite_difference":
+        step = _check_step(fd_eps, "fd_eps", x.dtype)
+    else:  # no finite differences: the step need not resolve x's dtype
+        _check_step_unused(fd_eps, "fd_eps")
+        step = 0.0
     top = rank if k is None else int(k)
     if method == "exact":
         eye = torch.eye(d, dtype=out.dtype, device=out.device).expand(n, d, d)
         jac_t = _vjps(out, xg, eye, create_graph)  # (n, N, D): Jᵀ
-        sv = torch.linalg.svdvals(jac_t)
+        sv = torch.linalg.svdvals(jac_t.to(_wide(jac_t.dtype)))
     else:
         r = min(top + oversample, rank)  # more columns than the Jacobian's rank add nothing
         omega = torch.randn(n, big_n, r, generator=gen, device=x.device, dtype=torch.float32).to(x.dtype)
@@ -212,14 +264,12 @@ def jepa_singular_values(
             cols = v.shape[-1]
             tangents = v.permute(0, 2, 1).reshape(n * cols, *x.shape[1:]).to(x.dtype)  # sample-major
             if jvp == "finite_difference":  # x and its r shifts in one forward pass (one rounding)
-                shifted = xd.repeat_interleave(cols, dim=0) + fd_eps * tangents
+                shifted = xd.repeat_interleave(cols, dim=0) + step * tangents
                 with torch.no_grad():
                     both = _embed(encoder, torch.cat([xd, shifted]))
-                y = (both[n:].reshape(n, cols, d) - both[:n, None]) / fd_eps
+                y = (both[n:].reshape(n, cols, d) - both[:n, None]) / step
             else:
-                y = _jvp(encoder, xd.repeat_interleave(cols, dim=0), tangents, jvp, fd_eps).reshape(
-                    n, cols, d
-                )
+                y = _jvp(encoder, xd.repeat_interleave(cols, dim=0), tangents, jvp, step).reshape(n, cols, d)
             return y.permute(0, 2, 1)
 
         q = _orth(apply_j(omega))
@@ -227,7 +277,7 @@ def jepa_singular_values(
             z = _orth(_vjps(out, xg, q, create_graph=False).detach())
             q = _orth(apply_j(z))
         b_t = _vjps(out, xg, q.detach(), create_graph)  # (n, N, r): Bᵀ = Jᵀ Q
-        sv = torch.linalg.svdvals(b_t)
+        sv = torch.linalg.svdvals(b_t.to(_wide(b_t.dtype)))
     return sv[:, :top]
 
 
@@ -240,7 +290,7 @@ def jepa_score(
     power_iters: int = 2,
     oversample: int = 2,
     jvp: str = "finite_difference",
-    fd_eps: float = 1e-4,
+    fd_eps: float | None = None,
     floor: float = 1e-8,
     seed: int | torch.Generator = 0,
     create_graph: bool = False,
@@ -250,21 +300,12 @@ def jepa_score(
     ``k=None``: all singular values, exactly (the JEPA-score of the evaluation code); an integer ``k``:
     the top ``k`` by the randomized sketch (the guidance's estimate), or exactly with ``method="exact"``.
     Arguments as :func:`jepa_singular_values`. Singular values below ``floor`` (rank-deficient
-    Jacobians) are clipped to it, with a warning.
+    Jacobians) are clipped to it, with a warning. In ``x``'s dtype; a half-precision encoder's score is
+    computed in float32 (the singular values, their floor and the sum of logarithms) and rounded once.
     """
     floor = check_number(floor, "floor", above=0)
-    sv = jepa_singular_values(
-        encoder,
-        x,
-        k,
-        method=method,
-        power_iters=power_iters,
-        oversample=oversample,
-        jvp=jvp,
-        fd_eps=fd_eps,
-        seed=seed,
-        create_graph=create_graph,
-    )
+    x = _check_x(x)
+    sv = _singular_values(encoder, x, k, method, power_iters, oversample, jvp, fd_eps, seed, create_graph)
     if bool((sv.detach() < floor).any()):
         warnings.warn(
             f"jepa_score: singular values below floor={floor:g} were clipped to it (a rank-deficient Jacobian)",
@@ -274,4 +315,4 @@ def jepa_score(
     score = torch.log(sv.clamp_min(floor)).sum(dim=1)
     if not math.isfinite(float(score.detach().sum())):
         warnings.warn("jepa_score: the score is not finite", RuntimeWarning, stacklevel=2)
-    return score
+    return score.to(x.dtype)

@@ -39,6 +39,7 @@ from icml_generative.validation import (
     check_model_input,
     check_number,
     check_tensor,
+    check_trainable_dtype,
 )
 
 MAX_BITS = 16
@@ -314,8 +315,11 @@ def train_tokenizer(
     """Train ``tokenizer`` in place on ``images (N, C, H, W)`` in ``[0, 1]``: AdamW at ``lr`` on its loss for
     ``steps`` minibatches of ``batch_size`` images drawn without replacement by a generator seeded with
     ``seed``. ``log_every > 0`` shows a progress bar with the mean loss of the last ``log_every`` steps.
-    Returns the loss of every step; the tokenizer is left in eval mode."""
+    Returns the loss of every step; the tokenizer is left in eval mode. A tokenizer with float16 trainable
+    parameters is refused (``ValueError``: AdamW's ``eps`` rounds to 0 in float16 and the weights turn NaN):
+    train in bfloat16, or in float32 under ``torch.autocast``."""
     check_instance(tokenizer, "tokenizer", LFQTokenizer)
+    check_trainable_dtype(tokenizer, "tokenizer", "train_tokenizer")
     tokenizer._check_images(images)
     check_int(steps, "steps", 1, MAX_STEPS)
     check_int(batch_size, "batch_size", 1, 2**20)

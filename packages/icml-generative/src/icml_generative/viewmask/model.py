@@ -25,7 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from icml_generative._io import load_module, save_module
-from icml_generative.validation import check_choice, check_int, check_number, check_tensor
+from icml_generative.validation import (
+    check_choice,
+    check_int,
+    check_number,
+    check_tensor,
+    check_trainable_dtype,
+)
 
 ATTENTION = ("full", "independent")
 OBJECTIVES = ("maskgit", "elbo")
@@ -441,8 +447,11 @@ def train_viewmask(
 ) -> list[float]:
     """Train ``model`` on ``condition`` ``(N, h, w)`` and ``targets`` ``(N, V, h, w)`` token ids with
     :func:`masked_token_loss` (AdamW, linear warm-up then cosine decay); returns the loss per step and leaves
-    the model in eval mode."""
+    the model in eval mode. A model with float16 trainable parameters is refused (``ValueError``: AdamW's
+    ``eps`` rounds to 0 in float16 and the weights turn NaN): train in bfloat16, or in float32 under
+    ``torch.autocast``. A non-finite loss raises a ``ValueError`` naming the step."""
     check_model(model)
+    check_trainable_dtype(model, "model", "train_viewmask")
     check_int(steps, "steps", 1, 10_000_000)
     check_int(batch_size, "batch_size", 1, 1 << 20)
     check_number(lr, "lr", above=0, maximum=1.0)
@@ -463,7 +472,7 @@ def train_viewmask(
     losses = []
     model.train()
     try:
-        for _ in range(steps):
+        for step in range(steps):
             idx = torch.randint(0, condition.shape[0], (batch_size,), generator=gen)
             loss = masked_token_loss(
                 model,
@@ -474,6 +483,10 @@ def train_viewmask(
                 text=None if text is None else text[idx].to(device),
                 generator=gen,
             )
+            if not torch.isfinite(loss):
+                raise ValueError(
+                    f"train_viewmask: the loss became {loss.item()} at step {step}: lower lr ({lr})"
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
