@@ -113,7 +113,8 @@ def test_naive_rasterization_takes_cuda_tensors():
 
 
 # -- echo_attention -----------------------------------------------------------------------------------------
-def test_echo_calibrator_keeps_its_sums_on_the_cpu_for_cuda_inputs(fake_cuda):
+def test_echo_calibrator_update_takes_cuda_inputs(fake_cuda):
+    # adding CUDA sums into the CPU running sums raised; the checks after it only confirm nothing else moved
     layout = VideoLayout(frames=4, tokens_per_frame=4)
     cal = EchoCalibrator(layout, 2, 2)
     shapes = [tuple(t.shape) for t in (cal.gram, cal.rhs, cal.yy)]

@@ -241,6 +241,11 @@ def test_save_load_keeps_a_bfloat16_model_in_bfloat16_and_reads_files_without_a_
     loaded = RecursiveModel.load(tmp_path / "old.pt")
     assert loaded.head.weight.dtype == torch.float32
     assert torch.equal(predict(old, x), predict(loaded, x))
+    # mixed parameter dtypes cannot come back as saved: refused, and nothing is written
+    model.head.float()
+    with pytest.raises(ValueError, match="one dtype"):
+        model.save(tmp_path / "mixed.pt")
+    assert not (tmp_path / "mixed.pt").exists()
 
 
 @pytest.mark.usefixtures("one_torch_thread")

@@ -110,3 +110,8 @@ def check_column(value: Any, name: str, length: int, item: str) -> Sequence[Any]
     if not isinstance(value, (list, tuple)) or len(value) != length:
         raise ValueError(f"{name} must be a list with one {item} per completion ({length}), got {value!r}")
     return value
+
+
+def at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t

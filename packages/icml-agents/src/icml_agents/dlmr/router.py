@@ -96,9 +96,8 @@ class Router(nn.Module):
             index = logits.argmax(dim=-1)
         else:
             probs = logp_all.exp().detach()
-            if (
-                generator is not None
-            ):  # drawn on the generator's device (a CPU generator samples CUDA rows too)
+            # drawn on the generator's device (a CPU generator samples CUDA rows too)
+            if generator is not None:
                 probs = probs.to(generator.device)
             index = torch.multinomial(probs, 1, generator=generator).squeeze(1).to(logits.device)
         return index, logp_all.gather(1, index[:, None]).squeeze(1)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from icml_agents.validation import check_real, check_tensor
+from icml_agents.validation import at_least_float32, check_real, check_tensor
 
 
 def freeze(model: nn.Module) -> nn.Module:
@@ -57,11 +57,6 @@ def trainable_fraction(trainable: list[nn.Module] | nn.Module, base: nn.Module) 
     return sum(p.numel() for m in mods for p in m.parameters()) / n_base
 
 
-def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
-
-
 def distillation_loss(
     student_logits, teacher_logits, targets=None, *, ce_weight: float = 1.0, temperature: float = 1.0
 ):
@@ -92,7 +87,7 @@ def distillation_loss(
                 f"targets must be class indices in [0, {s.shape[1] - 1}] or -100, got {targets.tolist()}"
             )
     out_dtype = torch.promote_types(s.dtype, t.dtype)
-    s32, t32 = _at_least_float32(s), _at_least_float32(t)
+    s32, t32 = at_least_float32(s), at_least_float32(t)
     scaled_s, scaled_t = s32 / temperature, t32 / temperature
     if not bool(torch.isfinite(scaled_s.detach()).all() and torch.isfinite(scaled_t).all()):
         raise ValueError(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from icml_agents.validation import check_choice, check_int, check_real, check_tensor
+from icml_agents.validation import at_least_float32, check_choice, check_int, check_real, check_tensor
 
 MAX_TOP_K = 1_000_000
 
@@ -48,11 +48,6 @@ def _in_dtype_of(thought: torch.Tensor, embedding_weight: torch.Tensor) -> torch
     if not bool(torch.isfinite(out).all()):
         raise ValueError(f"the thought overflows embedding_weight's dtype {embedding_weight.dtype}")
     return out
-
-
-def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 def _check_top_k(top_k) -> int | None:
@@ -168,15 +163,15 @@ class ContextPredictionFusion(nn.Module):
     def alpha(self, hidden: torch.Tensor) -> torch.Tensor:
         """The gate ``α`` per row, ``(B, 1)``, in the fusion's parameter dtype (float32 at least)."""
         if self.gate == "scalar":
-            return torch.sigmoid(_at_least_float32(self.gate_logit)).expand(hidden.shape[0], 1)
-        return torch.sigmoid(_at_least_float32(self.gate_mlp(hidden.to(self.proj.weight.dtype))))
+            return torch.sigmoid(at_least_float32(self.gate_logit)).expand(hidden.shape[0], 1)
+        return torch.sigmoid(at_least_float32(self.gate_mlp(hidden.to(self.proj.weight.dtype))))
 
     def context(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
         """``e_ctx``: the projected hidden state at the mean input-embedding norm, ``(B, D)``, float32 at
         least (the LayerNorm and projection run in the fusion's parameter dtype, the rescaling in float32 at
         least)."""
         dtype = self.proj.weight.dtype
-        u = _at_least_float32(self.proj(self.norm(hidden.to(dtype))))
+        u = at_least_float32(self.proj(self.norm(hidden.to(dtype))))
         if not bool(torch.isfinite(u).all()):
             raise ValueError(
                 f"hidden is too large for the fusion: its LayerNorm and projection overflow {dtype}"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from icml_agents.rl.advantages import group_relative_advantages, max_exponent
-from icml_agents.validation import check_choice, check_int, check_real, check_tensor
+from icml_agents.validation import at_least_float32, check_choice, check_int, check_real, check_tensor
 
 SCALES = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
@@ -79,11 +79,6 @@ def compute_advantages(rewards, group_size: int, scale: str = "group", eps: floa
     return centred, float(tied.float().mean())
 
 
-def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
-
-
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0).
 
@@ -95,7 +90,7 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
         if not bool(torch.isfinite(t.detach()).all()):
             raise ValueError(f"{name} must be finite, got NaN or inf")
     out_dtype = torch.promote_types(logp.dtype, ref_logp.dtype)
-    delta = _at_least_float32(ref_logp) - _at_least_float32(logp)
+    delta = at_least_float32(ref_logp) - at_least_float32(logp)
     kl = (torch.exp(delta) - delta - 1).to(out_dtype)
     if not bool(torch.isfinite(kl.detach()).all()):
         warnings.warn(
@@ -162,10 +157,10 @@ def grpo_loss(
     # half precision in float32: sums over more than 65504 tokens overflow float16 (the loss became 0 or NaN)
     # and k3 of small log-ratios cancels to rounding noise
     logp, old_logp = (
-        _at_least_float32(torch.where(completion, t, torch.zeros_like(t))) for t in (logp, old_logp)
+        at_least_float32(torch.where(completion, t, torch.zeros_like(t))) for t in (logp, old_logp)
     )
     if ref_logp is not None:
-        ref_logp = _at_least_float32(torch.where(completion, ref_logp, torch.zeros_like(ref_logp)))
+        ref_logp = at_least_float32(torch.where(completion, ref_logp, torch.zeros_like(ref_logp)))
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
     ratio = torch.exp(logp - old_logp.detach())  # (B, T)

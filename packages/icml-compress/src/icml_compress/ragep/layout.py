@@ -181,11 +181,10 @@ def route(
             f"x must hold tokens of the model's width {hidden} in its last dimension, got {tuple(x.shape)}"
         )
     flat = x.reshape(-1, hidden)
-    if (
-        layer.spec.routing == "softmax"
-    ):  # Mixtral, Qwen-MoE, OLMoE: logits in the model's dtype, as their gates
+    # Mixtral, Qwen-MoE and OLMoE gates compute their logits in the model's dtype, DeepSeek-V3's in float32
+    if layer.spec.routing == "softmax":
         logits = nn.functional.linear(flat.to(router.weight.dtype), router.weight).float()
-    else:  # DeepSeek-V3's gate computes in float32
+    else:
         logits = nn.functional.linear(flat.float(), router.weight.float())
     if alive is not None:
         check_tensor(alive, "alive", (torch.bool,))

@@ -259,11 +259,14 @@ class RecursiveModel(nn.Module):
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> None:
         """Write the config, the weights and their dtype to ``path`` atomically (a failed save leaves the old
-        file)."""
+        file); the parameters must share one dtype."""
+        dtypes = {p.dtype for p in self.parameters()}
+        if len(dtypes) > 1:  # load restores one dtype for the whole model
+            raise ValueError(f"the model's parameters must share one dtype, got {sorted(map(str, dtypes))}")
+        dtype = str(self.head.weight.dtype).removeprefix("torch.")
         path = Path(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
-        dtype = str(self.head.weight.dtype).removeprefix("torch.")
         try:
             torch.save(
                 {"config": dataclasses.asdict(self.config), "state": self.state_dict(), "dtype": dtype}, tmp
