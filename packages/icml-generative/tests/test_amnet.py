@@ -331,13 +331,19 @@ def _spectral_reference(x, weight, bias):
     return gated.real
 
 
-@pytest.mark.parametrize("size", [(6, 8), (7, 9), (5, 6), (8, 7), (1, 4)])
-def test_spectral_gate_matches_numpy_full_fft(size):
+def seeded_gate() -> tuple[SpectralGate, torch.Generator]:
+    """A 3-channel gate with weights drawn from seed 11 (not the identity), and the generator after them."""
     g = torch.Generator().manual_seed(11)
     gate = SpectralGate(3)
     with torch.no_grad():
         gate.amplitude.weight.copy_(0.8 * torch.randn(3, 3, 1, 1, generator=g))
         gate.amplitude.bias.copy_(0.5 * torch.randn(3, generator=g))
+    return gate, g
+
+
+@pytest.mark.parametrize("size", [(6, 8), (7, 9), (5, 6), (8, 7), (1, 4)])
+def test_spectral_gate_matches_numpy_full_fft(size):
+    gate, g = seeded_gate()
     x = torch.randn(2, 3, *size, generator=g)
     w = gate.amplitude.weight.detach().double().numpy()[:, :, 0, 0]
     b = gate.amplitude.bias.detach().double().numpy()
@@ -350,11 +356,7 @@ def test_spectral_gate_matches_numpy_full_fft(size):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_spectral_gate_in_half_precision_transforms_in_float32(dtype):
     # torch has no half FFT on the CPU: the old gate raised NotImplementedError
-    g = torch.Generator().manual_seed(11)
-    gate = SpectralGate(3)
-    with torch.no_grad():
-        gate.amplitude.weight.copy_(0.8 * torch.randn(3, 3, 1, 1, generator=g))
-        gate.amplitude.bias.copy_(0.5 * torch.randn(3, generator=g))
+    gate, g = seeded_gate()
     gate = gate.to(dtype)
     ref = SpectralGate(3)
     ref.load_state_dict({name: t.float() for name, t in gate.state_dict().items()})
