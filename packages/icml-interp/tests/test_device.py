@@ -28,8 +28,10 @@ from icml_interp.patching import (
 from icml_interp.perplexity import split_perplexity, split_perplexity_over_checkpoints
 from icml_interp.sae import SAE, SAEConfig, auxk_ablation
 from icml_interp.steering import (
+    add_steering_vector,
     difference_vectors,
     direction_from_activations,
+    generate_steered,
     key_scaling_test,
     last_token_activations,
     neuron_scores,
@@ -241,3 +243,18 @@ def test_to_tokens_puts_the_ids_on_the_models_device(fake_cuda, one_torch_thread
         assert hooked.to_tokens("some text", move_to_device=False).device.type == "cpu"
         with pytest.raises(TypeError, match="move_to_device"):
             hooked.to_tokens("some text", move_to_device=1)
+
+
+# --- steering with the caller's CPU vector ------------------------------------------------------
+def test_steering_moves_the_callers_cpu_vector_to_the_activations(
+    fake_cuda, one_torch_thread, no_vocab_check
+):
+    vector = torch.randn(D_MODEL, generator=torch.Generator().manual_seed(1))  # a CPU vector, as users pass
+    model = tiny_llama(seed=0)
+    with fake_cuda():
+        hooked = on_fake_cuda(model)
+        with add_steering_vector(hooked, 1, vector, 2.0) as steered:
+            logits = steered(ids(2, 5).to("cuda"))
+        assert on_cuda(logits) and logits.shape == (2, 5, 256)
+        out = generate_steered(hooked, [[1, 2, 3], [4, 5]], vector, 1, max_new_tokens=2)
+        assert len(out) == 2 and all(on_cuda(row) for row in out)

@@ -413,7 +413,8 @@ def swap_test(
                 out[i, list(a)] = new
             else:
                 old = act[i, list(a)].double()
-                delta = (new.double() - old) @ basis @ basis.T
+                on = basis.to(act.device)
+                delta = (new.double() - old) @ on @ on.T
                 out[i, list(a)] = (old + delta).to(act.dtype)
         return out
 

@@ -263,8 +263,9 @@ def generate_steered(
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         width = max(len(s) for s in chunk)
-        batch = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        device = hooked.embed.weight.device  # transformers' generate takes ids on the model's device
+        batch = torch.full((len(chunk), width), pad_token_id, dtype=torch.long, device=device)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
         for i, s in enumerate(chunk):
             batch[i, width - len(s) :], mask[i, width - len(s) :] = s, 1  # left padding for generation
         kwargs = {

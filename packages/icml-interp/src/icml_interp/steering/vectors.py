@@ -96,7 +96,7 @@ def add_steering_vector(
             raise ValueError(
                 f"vector holds {vector.shape[0]} per-sequence rows, the batch has {act.shape[0]}"
             )
-        delta = (alpha * vector.to(act.dtype)).to(act.dtype)
+        delta = (alpha * vector.to(device=act.device, dtype=act.dtype)).to(act.dtype)
         if not bool(torch.isfinite(delta).all()):
             raise ValueError(
                 f"alpha * vector overflows the activations' dtype {act.dtype} (alpha={alpha:g}); lower alpha"
