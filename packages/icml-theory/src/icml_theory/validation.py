@@ -113,3 +113,17 @@ def as_rdp_table(orders, values, name: str = "values") -> tuple[np.ndarray, np.n
             f"orders and {name} must be non-empty and of equal length, got {t.size} and {v.size}"
         )
     return t, v
+
+
+def refuse_float16_for_adam(params, optimizer: str, alternative: str = "") -> None:
+    """Raise ValueError if a trainable parameter of ``params`` is float16: Adam's and AdamW's ``eps`` (1e-8)
+    rounds to 0 in float16 and the first step turns weights to NaN. ``alternative`` is a further remedy the
+    message offers. Imports torch only when called (this module stays numpy-only)."""
+    import torch
+
+    if any(p.requires_grad and p.dtype == torch.float16 for p in params):
+        raise ValueError(
+            f"model has float16 trainable parameters, which {optimizer} turns to NaN (its eps, 1e-8, rounds to 0 "
+            "in float16); use model.to(torch.bfloat16), or keep float32 weights and run float16 compute under "
+            f"torch.autocast{alternative}"
+        )

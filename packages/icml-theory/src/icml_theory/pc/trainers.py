@@ -33,7 +33,13 @@ from torch import nn
 import icml_theory.pc._core as core
 from icml_theory.pc._checks import as_input, check_batch, check_finite, check_output, forward_checked
 from icml_theory.pc.energy import LOSSES, as_layers
-from icml_theory.validation import check_choice, check_int, check_real, check_seed
+from icml_theory.validation import (
+    check_choice,
+    check_int,
+    check_real,
+    check_seed,
+    refuse_float16_for_adam,
+)
 
 __all__ = ["EPC", "SPC", "Backprop", "TrainStep", "Trainer"]
 
@@ -76,12 +82,7 @@ class Trainer:
         if not params:
             raise ValueError("model must have trainable parameters, got none")
         if optimizer is None:
-            if any(p.requires_grad and p.dtype == torch.float16 for p in params):
-                raise ValueError(
-                    "model has float16 trainable parameters, which Adam turns to NaN (its eps, 1e-8, rounds to 0 "
-                    "in float16); use model.to(torch.bfloat16), keep float32 weights and run float16 compute "
-                    "under torch.autocast, or pass an optimizer suited to float16 weights"
-                )
+            refuse_float16_for_adam(params, "Adam", ", or pass an optimizer suited to float16 weights")
             optimizer = torch.optim.Adam(params, lr=self.lr)
         elif not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(

@@ -29,7 +29,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from icml_theory.recursive.model import Carry, RecursiveModel, count_evaluations
-from icml_theory.validation import check_choice, check_int, check_real, check_seed
+from icml_theory.validation import (
+    check_choice,
+    check_int,
+    check_real,
+    check_seed,
+    refuse_float16_for_adam,
+)
 
 
 def check_tokens(value, name: str, vocab_size: int, seq_len: int) -> torch.Tensor:
@@ -187,12 +193,7 @@ class RecursiveTrainer:
     ) -> None:
         if not isinstance(model, RecursiveModel):
             raise TypeError(f"model must be a RecursiveModel, got {type(model).__name__}")
-        if any(p.requires_grad and p.dtype == torch.float16 for p in model.parameters()):
-            raise ValueError(
-                "model has float16 trainable parameters, which AdamW turns to NaN (its eps, 1e-8, rounds to 0 "
-                "in float16); use model.to(torch.bfloat16), or keep float32 weights and run float16 compute "
-                "under torch.autocast"
-            )
+        refuse_float16_for_adam(model.parameters(), "AdamW")
         self.model = model
         self.q_weight = check_real(q_weight, "q_weight", "[0, inf)")
         if not isinstance(betas, tuple | list) or len(betas) != 2:
