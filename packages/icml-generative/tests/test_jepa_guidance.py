@@ -101,6 +101,55 @@ def test_score_is_seeded_and_leaves_the_global_rng_alone():
     assert not torch.equal(a, jepa_score(enc, x, 2, power_iters=0, seed=4))
 
 
+def test_training_is_seeded_and_leaves_the_global_rngs_alone(monkeypatch):
+    # the predictor's weights and the encoder's dropout come from the seed, not from the caller's state, and
+    # the caller's generators are as they were (torch.manual_seed also reseeded every CUDA device's)
+    cuda_seeds = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", cuda_seeds.append)
+    data = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+
+    def train(state: int):
+        torch.manual_seed(state)
+        torch.manual_seed(state)
+        enc = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 4))
+        enc.load_state_dict(reference)
+        cuda_seeds.clear()
+        log = train_jepa_encoder(enc, data, steps=3, batch_size=16, seed=7)
+        return enc, log
+
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(
+        torch.nn.Linear(8, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 4)
+    ).state_dict()
+    torch.manual_seed(11)
+    expected_next = torch.rand(3)
+    (a, log_a), (b, log_b) = train(1), train(2)  # the caller's states differ before each call
+    assert log_a["loss"] == log_b["loss"]
+    assert all(
+        torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+    torch.manual_seed(11)
+    cuda_seeds.clear()
+    train_jepa_encoder(a, data, steps=1, batch_size=16, seed=7)
+    assert torch.equal(torch.rand(3), expected_next) and cuda_seeds == []
+
+
+def test_failed_training_puts_back_every_submodules_mode():
+    enc = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 4))
+    enc.eval()
+    enc[1].train()  # MC dropout in an eval model
+    modes = [m.training for m in enc.modules()]
+    with pytest.raises(ValueError, match="encoder refused data"):
+        train_jepa_encoder(enc, torch.randn(64, 5), steps=2, batch_size=16)
+    assert [m.training for m in enc.modules()] == modes
+    with (
+        pytest.raises(ValueError, match="became non-finite"),
+        pytest.warns(RuntimeWarning, match="overflows"),
+    ):
+        train_jepa_encoder(enc, torch.randn(64, 8) * 1e30, steps=2, batch_size=16, lr=1e30)
+    assert [m.training for m in enc.modules()] == modes
+
+
 def test_score_is_differentiable_and_a_guidance_step_lowers_it():
     torch.manual_seed(0)
     enc = mlp_encoder(8, 4, (32, 32))

@@ -153,51 +153,69 @@ def train_jepa_encoder(
     check_int(predictor_hidden, "predictor_hidden", 1, MAX_WIDTH)
     check_int(seed, "seed", 0, 2**62)
     gen = torch.Generator().manual_seed(seed)
+    modes = {m: m.training for m in module.modules()}  # put back if training fails
     module.train()
     try:
-        with torch.no_grad():
-            dim = module(data[:2]).reshape(2, -1).shape[1]
-    except RuntimeError as err:
-        raise ValueError(f"encoder refused data shaped {tuple(data.shape)}: {err}") from err
-    torch.manual_seed(seed)  # the predictor's initial weights
-    predictor = nn.Sequential(nn.Linear(dim, predictor_hidden), nn.SiLU(), nn.Linear(predictor_hidden, dim))
-    predictor.to(device=data.device, dtype=data.dtype)
-    opt = torch.optim.Adam([*module.parameters(), *predictor.parameters()], lr=lr)
-    feature_std = data.std(0, keepdim=True).clamp_min(1e-8)
-    batch = min(batch_size, data.shape[0])
-    log: dict[str, Any] = {"loss": [], "invariance": [], "regularizer": []}
-    start = time.perf_counter()
-    for step in range(steps):
-        x = data[torch.randperm(data.shape[0], generator=gen)[:batch]]
-        # drawn on the CPU (gen), the same draws on every device
-        views = [
-            x + noise * feature_std * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)
-            for _ in range(2)
-        ]
-        if mask_ratio > 0:
-            keep = torch.rand(x.shape, generator=gen) >= mask_ratio
-            views[0] = views[0] * keep.to(device=x.device, dtype=x.dtype)
-        z1, z2 = (module(v).reshape(batch, -1) for v in views)
-        if not bool(torch.isfinite(z1).all() and torch.isfinite(z2).all()):
-            raise ValueError(_diverged("the embeddings", step, lr, noise, weight))
-        invariance = ((predictor(z1) - z2) ** 2).mean()
-        if anti_collapse == "sigreg":
-            reg = sigreg_loss(z1, seed=seed + step) + sigreg_loss(z2, seed=seed + step)
-        else:
-            reg = vicreg_regularizer(z1) + vicreg_regularizer(z2)
-        loss = invariance + weight * reg
-        if not torch.isfinite(loss):
-            raise ValueError(_diverged(f"the loss ({loss.item()})", step, lr, noise, weight))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        log["loss"].append(loss.item())
-        log["invariance"].append(invariance.item())
-        log["regularizer"].append(reg.item())
+        # The predictor's initial weights and the encoder's own random layers (dropout) draw from the global
+        # generators, seeded here inside a fork: the caller's random state is the same afterwards.
+        with _forked_rng(data.device):
+            try:
+                with torch.no_grad():
+                    dim = module(data[:2]).reshape(2, -1).shape[1]
+            except RuntimeError as err:
+                raise ValueError(f"encoder refused data shaped {tuple(data.shape)}: {err}") from err
+            torch.default_generator.manual_seed(seed)
+            if data.device.type == "cuda":
+                torch.cuda.default_generators[data.device.index or 0].manual_seed(seed)
+            predictor = nn.Sequential(
+                nn.Linear(dim, predictor_hidden), nn.SiLU(), nn.Linear(predictor_hidden, dim)
+            )
+            predictor.to(device=data.device, dtype=data.dtype)
+            opt = torch.optim.Adam([*module.parameters(), *predictor.parameters()], lr=lr)
+            feature_std = data.std(0, keepdim=True).clamp_min(1e-8)
+            batch = min(batch_size, data.shape[0])
+            log: dict[str, Any] = {"loss": [], "invariance": [], "regularizer": []}
+            start = time.perf_counter()
+            for step in range(steps):
+                x = data[torch.randperm(data.shape[0], generator=gen)[:batch]]
+                # drawn on the CPU (gen), the same draws on every device
+                views = [
+                    x + noise * feature_std * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)
+                    for _ in range(2)
+                ]
+                if mask_ratio > 0:
+                    keep = torch.rand(x.shape, generator=gen) >= mask_ratio
+                    views[0] = views[0] * keep.to(device=x.device, dtype=x.dtype)
+                z1, z2 = (module(v).reshape(batch, -1) for v in views)
+                if not bool(torch.isfinite(z1).all() and torch.isfinite(z2).all()):
+                    raise ValueError(_diverged("the embeddings", step, lr, noise, weight))
+                invariance = ((predictor(z1) - z2) ** 2).mean()
+                if anti_collapse == "sigreg":
+                    reg = sigreg_loss(z1, seed=seed + step) + sigreg_loss(z2, seed=seed + step)
+                else:
+                    reg = vicreg_regularizer(z1) + vicreg_regularizer(z2)
+                loss = invariance + weight * reg
+                if not torch.isfinite(loss):
+                    raise ValueError(_diverged(f"the loss ({loss.item()})", step, lr, noise, weight))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                log["loss"].append(loss.item())
+                log["invariance"].append(invariance.item())
+                log["regularizer"].append(reg.item())
+    except BaseException:
+        for m, mode in modes.items():
+            m.training = mode
+        raise
     module.eval()
     log["predictor"] = predictor.eval()
     log["seconds"] = time.perf_counter() - start
     return log
+
+
+def _forked_rng(device: torch.device):
+    """``torch.random.fork_rng`` over the CPU generator and, for a CUDA ``device``, that device's."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def _diverged(what: str, step: int, lr: float, noise: float, weight: float) -> str:
