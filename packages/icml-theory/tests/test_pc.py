@@ -284,6 +284,17 @@ def test_same_seed_gives_the_same_batches():
     assert runs[0] == runs[1]
 
 
+def test_spc_leaves_the_callers_input_alone():
+    # a first layer that returns its input (Flatten on flat data) made x itself SPC's first state
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Sequential(nn.Linear(4, 8), nn.Tanh()), nn.Linear(8, 3))
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    copy = x.clone()
+    for method in ("step", "gradients", "infer"):
+        getattr(SPC(model, "ce", inference_steps=2), method)(x, y)
+        assert not x.requires_grad and x.grad is None and torch.equal(x, copy), method
+
+
 # ---------------------------------------------------------------- half precision
 def test_half_precision_losses_and_energies_are_summed_in_float32():
     """A float16 sum of squares overflows above 65504: the sums run in float32 (they used to give inf, and

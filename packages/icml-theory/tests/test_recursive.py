@@ -56,6 +56,18 @@ def test_counter_reads_the_schedules_evaluations_per_example(config, expected):
     assert result.evaluations[0] == config.evaluations_per_step
 
 
+def test_seeded_initialization_leaves_the_global_generators_alone(monkeypatch):
+    # torch.manual_seed inside a CPU fork also reseeded every CUDA device's generator, which the fork keeps
+    cuda_seeds = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", cuda_seeds.append)
+    state = torch.get_rng_state()
+    a = _model(trm_config(V, L, hidden=8), seed=3)
+    assert torch.equal(torch.get_rng_state(), state) and cuda_seeds == []
+    torch.manual_seed(123)  # a different caller state: the same model
+    b = _model(trm_config(V, L, hidden=8), seed=3)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
 def test_only_the_last_cycle_is_differentiated_and_the_carry_leaves_detached():
     model = _model(trm_config(V, L, hidden=8, h_cycles=3, l_cycles=4))
     grad_enabled = []

@@ -252,7 +252,8 @@ class _PC(Trainer):
         energy before each step)."""
         trace = []
         for _ in range(self.inference_steps):
-            variables = [v.requires_grad_(True) for v in variables]
+            # detached: the first states may be the caller's own x (a first layer that returns its input)
+            variables = [v.detach().requires_grad_(True) for v in variables]
             e = energy(variables)
             grads = torch.autograd.grad(e, variables) if variables else ()
             trace.append(e.detach())

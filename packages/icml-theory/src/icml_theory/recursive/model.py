@@ -186,7 +186,9 @@ class RecursiveModel(nn.Module):
         self.config = config
         gen = torch.Generator().manual_seed(check_seed(seed))
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            # the CPU generator only (torch.manual_seed would also reseed every CUDA device's, which the fork
+            # does not restore); the modules are built on the CPU
+            torch.default_generator.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
             d = config.hidden
             self.embed = nn.Embedding(config.vocab_size, d)
             nn.init.trunc_normal_(self.embed.weight, std=1.0 / math.sqrt(d))

@@ -179,7 +179,8 @@ class RecursiveTrainer:
     learning rate, which small models on CPU budgets want higher; ``q_weight`` weighs TRM's halting loss.
     A model with float16 trainable parameters is refused (ValueError): AdamW's ``eps`` (1e-8) rounds to 0 in
     float16 and the first update turns weights to NaN; train in bfloat16, or in float32 under
-    ``torch.autocast`` for float16 compute.
+    ``torch.autocast`` for float16 compute. ``fit`` and ``train_batch`` leave the model in train mode, as torch
+    training loops do; :func:`predict` and :func:`evaluate` put back the mode they found.
     """
 
     def __init__(
