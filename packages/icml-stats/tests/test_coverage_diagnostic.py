@@ -68,6 +68,26 @@ def test_raw_prediction_gives_size_and_outcome_metrics():
     assert diag.metrics_["Pearson"] == pytest.approx(1.0)  # width 2 iff covered
 
 
+def test_a_random_state_instance_seeds_groups_wsc_and_hsic():
+    x, z = _data(n=300)
+    sizes = np.random.default_rng(2).integers(1, 4, 300)
+
+    def fit(global_seed):
+        np.random.seed(global_seed)  # noqa: NPY002 (only numpy's global RNG differs between the fits)
+        rs = np.random.RandomState(0)
+        diag = ConditionalCoverageDiagnostic(
+            classifier=LogisticRegression(), cv=2, n_groups=5, n_directions=20, random_state=rs
+        )
+        before = np.random.get_state()[1].copy()  # noqa: NPY002 (the global RNG is the state under test)
+        diag.fit(x, z, sizes=sizes)
+        assert np.array_equal(np.random.get_state()[1], before)  # noqa: NPY002 (never drawn from)
+        return diag.metrics_
+
+    first, second = fit(1), fit(2)
+    assert {"CovGap", "WSC", "WSC_split", "HSIC"} <= set(first)
+    assert first == second
+
+
 def test_plot():
     pytest.importorskip("matplotlib")
     import matplotlib

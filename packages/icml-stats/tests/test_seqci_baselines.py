@@ -48,6 +48,27 @@ def test_skit_payoff_is_antisymmetric_and_the_test_works():
     assert rejections <= 2
 
 
+@pytest.mark.parametrize("name", ["ECRT", "SKIT"])
+def test_update_keeps_no_reference_to_the_callers_arrays(name):
+    d = gaussian_ci(84, 2, 0.0, seed=1)
+    columns = (d.a, d.b, d.c) if name == "ECRT" else (d.a, d.b)
+    make = (lambda: ECRT(random_state=0, warmup=20)) if name == "ECRT" else (lambda: SKIT(warmup=20))
+    copies, reused = make(), make()
+    buf = [np.empty((21, x.shape[1])) for x in columns]  # odd batches: SKIT holds a point back
+    for i in range(0, 84, 21):
+        batch = [x[i : i + 21] for x in columns]
+        for dst, src in zip(buf, batch, strict=True):
+            dst[:] = src  # a streaming caller refilling one buffer per batch
+        expected, got = copies.update(*(x.copy() for x in batch)), reused.update(*buf)
+        if name == "SKIT" and i == 0:
+            for b in buf:
+                b[:] = np.nan  # scribbling on the buffer changes neither the past nor the held point
+            np.testing.assert_array_equal(reused._past[0], d.a[:20])
+            np.testing.assert_array_equal(reused._held[0], d.a[20:21])
+    np.testing.assert_array_equal(got.wealth, expected.wealth)
+    assert got.wealth.size > 0
+
+
 def test_kci_rejects_dependence_and_not_independence():
     null_p = [kci_test(*(lambda d: (d.a, d.b, d.c))(gaussian_ci(150, 3, 0.0, seed=s)))[1] for s in range(8)]
     alt_p = [kci_test(*(lambda d: (d.a, d.b, d.c))(gaussian_ci(150, 3, 1.0, seed=s)))[1] for s in range(3)]

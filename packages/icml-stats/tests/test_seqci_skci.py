@@ -112,6 +112,20 @@ def test_rejection_is_final_but_the_stream_may_continue():
     assert later.wealth.size > first.wealth.size  # the wealth keeps being reported
 
 
+def test_update_keeps_no_reference_to_the_callers_arrays():
+    d = gaussian_ci(80, 2, 0.0, seed=1)
+    copies, reused = SKCI(random_state=0, **SMALL), SKCI(random_state=0, **SMALL)
+    buf = [np.empty((20, 1)), np.empty((20, 1)), np.empty((20, 2))]
+    for i in range(0, 80, 20):
+        batch = (d.a[i : i + 20], d.b[i : i + 20], d.c[i : i + 20])
+        for dst, src in zip(buf, batch, strict=True):
+            dst[:] = src  # a streaming caller refilling one buffer per batch
+        expected, got = copies.update(*(x.copy() for x in batch)), reused.update(*buf)
+    np.testing.assert_array_equal(got.wealth, expected.wealth)
+    for past, column in zip(reused._past, (d.a, d.b, d.c), strict=True):
+        np.testing.assert_array_equal(past, column)
+
+
 def traced_peak(test, data, start, stop, batch):
     """tracemalloc's peak (bytes) over the updates of ``data[start:stop]`` (tracing only these: it is slow)."""
     tracemalloc.start()

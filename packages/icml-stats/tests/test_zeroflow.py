@@ -167,6 +167,24 @@ def test_mlp_and_kernel_velocities_detect_a_variance_change():
     assert zero_flow_two_sample_test(x0, x1, velocity=Ridge(1.0), random_state=0).p_value <= 1.0
 
 
+def test_mlp_velocity_consumes_a_random_state_instance_like_the_kernel():
+    rng = np.random.default_rng(0)
+    m, d = rng.standard_normal((100, 2)), rng.standard_normal((100, 2))
+    rs = np.random.RandomState(0)
+    est = MidpointVelocity("mlp", hidden=(8,), max_iter=5, random_state=rs)
+    with pytest.warns(UserWarning):  # max_iter=5 does not converge
+        first = est.fit(m, d).predict(m)
+    reference = np.random.RandomState(0)
+    seed = int(reference.randint(2**31))  # one int drawn from the instance seeds the MLP
+    assert np.array_equal(rs.get_state()[1], reference.get_state()[1])  # advanced by exactly that draw
+    assert rs.get_state()[2] == reference.get_state()[2]
+    with pytest.warns(UserWarning):
+        by_seed = MidpointVelocity("mlp", hidden=(8,), max_iter=5, random_state=seed).fit(m, d).predict(m)
+        refit = est.fit(m, d).predict(m)
+    np.testing.assert_array_equal(first, by_seed)
+    assert not np.array_equal(refit, first)  # a refit draws a new initialisation
+
+
 def ci_data(n, rng, effect):
     z = rng.normal(size=(n, 2))
     y = np.sin(z[:, :1]) + z[:, 1:] + rng.normal(size=(n, 1))
@@ -237,3 +255,15 @@ def test_markov_blanket_fit_is_reproducible_and_clonable():
     again = clone(model).fit(w)
     np.testing.assert_array_equal(again.gates_, model.gates_)  # an int random_state reproduces the fit
     assert model.fit(w) is model
+
+
+def test_markov_blanket_fit_leaves_the_global_torch_generators_alone(monkeypatch):
+    import torch
+
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: reseeded.append(seed))
+    before = torch.get_rng_state()
+    w = np.random.default_rng(8).normal(size=(50, 3))
+    ZeroFlowMarkovBlanket(hidden=8, steps=5, random_state=3).fit(w)
+    assert reseeded == []  # no CUDA generator is reseeded
+    assert torch.equal(torch.get_rng_state(), before)

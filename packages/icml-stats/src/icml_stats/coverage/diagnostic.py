@@ -234,7 +234,12 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
         return (self._X - self.x_mean_) / self.x_scale_
 
     def _prior_metrics(self, X, cover, t, y, y_intervals, y_sets, sizes) -> dict:
-        rs = self.random_state if not isinstance(self.random_state, np.random.RandomState) else None
+        # one int drawn from a RandomState (advancing it, as scikit-learn does) seeds groups, WSC and HSIC
+        rs = (
+            self.random_state
+            if not isinstance(self.random_state, np.random.RandomState)
+            else int(self.random_state.randint(2**31))
+        )
         groups = m.auto_groups(X, self.n_groups, rs)
         out = {
             "CovGap": m.coverage_gap(X, cover, t, groups=groups),

@@ -159,7 +159,7 @@ class ECRT:
         self._n_seen += a.shape[0]
         new = (a, b, c)
         self._past = (
-            list(new)
+            [x.copy() for x in new]  # never the caller's arrays, which it may refill
             if self._past is None
             else [np.concatenate([p, x])[-self.max_past :] for p, x in zip(self._past, new, strict=True)]
         )
@@ -221,11 +221,12 @@ class SKIT:
                 self._bet_n.append(self._n_seen)
                 self._largest = max(self._largest, abs(float(r)))
                 self._scale = self._largest if self._largest > 0 else 4.0  # predictable: earlier pairs only
-        self._held = (a[used:], b[used:]) if used < a.shape[0] else None
+        # copies, never views of the caller's arrays, which it may refill
+        self._held = (a[used:].copy(), b[used:].copy()) if used < a.shape[0] else None
         if used:
             new = (a[:used], b[:used])
             self._past = (
-                list(new)
+                [x.copy() for x in new]
                 if self._past is None
                 else [np.concatenate([p, x])[-self.max_past :] for p, x in zip(self._past, new, strict=True)]
             )

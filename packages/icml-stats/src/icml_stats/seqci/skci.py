@@ -290,7 +290,7 @@ class SKCI:
     def _append(self, a, b, c) -> None:
         self._n_seen += a.shape[0]
         if self._past is None:
-            self._past = [a, b, c]
+            self._past = [a.copy(), b.copy(), c.copy()]  # never the caller's arrays, which it may refill
         else:
             self._past = [
                 np.concatenate([p, x])[-self.max_past :] for p, x in zip(self._past, (a, b, c), strict=True)

@@ -218,7 +218,9 @@ class ZeroFlowMarkovBlanket(BaseEstimator):
                 int(seed.randint(2**31)) if isinstance(seed, np.random.RandomState) else int(seed)
             )
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
+            # the CPU generator only: torch.manual_seed would also reseed every CUDA device's generator,
+            # which fork_rng(devices=[]) does not restore
+            torch.default_generator.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
             field = torch.nn.Sequential(
                 torch.nn.Linear(1 + 2 * p, hidden),
                 torch.nn.SiLU(),

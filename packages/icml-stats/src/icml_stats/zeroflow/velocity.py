@@ -144,13 +144,20 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
             )
             return make_pipeline(StandardScaler(), features, Ridge(alpha=max(self.alpha * len(m), 1e-10)))
         hidden = tuple(check_int(h, "hidden", 1, MAX_HIDDEN) for h in np.atleast_1d(self.hidden).tolist())
+        # TransformedTargetRegressor clones (deep-copies) the MLP: a RandomState would never advance, so an
+        # int is drawn from it here (each refit then differs, as with "kernel")
+        seed = (
+            self.random_state
+            if not isinstance(self.random_state, np.random.RandomState)
+            else int(self.random_state.randint(2**31))
+        )
         mlp = MLPRegressor(
             hidden_layer_sizes=hidden,
             alpha=self.alpha,
             max_iter=check_int(self.max_iter, "max_iter", 1),
             early_stopping=m.shape[0] >= 50,
             n_iter_no_change=20,
-            random_state=self.random_state,
+            random_state=seed,
         )
         return TransformedTargetRegressor(make_pipeline(StandardScaler(), mlp), transformer=StandardScaler())
 
