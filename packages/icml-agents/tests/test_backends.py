@@ -208,6 +208,59 @@ def test_hf_chat_without_template_is_refused(tiny_model, smol_tokenizer):
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_hf_backend_leaves_the_models_mode_to_its_owner(smol_tokenizer):
+    """The backend put the model in eval mode for good when built, and decoded and scored in whatever mode the
+    model was in at call time (with dropout drawing from the global RNG once the owner trained it again).
+    Now calls run in eval mode and restore every submodule's ``training`` flag, even when they raise."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(smol_tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attention_dropout=0.5,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)  # in training mode, as its owner trains it
+    model.model.norm.eval()  # a mixed mode, restored module by module
+    flags = {name: m.training for name, m in model.named_modules()}
+    backend = HFLocalBackend(model, smol_tokenizer, batch_size=2)
+    assert {name: m.training for name, m in model.named_modules()} == flags
+    in_training = []
+    hook = model.register_forward_pre_hook(
+        lambda *_: in_training.append(any(m.training for m in model.modules()))
+    )
+    samples, scores = [], []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        state = torch.get_rng_state()
+        samples.append(backend.generate(PROMPTS[:2], max_new_tokens=6, temperature=1.0, seed=7))
+        scores.append(backend.logprobs(["Hello there"], [" my friend"]))
+        assert torch.equal(torch.get_rng_state(), state)  # no dropout draws from the global RNG
+        assert {name: m.training for name, m in model.named_modules()} == flags
+    hook.remove()
+    assert len(in_training) == 2 * (6 + 1) and not any(in_training)
+    assert samples[0] == samples[1] and scores[0] == scores[1]
+
+    def fail(*_):
+        raise RuntimeError("forward failed")
+
+    hook = model.register_forward_pre_hook(fail)
+    for call in (
+        lambda: backend.generate(["Hello"], max_new_tokens=2),
+        lambda: backend.logprobs(["a"], [" b"]),
+    ):
+        with pytest.raises(RuntimeError, match="forward failed"):
+            call()
+        assert {name: m.training for name, m in model.named_modules()} == flags
+    hook.remove()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_hf_from_pretrained_honours_dtype_and_torch_dtype(tiny_model, smol_tokenizer, tmp_path):
     """``torch_dtype`` (transformers' older name of ``dtype``) was dropped for float32."""
     tiny_model.save_pretrained(tmp_path)

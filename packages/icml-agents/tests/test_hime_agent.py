@@ -104,6 +104,39 @@ def test_plans_arrive_after_the_planner_latency_and_triggers_replan():
     assert [e["trigger"] for e in agent.log] == ["start", "decision"] and agent.log[1]["delivered"] == 9
 
 
+class SeedLoggingPlanner(Planner):
+    """A Planner that records the seed of every call."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.seeds: list[int | None] = []
+
+    def plan(self, *args, seed=None, **kwargs):
+        self.seeds.append(seed)
+        return super().plan(*args, seed=seed, **kwargs)
+
+
+def test_a_replayed_episode_asks_the_planner_with_the_same_seeds():
+    """The seed of a planner call counted the Planner's calls over its life (never reset), so replaying a
+    seeded episode on the same agent asked with other seeds: now the episode's n-th call asks with
+    ``seed * 1000 + n``, the first episode's seeds as before."""
+    backend = scripted([{"name": "goto", "args": {"target": "door"}}])
+    agent = HiMeAgent(Walker(), SeedLoggingPlanner(backend, latency=0))
+
+    def episode(seed: int) -> tuple[list[int | None], list[int | None]]:
+        asked, sent = len(agent.planner.seeds), len(backend.calls)
+        agent.reset("go to the door", seed=seed)
+        for t in range(4):
+            agent.act(Observation(t, "corridor", decision=t == 2))  # start, then decision: two calls
+        return agent.planner.seeds[asked:], [r.seed for r in backend.calls[sent:]]
+
+    first = episode(3)
+    assert first[0] == [3000, 3001]
+    assert episode(3) == first  # the backend sees the same requests again
+    assert episode(4)[0] == [4000, 4001]
+    assert agent.planner.calls == 6  # the planner still counts its calls over its life
+
+
 def test_knowledge_and_memory_reach_the_planner_prompt_and_bad_replies_give_empty_plans():
     backend = ScriptedBackend(lambda request: "not json")
     kb = KnowledgeBase()

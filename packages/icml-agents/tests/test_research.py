@@ -507,6 +507,42 @@ def test_merge_extraction_keeps_quoted_facts_and_drops_the_rest():
     assert ("Alpha Corp", "acquired", "Gamma Works") in unverified.triples()
 
 
+@pytest.mark.parametrize(
+    ("bad", "argument"),
+    [
+        (ExtractedRelation("...", "supplies", "Beta Labs", "Alpha Corp supplies Beta Labs."), "subject"),
+        (ExtractedRelation("Alpha Corp", "--", "Beta Labs", "Alpha Corp supplies Beta Labs."), "relation"),
+        (ExtractedRelation("Alpha Corp", "supplies", "?", "Alpha Corp supplies Beta Labs."), "obj"),
+        (ExtractedRelation("Alpha Corp", "supplies", "Beta Labs", "."), "evidence"),  # "." is quoted
+        (ExtractedEntity("Gamma Works", ("--",)), "aliases"),
+        (ExtractedEntity("Beta Labs", (), (".",)), "text"),
+    ],
+)
+def test_merge_extraction_that_raises_leaves_the_graph_untouched(bad, argument):
+    """A bad name was found only once the extraction's earlier entities and facts were merged, so the failed
+    call left the graph half-updated; now it raises before the first write."""
+
+    def graph():
+        kg = KnowledgeGraph()
+        kg.add_fact("Beta Labs", "Beta Labs is a lab.", "d0")
+        return kg
+
+    entity = ExtractedEntity("Alpha Corp", ("Alpha",), ("Alpha Corp is a shipping company.",))
+    relation = ExtractedRelation("Alpha Corp", "supplies", "Beta Labs", "Alpha Corp supplies Beta Labs.")
+    if isinstance(bad, ExtractedEntity):
+        extraction = Extraction((entity, bad), (relation,))
+    else:
+        extraction = Extraction((entity,), (relation, bad))
+    kg = graph()
+    before = kg.to_dict()
+    with pytest.raises(ValueError, match=argument):
+        merge_extraction(kg, extraction, DOC)
+    assert kg.to_dict() == before
+    good, untouched = Extraction((entity,), (relation,)), graph()
+    assert merge_extraction(kg, good, DOC) == merge_extraction(untouched, good, DOC)
+    assert kg.to_dict() == untouched.to_dict()
+
+
 def report_corpus():
     docs = {
         "d1": Document("d1", "Alpha Corp is a shipping company. Alpha Corp supplies Beta Labs."),
@@ -644,6 +680,24 @@ def test_every_agent_keeps_the_search_budget(agent, budget):
     assert set(result.documents) <= {d.doc_id for d in CORPUS}
     assert citation_validity(result.report, CORPUS) == 1.0
     assert sum(step["documents"] for step in result.steps) == len(result.documents)
+
+
+def test_outline_researcher_reruns_ask_the_same_queries():
+    """The section rotation survived from one run to the next, so a second identical run asked other
+    queries; now each run starts at the first section."""
+    agent = OutlineResearcher(
+        ScriptedBackend(corpus_script), BM25Search(CORPUS), budget=3, queries_per_step=1
+    )
+    first = agent.run(TOPIC).queries
+    assert first[:2] == [
+        "Shipping companies shipping firms and their partners",
+        "Mining companies mining firms and whom they supply",
+    ]
+    assert agent.run(TOPIC).queries == first
+    fresh = OutlineResearcher(
+        ScriptedBackend(corpus_script), BM25Search(CORPUS), budget=3, queries_per_step=1
+    )
+    assert fresh.run(TOPIC).queries == first
 
 
 def test_dualgraph_recovers_every_planted_relation_with_cited_claims():

@@ -8,11 +8,12 @@ Llama and on SmolLM2). Prompts are left-padded, with position ids counted from e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -29,7 +30,9 @@ class HFLocalBackend(Backend):
     Generation ends at the model's end-of-sequence tokens (its generation config's and the tokenizer's),
     at a stop sequence or after ``max_new_tokens``. ``cache_id`` defaults to the model's name and a hash of
     its weights (names, dtypes, shapes, bytes) and of its tokenizer (serialisation or vocabulary, chat
-    template, end-of-sequence and padding ids), computed on first use.
+    template, end-of-sequence and padding ids), computed on first use. The model's mode is its owner's:
+    decoding and scoring run it in eval mode (dropout off) and then restore every submodule's ``training``
+    flag, so a model being trained can be sampled through the backend.
     """
 
     def __init__(
@@ -40,7 +43,7 @@ class HFLocalBackend(Backend):
             raise TypeError(f"model must be a transformers causal LM, got {type(model).__name__}")
         if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
             raise TypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
-        self.model = model.eval()
+        self.model = model
         self.tokenizer = tokenizer
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         eos: set[int] = set()
@@ -112,6 +115,17 @@ class HFLocalBackend(Backend):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        """The model in eval mode for the block, every submodule's ``training`` flag restored afterwards."""
+        flags = [(module, module.training) for module in self.model.modules()]
+        self.model.eval()
+        try:
+            yield
+        finally:
+            for module, training in flags:
+                module.training = training
+
     # tokens ---------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text)["input_ids"])
@@ -149,15 +163,16 @@ class HFLocalBackend(Backend):
         for i in order:
             r = requests[i]
             groups.setdefault((r.max_new_tokens, r.temperature, r.top_p, r.stop), []).append(i)
-        for members in groups.values():
-            for start in range(0, len(members), self.batch_size):
-                chunk = members[start : start + self.batch_size]
-                for i, completion in zip(
-                    chunk,
-                    self._decode([prompts[i] for i in chunk], [requests[i] for i in chunk]),
-                    strict=True,
-                ):
-                    out[i] = completion
+        with self._eval_mode():
+            for members in groups.values():
+                for start in range(0, len(members), self.batch_size):
+                    chunk = members[start : start + self.batch_size]
+                    for i, completion in zip(
+                        chunk,
+                        self._decode([prompts[i] for i in chunk], [requests[i] for i in chunk]),
+                        strict=True,
+                    ):
+                        out[i] = completion
         return [c for c in out if c is not None]
 
     @torch.no_grad()
@@ -240,6 +255,10 @@ class HFLocalBackend(Backend):
     # scoring --------------------------------------------------------------------------------------
     @torch.no_grad()
     def _logprobs(self, prompts: list[str], continuations: list[str]) -> list[TokenLogprobs]:
+        with self._eval_mode():
+            return self._score(prompts, continuations)
+
+    def _score(self, prompts: list[str], continuations: list[str]) -> list[TokenLogprobs]:
         out = []
         for start in range(0, len(prompts), self.batch_size):
             heads = [list(self.tokenizer(p)["input_ids"]) for p in prompts[start : start + self.batch_size]]

@@ -284,7 +284,8 @@ class HiMeAgent:
     """Executor + Sentry + Planner (+ an optional :class:`KnowledgeBase`) on a simulated clock.
 
     ``reset(task, seed)`` starts an episode; ``act(observation)`` returns this tick's action. ``log`` records
-    each planner call (tick asked, tick delivered, trigger, plan)."""
+    each planner call (tick asked, tick delivered, trigger, plan). The episode's n-th planner call (from 0)
+    asks with seed ``seed * 1000 + n``, so a replayed episode sends the same requests."""
 
     def __init__(
         self,
@@ -328,6 +329,7 @@ class HiMeAgent:
         self.subgoal_since = 0
         self.buffer: list[Observation] = []
         self.log: list[dict] = []
+        self.planner_calls = 0  # this episode's: the n-th call asks with seed ``seed * 1000 + n``
 
     def context(self, observation: Observation) -> tuple[list[str], list[str]]:
         """What the Planner is shown besides the task and the current percept: the working memory's summary
@@ -365,13 +367,10 @@ class HiMeAgent:
             if fired and self.pending is None:
                 self.started = True
                 memory, knowledge = self.context(observation)
+                seed = self.seed * 1000 + self.planner_calls  # a replayed episode asks with the same seeds
+                self.planner_calls += 1
                 plan = self.planner.plan(
-                    self.task,
-                    memory,
-                    knowledge,
-                    observation.text,
-                    trigger=fired[0],
-                    seed=self.seed * 1000 + self.planner.calls,
+                    self.task, memory, knowledge, observation.text, trigger=fired[0], seed=seed
                 )
                 self.pending = (tick + self.planner.latency, plan)
                 self.log.append(

@@ -195,6 +195,10 @@ class OutlineResearcher(Researcher):
         super().__init__(*args, **kwargs)
         self._turn = 0
 
+    def run(self, topic: str) -> ResearchResult:
+        self._turn = 0  # each run starts the rotation at the first section: a rerun asks the same queries
+        return super().run(topic)
+
     def next_queries(self, state: ResearchState, k: int) -> list[str]:
         sections = state.outline.sections()
         per_section = [

@@ -114,7 +114,8 @@ def merge_extraction(
 ) -> dict[str, int]:
     """Add an extraction from ``document`` to the knowledge graph (entity resolution by name and alias);
     with ``verify_quotes`` facts and relations whose quote is not in the document are dropped and counted.
-    Returns counts: ``entities`` (new), ``facts`` and ``relations`` (new or newly supported), ``dropped``."""
+    Returns counts: ``entities`` (new), ``facts`` and ``relations`` (new or newly supported), ``dropped``.
+    Bad names raise before anything is merged: a call that raises leaves ``knowledge`` as it was."""
     for value, name, kind in [
         (knowledge, "knowledge", KnowledgeGraph),
         (extraction, "extraction", Extraction),
@@ -123,6 +124,14 @@ def merge_extraction(
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     verify_quotes = check_bool(verify_quotes, "verify_quotes")
+    # a dry run into an empty graph first: a bad name raises there, before the first write to ``knowledge``
+    _merge(KnowledgeGraph(), extraction, document, verify_quotes)
+    return _merge(knowledge, extraction, document, verify_quotes)
+
+
+def _merge(
+    knowledge: KnowledgeGraph, extraction: Extraction, document: Document, verify_quotes: bool
+) -> dict[str, int]:
     counts = {"entities": 0, "facts": 0, "relations": 0, "dropped": 0}
     source = document.doc_id
     for e in extraction.entities:
