@@ -593,6 +593,28 @@ def test_enhance_keeps_the_training_mode():
     assert not model.training
 
 
+def test_enhance_puts_back_each_submodules_mode():
+    # a training model with a frozen (eval-mode) RGB encoder: model.train(was_training) used to set it to train
+    model = tiny_amnet().train()
+    model.rgb_encoder.eval()
+    modes = {name: m.training for name, m in model.named_modules()}
+    assert not modes["rgb_encoder"] and modes[""] and modes["fuse"]
+    frames, events, _ = clip_inputs(t=2)
+    enhance(model, frames, events, progress=False)
+    assert {name: m.training for name, m in model.named_modules()} == modes
+
+    def fail(module, args):  # the model raising part-way
+        raise RuntimeError("forward failed")
+
+    handle = model.fuse.register_forward_pre_hook(fail)
+    try:
+        with pytest.raises(RuntimeError, match="forward failed"):
+            enhance(model, frames, events, progress=False)
+    finally:
+        handle.remove()
+    assert {name: m.training for name, m in model.named_modules()} == modes
+
+
 def test_enhance_refuses_mismatched_modalities():
     model = tiny_amnet()
     frames, events, infrared = clip_inputs()

@@ -341,6 +341,28 @@ def test_plot_cache_stats_draws_the_records_and_writes_a_png(stats, tmp_path):
         plt.close(again)
 
 
+def test_plot_cache_stats_leaves_the_callers_backend_and_pyplot_figures(stats, tmp_path):
+    """It used to call ``matplotlib.use("Agg")`` (switching the caller's backend) and leave its figure open in
+    pyplot; it now builds a ``Figure`` without pyplot."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    backend = matplotlib.get_backend()
+    plt.switch_backend("svg")  # the caller's (headless) choice
+    try:
+        user_figure = plt.figure()
+        figures = plt.get_fignums()
+        fig = plot_cache_stats(stats, tmp_path / "steps.png", threshold=0.5)
+        assert matplotlib.get_backend() == "svg"
+        assert plt.get_fignums() == figures == [user_figure.number]
+        assert plt.gcf() is user_figure
+        assert len(fig.axes) == 2 and (tmp_path / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        plt.close("all")
+        plt.switch_backend(backend)
+
+
 def test_plot_cache_stats_bad_input(stats, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.figure

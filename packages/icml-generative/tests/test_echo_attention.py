@@ -412,6 +412,40 @@ def test_three_stages_fit_the_budget_and_leave_the_model_unchanged(wan):
     assert all(p.requires_grad for p in wan.parameters())  # restored after the stages
 
 
+def test_failed_fit_density_and_finalize_routes_leave_the_policy_unchanged():
+    # both used to raise after rewriting the density (to 1/8, the smallest) and finalize_routes the routes
+    policy = EchoPolicy(2, 2, 8, VideoLayout(4, 16), block_size=8, density=0.375)
+    policy.set_routes([["echo", "sparse"], ["dense", "echo"]])
+    routes = policy.routes.clone()
+    with torch.no_grad():
+        policy.router_logits[..., 0] = 1.0  # the router prefers dense everywhere
+    with pytest.raises(ValueError, match=r"budget=0\.0001 cannot be met"):
+        policy.fit_density(1e-4)
+    assert policy.density == 0.375 and torch.equal(policy.routes, routes)
+    with pytest.raises(ValueError, match=r"budget=0\.0001 cannot be met"):
+        finalize_routes(policy, 1e-4)  # every head moved off dense, still over the budget
+    assert policy.density == 0.375 and torch.equal(policy.routes, routes)
+    result = finalize_routes(policy, 0.9)  # a reachable budget still rewrites both
+    assert result["fraction"] <= 0.9 and policy.density == result["density"]
+    assert not torch.equal(policy.routes, routes)
+
+
+def test_capture_attention_inputs_keeps_nothing_when_run_raises(wan):
+    policy = policy_for(wan)
+    apply_echo_attention(wan, policy)
+    inputs = wan_inputs()
+
+    def run():
+        wan(**inputs)
+        raise RuntimeError("run failed")
+
+    with pytest.raises(RuntimeError, match="run failed"):
+        capture_attention_inputs(policy, run)
+    assert policy.mode == "route" and policy.captured == [[], []]  # the captured tensors were left behind
+    captured = capture_attention_inputs(policy, lambda: wan(**inputs))
+    assert [len(c) for c in captured] == [1, 1] and policy.captured == [[], []]
+
+
 def test_train_router_on_a_fake_cuda_device(wan, fake_cuda, monkeypatch):
     # the root conftest's faked CUDA: the Gumbel noise and the route costs were built on the CPU
     policy = policy_for(wan, anchor_stride=2, neighbor_frames=0)

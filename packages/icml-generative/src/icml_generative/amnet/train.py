@@ -176,7 +176,7 @@ def enhance(
         clips, aux = _pad(clips, pad), {k: _pad(v, pad) for k, v in aux.items()}
     offsets = torch.arange(model.window, device=clips.device) - model.window // 2
     dtype = next(model.parameters()).dtype
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}  # each submodule's own mode, put back afterwards
     model.eval()
     outputs = []
     try:
@@ -189,7 +189,8 @@ def enhance(
             batch.update({k: v[clip, frame].to(dtype) for k, v in aux.items()})
             outputs.append(model(**batch).sample)
     finally:
-        model.train(was_training)
+        for m, mode in modes.items():
+            m.training = mode
     out = torch.cat(outputs)[..., :h, :w].clamp(0, 1).unflatten(0, (n, t))
     return out if frames.ndim == 5 else out[0]
 

@@ -11,17 +11,15 @@ from icml_generative.cache.hooks import CacheStats, StepRecord
 from icml_generative.validation import check_positive
 
 
-def _pyplot():
+def _figure_class():
+    """matplotlib's ``Figure``: built without pyplot, so the caller's backend and open figures stay as they were."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "plotting needs matplotlib: pip install 'icml-generative[plot]' (or pip install matplotlib)"
         ) from exc
-    return plt
+    return matplotlib.figure.Figure
 
 
 def _records(stats: Any) -> list[StepRecord]:
@@ -79,7 +77,8 @@ def plot_cache_stats(
         title: the figure's title.
 
     Returns:
-        the matplotlib ``Figure``. Predicted changes are the accumulated estimate compared with the
+        the matplotlib ``Figure``, built without pyplot: the caller's backend and open pyplot figures are left
+        as they were (no ``plt.close`` is needed). Predicted changes are the accumulated estimate compared with the
         threshold (none on forced steps); measured ones are known on computed steps (the change since the
         previous computed step).
     """
@@ -90,11 +89,10 @@ def plot_cache_stats(
         raise TypeError(f"title must be a string, got {type(title).__name__}")
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a file path (str or os.PathLike) or None, got {type(path).__name__}")
-    plt = _pyplot()
+    figure_class = _figure_class()
     steps = [r.step for r in records]
-    fig, (ax, rug) = plt.subplots(
-        2, 1, figsize=(8, 4.8), sharex=True, height_ratios=[4, 1], layout="constrained"
-    )
+    fig = figure_class(figsize=(8, 4.8), layout="constrained")
+    ax, rug = fig.subplots(2, 1, sharex=True, height_ratios=[4, 1])
     for r in records:
         if not r.computed:  # skipped steps shaded
             ax.axvspan(r.step - 0.5, r.step + 0.5, color="0.92", lw=0)

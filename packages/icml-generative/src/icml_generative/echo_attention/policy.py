@@ -277,20 +277,25 @@ class EchoPolicy(torch.nn.Module):
     def fit_density(self, budget: float) -> float:
         """Set the sparse density to the largest top-k count whose FLOPs fit ``budget`` (a fraction of dense
         attention FLOPs, in (0, 1]) with the current routes; returns the FLOP fraction reached. Raises when
-        the routes exceed the budget even at the smallest density."""
+        the routes exceed the budget even at the smallest density (the density is then left as it was)."""
         check_number(budget, "budget", above=0, maximum=1)
         nb = math.ceil(self.layout.num_tokens / self.block_size)
         best = None
-        for count in range(1, nb + 1):
-            self.density = count / nb
-            if self.flops()["fraction"] <= budget + 1e-12:
-                best = count
-        if best is None:
-            self.density = 1 / nb
-            raise ValueError(
-                f"budget={budget} cannot be met with these routes: {self.flops()['fraction']:.3f} of dense "
-                "FLOPs at the smallest density"
-            )
+        density = self.density
+        try:
+            for count in range(1, nb + 1):
+                self.density = count / nb
+                if self.flops()["fraction"] <= budget + 1e-12:
+                    best = count
+            if best is None:
+                self.density = 1 / nb
+                raise ValueError(
+                    f"budget={budget} cannot be met with these routes: {self.flops()['fraction']:.3f} of dense "
+                    "FLOPs at the smallest density"
+                )
+        except BaseException:
+            self.density = density  # a failed call leaves the policy as it was
+            raise
         self.density = best / nb
         return self.flops()["fraction"]
 

@@ -29,7 +29,7 @@ from icml_generative.validation import check_instance, check_int, check_module, 
 
 def capture_attention_inputs(policy: EchoPolicy, run: Callable[[], object]) -> list[list[tuple]]:
     """Run ``run()`` (which calls the transformer the policy is applied to) with dense attention and return
-    the ``(q, k, v)`` every layer saw, per layer."""
+    the ``(q, k, v)`` every layer saw, per layer. The policy keeps none of them, also when ``run()`` raises."""
     check_instance(policy, "policy", EchoPolicy)
     if not callable(run):
         raise TypeError(f"run must be a callable that runs the transformer, got {type(run).__name__}")
@@ -40,7 +40,7 @@ def capture_attention_inputs(policy: EchoPolicy, run: Callable[[], object]) -> l
         run()
     finally:
         policy.mode = mode
-    captured, policy.captured = policy.captured, [[] for _ in range(policy.num_layers)]
+        captured, policy.captured = policy.captured, [[] for _ in range(policy.num_layers)]
     if not all(captured):
         raise ValueError("run must call the transformer that policy is applied to (apply_echo_attention)")
     return captured
@@ -206,26 +206,33 @@ def train_router(
 def finalize_routes(policy: EchoPolicy, budget: float) -> dict:
     """The argmax routes of the router, made to fit ``budget``: while they do not fit at the smallest sparse
     density, the dense head with the smallest logit margin takes its best cheaper route; then the sparse
-    density fills the budget. Returns ``{"fraction", "density", "moved"}``."""
+    density fills the budget. Returns ``{"fraction", "density", "moved"}``. Raises when no routes fit (every
+    head off the dense route), leaving the policy's routes and density as they were."""
     check_instance(policy, "policy", EchoPolicy)
     check_number(budget, "budget", above=0, maximum=1)
     logits = policy.router_logits.detach()
-    policy.set_routes(logits.argmax(-1))
-    moved = 0
-    while True:
-        try:
-            fraction = policy.fit_density(budget)
-            break
-        except ValueError:
-            dense = policy.routes == 0
-            if not bool(dense.any()):
-                raise
-            cheaper = logits[..., 1:].max(-1)
-            margin = (logits[..., 0] - cheaper.values).masked_fill(~dense, float("inf"))
-            flat = int(margin.flatten().argmin())
-            layer, head = divmod(flat, policy.num_heads)
-            policy.routes[layer, head] = 1 + int(cheaper.indices[layer, head])
-            moved += 1
+    routes, density = policy.routes.clone(), policy.density
+    try:
+        policy.set_routes(logits.argmax(-1))
+        moved = 0
+        while True:
+            try:
+                fraction = policy.fit_density(budget)
+                break
+            except ValueError:
+                dense = policy.routes == 0
+                if not bool(dense.any()):
+                    raise
+                cheaper = logits[..., 1:].max(-1)
+                margin = (logits[..., 0] - cheaper.values).masked_fill(~dense, float("inf"))
+                flat = int(margin.flatten().argmin())
+                layer, head = divmod(flat, policy.num_heads)
+                policy.routes[layer, head] = 1 + int(cheaper.indices[layer, head])
+                moved += 1
+    except BaseException:
+        policy.routes.copy_(routes)  # a failed call leaves the policy as it was
+        policy.density = density
+        raise
     return {"fraction": fraction, "density": policy.density, "moved": moved}
 
 
