@@ -135,6 +135,36 @@ def test_attribution_equals_closed_form():
     assert not conv._forward_hooks
 
 
+def training_flags(model: nn.Module) -> dict[str, bool]:
+    return {name: module.training for name, module in model.named_modules()}
+
+
+def mixed_mode_net() -> nn.Sequential:
+    """A training conv net whose BatchNorm the user froze (eval), for the mode checks below."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 1, 1))
+    net.train()
+    net[1].eval()
+    return net
+
+
+def test_attribution_keeps_every_submodules_training_flag():
+    # the top-level flag was restored with model.train(was_training), which put the frozen BatchNorm back in
+    # training mode
+    net, sae, x = mixed_mode_net(), LinearSAE(), torch.randn(3, 1, 5, 5)
+    before = training_flags(net)
+    latent_attribution(net, net[0], sae, x, lambda out, sl: out.sum(), batch=2)
+    assert training_flags(net) == before
+    with pytest.raises(ValueError, match="metric must return a scalar"):
+        latent_attribution(net, net[0], sae, x, lambda out, sl: out)
+    assert training_flags(net) == before
+    net.eval()
+    net[1].train()  # the other way round: an eval model with one module kept in training mode
+    before = training_flags(net)
+    latent_attribution(net, net[0], sae, x, lambda out, sl: out.sum())
+    assert training_flags(net) == before
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_attribution_of_a_float32_sae_on_a_half_model(dtype):
     # train_sae gives float32 SAEs; the splice promoted the half model's activations to float32 and the next
@@ -177,6 +207,21 @@ def test_latent_maps_and_layer_activations():
     torch.testing.assert_close(maps[1, :, 2, 3], sae.encode(acts[1, :, 2, 3]))
 
 
+def test_layer_activations_restore_every_submodules_training_flag():
+    # the model was left in eval mode, after a successful call and after one that raised
+    net, x = mixed_mode_net(), torch.randn(3, 1, 5, 5)
+    before = training_flags(net)
+    acts = layer_activations(net, net[0], x, batch=2)
+    assert training_flags(net) == before
+    torch.testing.assert_close(acts, net[0](x).detach())
+    with pytest.raises(ValueError, match="did not run"):
+        layer_activations(net, nn.Conv2d(1, 4, 3), x)
+    assert training_flags(net) == before
+    with pytest.raises(ValueError, match="model failed"):
+        layer_activations(net, net[0], torch.randn(3, 2, 5, 5))
+    assert training_flags(net) == before
+
+
 def test_diff_report_and_plot(tmp_path):
     codes_a = torch.zeros(100, 3)
     codes_b = torch.zeros(100, 3)
@@ -189,6 +234,19 @@ def test_diff_report_and_plot(tmp_path):
     assert rows[0]["label"] == "b-texture" and rows[0]["attribution"] == -1.0
     path = plot_diff_report(rows, tmp_path / "diff.png")
     assert path.stat().st_size > 1000
+
+
+def test_plot_diff_report_leaves_the_matplotlib_backend_alone(tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    rows = [{"latent": 0, "freq_A": 0.1, "freq_B": 0.2, "freq_diff": 0.1}]
+    previous = plt.get_backend()
+    plt.switch_backend("pdf")  # a caller's backend other than Agg
+    try:
+        plot_diff_report(rows, tmp_path / "diff.png")
+        assert plt.get_backend() == "pdf" and plt.get_fignums() == []
+    finally:
+        plt.switch_backend(previous)
+    assert (tmp_path / "diff.png").stat().st_size > 1000
 
 
 def test_bad_input():

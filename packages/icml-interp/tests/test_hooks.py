@@ -278,6 +278,30 @@ def test_add_hook_stays_until_reset_hooks(model):
         hooked.add_hook("blocks.0.hook_mlp_out", "not a function")
 
 
+def test_add_hook_inside_a_pattern_context_keeps_firing_after_it(model):
+    # leaving the context switched the attention implementation back while the added pattern hook was still
+    # attached: it silently stopped firing
+    hooked = HookedModel(model)
+    x = ids((1, 5), seed=4)
+    implementation = model.config._attn_implementation
+    calls = []
+    with hooked.hooks([("blocks.0.attn.hook_pattern", lambda a, h: None)]):
+        hooked.add_hook("blocks.1.attn.hook_pattern", lambda a, h: calls.append(h.name))
+        hooked(x)
+    assert model.config._attn_implementation == HOOKED_ATTENTION
+    hooked(x)
+    assert calls == ["blocks.1.attn.hook_pattern"] * 2
+    with pytest.raises(KeyError):  # a context that raises, the other way round
+        with hooked.hooks([("blocks.0.attn.hook_attn_scores", lambda a, h: None)]):
+            raise KeyError("body")
+    hooked(x)
+    assert calls == ["blocks.1.attn.hook_pattern"] * 3
+    hooked.reset_hooks()
+    assert model.config._attn_implementation == implementation
+    hooked(x)
+    assert calls == ["blocks.1.attn.hook_pattern"] * 3
+
+
 def test_hook_dict_lists_every_point_in_forward_order(model):
     hooked = HookedModel(model)
     assert list(hooked.hook_dict) == hooked.hook_names

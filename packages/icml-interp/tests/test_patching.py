@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from icml_interp.hooks import HookedModel
 from icml_interp.patching import (
+    PatchingResult,
     activation_patching,
     answer_logprob,
     attribution_patching,
@@ -99,6 +100,21 @@ def test_heatmap_is_written(hooked, tmp_path):
     result = activation_patching(hooked, clean, corrupt, METRIC, components=("resid_pre",))
     result.heatmap("resid_pre", path=tmp_path / "scan.png")
     assert (tmp_path / "scan.png").stat().st_size > 1000
+
+
+def test_heatmap_leaves_the_matplotlib_backend_alone(tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    result = PatchingResult("activation patching", 0.0, 1.0)
+    result.add(0.5, component="resid_pre", layer=0, position=0)
+    result.add(0.2, component="resid_pre", layer=1, position=0)
+    previous = plt.get_backend()
+    plt.switch_backend("pdf")  # a caller's backend other than Agg
+    try:
+        fig = result.heatmap("resid_pre", path=tmp_path / "scan.png")
+        assert plt.get_backend() == "pdf" and plt.get_fignums() == []
+    finally:
+        plt.switch_backend(previous)
+    assert len(fig.axes) == 2 and (tmp_path / "scan.png").stat().st_size > 1000
 
 
 def test_path_patching_recovers_the_planted_two_hop_circuit(zoo):

@@ -21,6 +21,7 @@ from icml_interp.sae import (
     ActivationSource,
     SAEConfig,
     SAEFileError,
+    TrainLog,
     auxk_ablation,
     evaluate_sae,
     from_tokens,
@@ -691,3 +692,16 @@ def test_train_log_plots_its_curves(tmp_path):
         type(log)().plot()
     with pytest.raises(TypeError, match="title must be a str"):
         log.plot(title=3)
+
+
+def test_train_log_plot_leaves_the_matplotlib_backend_alone(tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    log = TrainLog(step=[0, 1], loss=[1.0, 0.5], fvu=[1.0, 0.5], l0=[3.0, 2.0], dead_fraction=[0.0, 0.0])
+    previous = plt.get_backend()
+    plt.switch_backend("pdf")  # a caller's backend other than Agg
+    try:
+        fig = log.plot(tmp_path / "curves.png")
+        assert plt.get_backend() == "pdf" and plt.get_fignums() == []
+    finally:
+        plt.switch_backend(previous)
+    assert len(fig.axes) == 4 and (tmp_path / "curves.png").stat().st_size > 1000

@@ -335,6 +335,18 @@ def test_pair_similarity_and_matrix(tmp_path):
     plt.close(fig)
 
 
+def test_plot_similarity_matrix_leaves_the_matplotlib_backend_alone(tmp_path):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    previous = plt.get_backend()
+    plt.switch_backend("pdf")  # a caller's backend other than Agg
+    try:
+        fig = plot_similarity_matrix(["a", "b"], np.eye(2), path=tmp_path / "sim.png")
+        assert plt.get_backend() == "pdf" and plt.get_fignums() == []
+    finally:
+        plt.switch_backend(previous)
+    assert len(fig.axes) == 2 and (tmp_path / "sim.png").stat().st_size > 0
+
+
 TEXTS = [[5, 17, 42, 9, 100, 7, 7], [3, 77], [8, 8, 8, 8, 8, 8, 8, 8, 8, 8], [250, 1, 2]]
 
 
@@ -374,6 +386,29 @@ def test_layer_representations_with_a_tokenizer():
         model.eval()
         last = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0, -1]
     np.testing.assert_allclose(picked[1][1], last.numpy(), atol=1e-5, rtol=0)
+
+
+def test_layer_representations_keep_every_submodules_training_flag(zoo):
+    # the top-level flag was restored with model.train(was_training), which overwrote the flags a user set on
+    # submodules (MC dropout in an eval model, a frozen block in a training model)
+    model = zoo.gpt2(0, layers=2)
+    model.eval()
+    model.transformer.drop.train()
+
+    def flags():
+        return {name: module.training for name, module in model.named_modules()}
+
+    before = flags()
+    layer_representations(model, None, TEXTS, layers=[0, 1])
+    assert flags() == before
+    model.train()
+    model.transformer.h[0].eval()
+    before = flags()
+    layer_representations(model, None, TEXTS, layers=[0, 1])
+    assert flags() == before
+    with pytest.raises(ValueError, match="at least one layer"):
+        layer_representations(model, None, TEXTS, layers=[])
+    assert flags() == before
 
 
 # ------------------------------------------------------------------------------------------- bad input

@@ -1,4 +1,5 @@
-"""Argument checks shared by every module of ``icml_interp`` and its experiments.
+"""Argument checks shared by every module of ``icml_interp`` and its experiments (and :func:`eval_mode`, the
+eval-mode context of the functions that run a caller's model).
 
 Each check raises with a message that names the argument and says what was expected, and returns the value
 (converted where noted) so that a call can stand in an assignment. A value of the wrong type raises
@@ -8,10 +9,12 @@ Each check raises with a message that names the argument and says what was expec
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import overload
 
 import torch
+from torch import nn
 
 
 def _bounds(
@@ -257,3 +260,17 @@ def check_replacement(out, given: torch.Tensor, what: str) -> torch.Tensor | Non
             f"{what} returned shape {tuple(out.shape)}, expected {tuple(given.shape)} (the activation's shape)"
         )
     return out.to(given.dtype)
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode for the body; on exit, also when the body raises, every submodule's ``training``
+    flag is what it was, so mixed modes (a frozen BatchNorm in a training model, MC dropout in an eval model)
+    survive."""
+    flags = [(module, module.training) for module in model.modules()]
+    try:
+        model.eval()
+        yield model
+    finally:
+        for module, training in flags:
+            module.training = training

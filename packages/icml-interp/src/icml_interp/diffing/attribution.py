@@ -22,6 +22,7 @@ from icml_interp.validation import (
     check_sae_like,
     check_tensor,
     check_type,
+    eval_mode,
 )
 
 
@@ -61,10 +62,8 @@ def latent_attribution(
         return (new, *output[1:]) if isinstance(output, tuple) else new
 
     total = torch.zeros(sae.W_dec.shape[0], dtype=torch.float64, device=sae.W_dec.device)
-    was_training = model.training
-    model.eval()
-    handle = module.register_forward_hook(hook)
-    try:
+    # the hook is removed and every submodule's training flag restored afterwards, also on a raise
+    with module.register_forward_hook(hook), eval_mode(model):
         for i in range(0, inputs.shape[0], batch):
             codes.clear()
             sl = slice(i, min(i + batch, inputs.shape[0]))
@@ -88,9 +87,6 @@ def latent_attribution(
             for f, g in zip(codes, grads, strict=True):
                 wide = torch.promote_types(f.dtype, torch.float32)  # a float16 sum over tokens overflows
                 total += (f.detach().to(wide) * g.to(wide)).sum(0).double()
-    finally:
-        handle.remove()
-        model.train(was_training)
     if not bool(torch.isfinite(total).all()):
         raise ValueError("the attribution overflowed (activation x gradient is not finite): rescale metric")
     return total.float()

@@ -12,6 +12,7 @@ from icml_interp.validation import (
     check_sae_like,
     check_tensor,
     check_type,
+    eval_mode,
 )
 
 
@@ -30,9 +31,8 @@ def layer_activations(
     def hook(mod, args, output):
         got.append((output[0] if isinstance(output, tuple) else output).detach())
 
-    handle = module.register_forward_hook(hook)
-    try:
-        model.eval()
+    # the hook is removed and every submodule's training flag restored afterwards, also on a raise
+    with module.register_forward_hook(hook), eval_mode(model):
         for i in range(0, inputs.shape[0], batch):
             try:
                 model(inputs[i : i + batch])
@@ -41,8 +41,6 @@ def layer_activations(
                     f"model failed on inputs[{i}:{i + batch}] ({type(err).__name__}: {err}); check that inputs "
                     "are what the model takes (dtype, shape)"
                 ) from err
-    finally:
-        handle.remove()
     if not got:
         raise ValueError("module did not run during the forward pass; is it part of model?")
     return torch.cat(got)

@@ -100,13 +100,11 @@ def plot_diff_report(
             value = r.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise ValueError(f"rows must hold frequencies in [0, 1] under {key!r}, got {value!r}")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: the caller's backend and figures are left alone
 
     path = Path(path)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    ax1, ax2 = fig.subplots(1, 2)
     fa = [max(r[f"freq_{a}"], 1e-5) for r in rows]
     fb = [max(r[f"freq_{b}"], 1e-5) for r in rows]
     color = [r.get("attribution", 0.0) for r in rows]
@@ -130,5 +128,4 @@ def plot_diff_report(
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path

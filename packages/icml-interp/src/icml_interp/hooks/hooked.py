@@ -181,6 +181,9 @@ HOOKED_ATTENTION = "icml_hooked_eager"
 _INNER: weakref.WeakKeyDictionary[nn.Module, dict[str, list[tuple[HookPoint, HookFn]]]] = (
     weakref.WeakKeyDictionary()
 )
+# model -> (how many attached hook sets need HOOKED_ATTENTION, the implementation the first of them found):
+# contexts and add_hook hooks end in any order, and only the last one restores the implementation
+_ATTENTION_USERS: weakref.WeakKeyDictionary[nn.Module, tuple[int, str | None]] = weakref.WeakKeyDictionary()
 
 
 def _run_slot(module: nn.Module, slot: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -527,13 +530,27 @@ class HookedModel:
             pairs += [(name, item[1]) for name in self.resolve(item[0], argument)]
         pairs.sort(key=lambda p: (self._points[p[0]].stage,))  # attn_out before resid_mid on the same module
         if any(self._points[name].kind == "inner" for name, _ in pairs):
-            previous = self.model.config._attn_implementation
-            if previous != HOOKED_ATTENTION:
-                _register_hooked_attention()
-                self.model.set_attn_implementation(HOOKED_ATTENTION)
-                stack.callback(self.model.set_attn_implementation, previous)
+            self._use_hooked_attention(stack)
         for name, fn in pairs:
             self._register(self._points[name], fn, stack)
+
+    def _use_hooked_attention(self, stack: ExitStack) -> None:
+        """Switch the model to ``HOOKED_ATTENTION`` until ``stack`` closes and no other hook set needs it."""
+        model = self.model
+        users, previous = _ATTENTION_USERS.get(model, (0, model.config._attn_implementation))
+        if users == 0 and previous != HOOKED_ATTENTION:
+            _register_hooked_attention()
+            model.set_attn_implementation(HOOKED_ATTENTION)
+        _ATTENTION_USERS[model] = (users + 1, previous)
+
+        def release() -> None:
+            users, previous = _ATTENTION_USERS.pop(model)
+            if users > 1:
+                _ATTENTION_USERS[model] = (users - 1, previous)
+            elif previous != HOOKED_ATTENTION:
+                model.set_attn_implementation(previous)
+
+        stack.callback(release)
 
     def add_hook(self, name: NameFilter, fn: HookFn) -> None:
         """Attach ``fn`` at ``name`` (a name, a list or a predicate) until :meth:`reset_hooks`, as in

@@ -285,13 +285,11 @@ class PatchingResult:
         column_labels=None,
     ):
         """A matplotlib heatmap of :meth:`grid` (diverging colours centred at 0); saved as PNG if ``path``."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # not pyplot: the caller's backend and figures are left alone
 
         table, idx, cols = self.grid(component, index, columns, value)
-        fig, ax = plt.subplots(figsize=(max(4, 0.5 * len(cols) + 2), max(3, 0.3 * len(idx) + 1.5)))
+        fig = Figure(figsize=(max(4, 0.5 * len(cols) + 2), max(3, 0.3 * len(idx) + 1.5)))
+        ax = fig.subplots()
         bound = float(np.nanmax(np.abs(table))) if np.isfinite(table).any() else 1.0
         image = ax.imshow(table, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
         ax.set_xticks(

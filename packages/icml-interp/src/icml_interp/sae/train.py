@@ -94,13 +94,13 @@ class TrainLog:
         if not isinstance(title, str):
             raise TypeError(f"title must be a str, got {type(title).__name__}")
         try:
-            import matplotlib
-
-            matplotlib.use("Agg", force=False)
-            import matplotlib.pyplot as plt
+            from matplotlib.figure import (
+                Figure,
+            )  # not pyplot: the caller's backend and figures are left alone
         except ImportError:
             raise ImportError("TrainLog.plot needs matplotlib: pip install 'icml-interp[plot]'") from None
-        fig, axes = plt.subplots(2, 2, figsize=(9, 6), sharex=True)
+        fig = Figure(figsize=(9, 6))
+        axes = fig.subplots(2, 2, sharex=True)
         for ax, name in zip(axes.flat, self.CURVES, strict=True):
             values = getattr(self, name)
             ax.plot(self.step[: len(values)], values, lw=1)

@@ -174,16 +174,14 @@ def plot_similarity_matrix(
         )
     check_type(title, "title", str, "a string")
     try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # not pyplot: the caller's backend and figures are left alone
     except ImportError:
         raise ImportError(
             "plot_similarity_matrix needs matplotlib: pip install 'icml-interp[plot]'"
         ) from None
     size = max(4.0, 0.6 * len(names) + 2.5)
-    fig, ax = plt.subplots(figsize=(size + 1, size))
+    fig = Figure(figsize=(size + 1, size))
+    ax = fig.subplots()
     image = ax.imshow(m, cmap="viridis", vmin=min(0.0, float(m.min())), vmax=max(1.0, float(m.max())))
     ax.set_xticks(range(len(names)), list(names), rotation=45, ha="right")
     ax.set_yticks(range(len(names)), list(names))

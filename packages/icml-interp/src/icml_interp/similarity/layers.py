@@ -12,7 +12,7 @@ from torch import nn
 
 from icml_interp.hooks import HookedModel
 from icml_interp.steering.contrastive import right_padded
-from icml_interp.validation import check_bool, check_choice, check_indices, check_int
+from icml_interp.validation import check_bool, check_choice, check_indices, check_int, eval_mode
 
 POOLINGS = ("mean", "last")
 MAX_LAYERS = 100_000  # a bound on layer counts, so that a mistyped huge count fails instead of looping
@@ -161,9 +161,7 @@ def layer_representations(
         starts = tqdm(starts, desc="layer representations", unit="batch")
     pooled: list[list[torch.Tensor]] = []
     keep: list[int] = []
-    was_training = inner.training
-    inner.eval()
-    try:
+    with eval_mode(inner):  # every submodule's training flag is restored afterwards
         for start in starts:
             chunk = order[start : start + batch_size]
             batch, mask = right_padded([rows[i] for i in chunk])
@@ -180,8 +178,6 @@ def layer_representations(
                 if not keep:
                     raise ValueError("layers must name at least one layer (or be None: all)")
             pooled.append([_pool(states[layer], mask.to(states[layer].device), pooling) for layer in keep])
-    finally:
-        inner.train(was_training)
     inverse = np.argsort(order)
     return [
         np.ascontiguousarray(torch.cat([p[k] for p in pooled]).cpu().numpy()[inverse])
