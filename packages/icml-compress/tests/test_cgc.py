@@ -201,6 +201,28 @@ def test_compressed_tiny_llama_round_trips_and_generates(method, tmp_path):
     assert out.shape == (1, 9)
 
 
+def test_compress_model_keeps_training_flags_and_a_failed_fit_changes_nothing():
+    """New layers take the replaced layer's training flag (an eval model stays all eval); a fit that fails
+    on the last layer leaves every Linear in place and no record."""
+    model = tiny_llama(0, layers=2)  # eval mode
+    cfg = ShareConfig(ratio=0.5, method="cgc", n_calibration=2, seq_len=32, taus=3)
+    compress_model(model, stats_for(model, cfg), cfg, progress=False)
+    assert sum(isinstance(m, SharedBasisLinear) for m in model.modules()) == 14
+    assert not any(m.training for m in model.modules())  # the 14 new layers were in train mode
+
+    model = tiny_llama(0, layers=1)
+    cfg = ShareConfig(ratio=0.5, method="svd", n_calibration=2, seq_len=32)
+    stats = dict(stats_for(model, cfg))
+    last = "model.layers.0.mlp.down_proj"
+    stats[last] = -torch.eye(stats[last].shape[0], dtype=torch.float64)  # not positive definite
+    layers = dict(model.named_modules())
+    with pytest.raises(ValueError, match="could not be made positive definite"):
+        compress_model(model, stats, cfg, progress=False)
+    after = dict(model.named_modules())
+    assert after.keys() == layers.keys() and all(after[n] is m for n, m in layers.items())
+    assert not hasattr(model, "icml_sharing")
+
+
 def test_cgc_sweep_never_costs_more_than_per_layer_svd_and_reuses_costs():
     cfg = ShareConfig(ratio=0.3, n_calibration=4, seq_len=64)
     model = tiny_llama(1, layers=4)

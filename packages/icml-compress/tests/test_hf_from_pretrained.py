@@ -419,3 +419,24 @@ def test_plot_layer_errors_writes_a_png(saves, tmp_path):
     plt.close(fig)
     with pytest.raises(TypeError, match=r"path must be a str or os\.PathLike"):
         plot_layer_errors(model, 3)
+
+
+def test_plot_layer_errors_leaves_the_users_backend_and_figures(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    stats = {Q: {"proxy": 0.1}, "model.layers.0.self_attn.k_proj": {"proxy": 0.2}}
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")  # the user's choice (a notebook has its inline backend)
+    try:
+        user = plt.figure()
+        open_before = plt.get_fignums()
+        fig = plot_layer_errors(stats, tmp_path / "errors.png")
+        assert matplotlib.get_backend() == "svg"  # was switched to Agg
+        assert plt.get_fignums() == open_before  # no pyplot figure added
+        assert isinstance(fig, matplotlib.figure.Figure)
+        assert [b.get_height() for b in fig.axes[0].patches] == [0.1, 0.2]
+        assert (tmp_path / "errors.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        plt.close(user)
+    finally:
+        matplotlib.use(backend)

@@ -549,6 +549,78 @@ def test_hessians_computed_once_serve_every_config_and_change_nothing(ids, monke
         quantize_model(tiny(layers=2), proteus, ids, hessians=list(H.values()))
 
 
+def _flags(model: nn.Module) -> dict[str, bool]:
+    return {n: m.training for n, m in model.named_modules()}
+
+
+def test_quantize_model_keeps_training_flags(ids):
+    """New layers take the replaced layer's training flag; distillation gives back every submodule's own."""
+    cfg = QuantConfig(method="trellis", code="1mad", **{**FAST, "n_calibration": 2})
+    model = tiny(layers=1)  # eval mode
+    quantize_model(model, cfg, ids, progress=False)
+    assert not any(_flags(model).values())  # 7 new layers were in train mode
+
+    model = tiny(layers=1).train()
+    model.model.embed_tokens.eval()  # a user's frozen part
+    before = _flags(model)
+    quantize_model(model, replace(cfg, distill_steps=2), ids, progress=False)
+    assert _flags(model) == before and before["model.embed_tokens"] is False
+
+
+def test_quantize_model_distills_under_no_grad(ids):
+    """Distillation trains under the caller's ``torch.no_grad()``, with the same result as without it."""
+    distilled = QuantConfig(method="trellis", code="1mad", distill_steps=2, **{**FAST, "n_calibration": 2})
+    plain = quantize_model(tiny(layers=1), distilled, ids, progress=False)
+    with torch.no_grad():
+        under = quantize_model(tiny(layers=1), distilled, ids, progress=False)
+    assert under.icml_quantization["distill"] == plain.icml_quantization["distill"]
+    for (n, a), b in zip(under.state_dict().items(), plain.state_dict().values(), strict=True):
+        assert torch.equal(a, b), n
+
+
+def test_a_failed_distillation_leaves_the_float_layers(ids, monkeypatch):
+    import icml_compress.quantize.model as qm
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("distillation failed")
+
+    monkeypatch.setattr(qm, "distill", failing)
+    model = tiny(layers=1)
+    layers = dict(model.named_modules())
+    with pytest.raises(RuntimeError, match="distillation failed"):
+        quantize_model(
+            model, QuantConfig(distill_steps=2, **{**FAST, "n_calibration": 2}), ids, progress=False
+        )
+    after = dict(model.named_modules())
+    assert after.keys() == layers.keys() and all(after[n] is m for n, m in layers.items())
+    assert not hasattr(model, "icml_quantization")
+
+
+def test_a_failed_compensation_changes_no_layer(ids):
+    """A bad Hessian of the last layer raises before any layer is left compensated: every su/sv is as it
+    was, and the retry with good Hessians equals one compensation of a fresh copy."""
+    cfg = QuantConfig(method="trellis", code="1mad", **{**FAST, "n_calibration": 2})
+    comp = replace(cfg, compensation=True)
+    q = quantize_model(tiny(layers=1), cfg, ids, progress=False)
+    once = quantize_model(tiny(layers=1), cfg, ids, progress=False)
+    H = dict(model_hessians(tiny(layers=1), comp, ids, progress=False))
+    last = "model.layers.0.mlp.down_proj"
+    bad = {**H, last: H[last].clone()}
+    bad[last][0, 0] = float("nan")
+    scales = {n: (m.su.clone(), m.sv.clone()) for n, m in q.named_modules() if isinstance(m, ProteusLinear)}
+    assert len(scales) == 7
+    with pytest.raises(ValueError, match=r"H of model\.layers\.0\.mlp\.down_proj must be finite"):
+        apply_compensation(q, tiny(layers=1), ids, comp, progress=False, hessians=bad)
+    for n, m in q.named_modules():
+        if isinstance(m, ProteusLinear):
+            assert torch.equal(m.su, scales[n][0]) and torch.equal(m.sv, scales[n][1]), n
+    assert apply_compensation(q, tiny(layers=1), ids, comp, progress=False, hessians=H) == apply_compensation(
+        once, tiny(layers=1), ids, comp, progress=False, hessians=H
+    )
+    for (n, a), b in zip(q.state_dict().items(), once.state_dict().values(), strict=True):
+        assert torch.equal(a, b), n
+
+
 def test_calibration_groups_hold_whole_blocks_within_the_budget():
     from icml_compress.quantize.model import block_index, calibration_groups
 

@@ -24,6 +24,7 @@ from icml_compress.ragep import (
     naee_select,
     plan_pruning,
     prune_experts,
+    prune_moe,
     reap_select,
     route,
     save_pruned,
@@ -335,3 +336,34 @@ def test_bad_input_names_the_argument():
         allocate_budgets([1.0, 2.0], [4, 4], 0.5, [5, 1])
     with pytest.raises(ValueError, match="scores"):
         allocate_budgets([1.0, np.nan], [4, 4], 0.5, [1, 1])
+
+
+def test_calibrate_and_prune_moe_give_back_every_submodules_training_flag():
+    def flags(model):
+        return {n: m.training for n, m in model.named_modules()}
+
+    model = tiny_moe("mixtral", layers=2).train()
+    model.model.embed_tokens.eval()  # a user's frozen parts, kept in eval in a model in train mode
+    model.model.layers[0].eval()
+    before = flags(model)
+    assert set(before.values()) == {True, False}
+    calibrate(model, IDS, batch_size=2)
+    assert flags(model) == before
+
+    calls = {"n": 0}
+
+    def boom(module, args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("user error")
+
+    handle = model.model.register_forward_pre_hook(boom)
+    with pytest.raises(RuntimeError, match="user error"):
+        calibrate(model, IDS, batch_size=2)
+    handle.remove()
+    assert calls["n"] == 2 and flags(model) == before
+
+    prune_moe(model, IDS, 0.5, batch_size=2)
+    after = flags(model)
+    assert after["model.embed_tokens"] is False and after["model.layers.0.self_attn"] is False
+    assert after[""] is True and after["model.layers.1.self_attn"] is True

@@ -207,6 +207,40 @@ def test_parallel_viterbi_hands_the_threads_over_and_back():
         pass
 
 
+def test_parallel_viterbi_blocks_of_two_python_threads_overlap_without_crossing():
+    """This thread enters, B enters, this thread leaves, B leaves: B keeps one torch thread and its own
+    worker count until it leaves, and the count before (2 here) is back in this thread, in B and in a new
+    thread."""
+    import threading
+
+    from icml_compress.trellis import parallel_viterbi
+    from icml_compress.trellis.viterbi import default_workers
+
+    torch.set_num_threads(2)  # the autouse fixture restores its count afterwards
+    b_in, a_out = threading.Event(), threading.Event()
+    seen: dict[str, int] = {}
+
+    def b() -> None:
+        with parallel_viterbi(3):
+            b_in.set()
+            a_out.wait()
+            seen["workers"], seen["threads"] = default_workers(), torch.get_num_threads()
+        seen["after"] = torch.get_num_threads()
+
+    other = threading.Thread(target=b)
+    with parallel_viterbi(2):
+        other.start()
+        b_in.wait()
+    a_out.set()
+    other.join()
+    fresh: dict[str, int] = {}
+    t = threading.Thread(target=lambda: fresh.setdefault("threads", torch.get_num_threads()))
+    t.start()
+    t.join()
+    assert seen == {"workers": 3, "threads": 1, "after": 2}
+    assert torch.get_num_threads() == 2 and fresh["threads"] == 2
+
+
 def test_float64_on_request_equals_a_float64_input():
     trellis = BitshiftTrellis(10, 2, 1, 32)
     values = make_code("mulbal", 10).values()

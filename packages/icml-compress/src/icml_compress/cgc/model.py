@@ -297,6 +297,8 @@ def compress_model(
     else:
         plan = {"groups": _check_groups(groups, linears), "families": {}}
     records = []
+    # swapped in at the end: a failed fit leaves the model as it was
+    shared: dict[str, SharedBasisLinear] = {}
     before = after = 0
     for g in tqdm(plan["groups"], desc="fitting", disable=not progress):
         mods = [linears[n] for n in g]
@@ -317,10 +319,12 @@ def compress_model(
         for n, m, C in zip(g, mods, fit.coeffs, strict=True):
             bias = None if m.bias is None else m.bias.detach().clone()
             new = SharedBasisLinear(basis, C.T.contiguous().to(dtype).requires_grad_(False), bias)
-            set_module(model, n, new)
+            shared[n] = new.train(m.training)  # not nn.Module's default train mode in an eval model
             before += m.weight.numel()
             after += new.coeff.numel()
         records.append({"layers": g, "rank": k, "costs": fit.costs})
+    for n, new in shared.items():
+        set_module(model, n, new)
     cast(Any, model).icml_sharing = {  # an attribute on a torch module
         "config": config.to_dict(),
         "groups": records,

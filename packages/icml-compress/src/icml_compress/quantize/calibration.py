@@ -13,7 +13,9 @@ with a warning (QTIP crashes on such matrices in ``block_LDL``).
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -59,6 +61,19 @@ def check_token_ids(ids: torch.Tensor, name: str, vocab_size: int | None) -> tor
             f"(min {int(ids.min())}, max {int(ids.max())})"
         )
     return ids
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """``model`` in eval mode for the block; on leaving it (a raise too) every submodule gets back its own
+    ``training`` flag (``model.train(was)`` would flatten a mix, e.g. frozen parts a user keeps in eval)."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def make_sequences(ids: torch.Tensor, n: int, seq_len: int, name: str = "calibration_texts") -> torch.Tensor:

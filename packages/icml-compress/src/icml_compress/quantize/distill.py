@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from icml_compress.quantize.calibration import make_sequences
+from icml_compress.quantize.calibration import eval_mode, make_sequences
 from icml_compress.quantize.linear import ProteusLinear
 from icml_compress.validation import check_instance, check_int
 
@@ -162,18 +162,18 @@ def distill(
         ]
     opt = torch.optim.Adam(groups)
     losses = []
-    was_training = model.training
-    model.train(False)
     try:
-        for step in tqdm(range(steps), desc="distill", disable=not progress):
-            seq = sequences[step % sequences.shape[0]].unsqueeze(0)  # (1, seq_len)
-            with torch.no_grad():
-                ref = teacher(seq).logits
-            loss = kl_per_token(ref, model(seq).logits).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        # grad on whatever the caller's mode (a quantize_model under torch.no_grad() trains here too)
+        with eval_mode(model), torch.enable_grad():
+            for step in tqdm(range(steps), desc="distill", disable=not progress):
+                seq = sequences[step % sequences.shape[0]].unsqueeze(0)  # (1, seq_len)
+                with torch.no_grad():
+                    ref = teacher(seq).logits
+                loss = kl_per_token(ref, model(seq).logits).mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
     finally:
         for m in mods:
             for p in (m.alpha, m.beta, m.su, m.sv):
@@ -182,5 +182,4 @@ def distill(
             m.clear_cache()
         for p in frozen:
             p.requires_grad_(True)
-        model.train(was_training)
     return losses

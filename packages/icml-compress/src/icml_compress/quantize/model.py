@@ -440,14 +440,20 @@ def quantize_model(
         del group_h
     bar.close()
     for name, quantized in new.items():
+        quantized.train(linears[name].training)  # not nn.Module's default train mode in an eval model
         set_module(model, name, quantized)
     info: dict = {"config": config.to_dict(), "layers": stats}
     if group is not None:
         info["distributed"] = distributed_record(len(sequences) if calibrate else 0, owners)
     if teacher is not None:
-        sequences = distillation_set(sequences, teacher, tokenizer, config)
-        before = packed_hash(model)
-        losses = distill(model, teacher, sequences, config.distill_steps, config.distill_lr, progress)
+        try:
+            sequences = distillation_set(sequences, teacher, tokenizer, config)
+            before = packed_hash(model)
+            losses = distill(model, teacher, sequences, config.distill_steps, config.distill_lr, progress)
+        except BaseException:
+            for name in new:  # all or nothing: a failed distillation leaves the float model
+                set_module(model, name, linears[name])
+            raise
         info["distill"] = {
             "kl_first": losses[0],
             "kl_last": losses[-1],
@@ -938,11 +944,20 @@ def apply_compensation(
         hessians = collect_hessians(reference, linears, sequences, progress=progress)
     else:
         check_hessians(hessians, linears)
+    scales = {n: (mod.su.detach().clone(), mod.sv.detach().clone()) for n, mod in mods.items()}
     out = {}
-    for n, mod in mods.items():
-        Hreg = regularize(hessians[n], config.damping, f"H of {n}")
-        W = linears[n].weight.detach().double()
-        compensate(mod, W, Hreg)
-        mod.clear_cache()
-        out[n] = proxy_error(W, mod.dequantized_weight(), Hreg)
+    try:
+        for n, mod in mods.items():
+            Hreg = regularize(hessians[n], config.damping, f"H of {n}")
+            W = linears[n].weight.detach().double()
+            compensate(mod, W, Hreg)
+            mod.clear_cache()
+            out[n] = proxy_error(W, mod.dequantized_weight(), Hreg)
+    except BaseException:
+        with torch.no_grad():  # all or nothing: a failed layer leaves every layer's su/sv as they were
+            for n, mod in mods.items():
+                mod.su.copy_(scales[n][0])
+                mod.sv.copy_(scales[n][1])
+                mod.clear_cache()
+        raise
     return out

@@ -17,17 +17,16 @@ from icml_compress.quantize.model import check_path
 SERIES = {"proxy": "proxy error", "proxy_compensated": "after compensation"}
 
 
-def _pyplot():
+def _figure_class():
+    """matplotlib's ``Figure``: built without pyplot, so the user's backend and open figures stay as they
+    are (``savefig`` picks the canvas from the file type)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "plotting needs matplotlib: pip install 'icml-compress[plot]' (or pip install matplotlib)"
         ) from exc
-    return plt
+    return Figure
 
 
 def layer_errors(model_or_stats: Any) -> dict[str, list]:
@@ -94,11 +93,12 @@ def plot_layer_errors(model_or_stats: Any, path=None, *, title: str = "Per-layer
         raise TypeError(f"title must be a str, got {type(title).__name__}")
     if path is not None:
         path = check_path(path)
-    plt = _pyplot()
+    figure = _figure_class()
     names = errors["layers"]
     keys = [k for k in SERIES if k in errors]
     width = 0.8 / len(keys)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(names) + 2), 4.5))
+    fig = figure(figsize=(max(6.0, 0.25 * len(names) + 2), 4.5))
+    ax = fig.subplots()
     for i, key in enumerate(keys):
         x = [j + (i - (len(keys) - 1) / 2) * width for j in range(len(names))]
         ax.bar(x, errors[key], width=width, label=SERIES[key])

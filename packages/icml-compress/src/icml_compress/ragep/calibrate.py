@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from icml_compress.quantize.calibration import eval_mode
 from icml_compress.ragep.layout import MoELayer, find_moe_layers, route
 from icml_compress.validation import check_bool, check_int, check_tensor
 
@@ -209,15 +210,13 @@ def calibrate(
         return fn
 
     handles = [layer.block.register_forward_pre_hook(hook(layer)) for layer in layers]
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     try:
-        starts = range(0, sequences.shape[0], batch_size)
-        for start in tqdm(starts, desc="calibration", unit="batch", disable=not progress):
-            model(sequences[start : start + batch_size].to(device), use_cache=False)
+        with eval_mode(model):
+            starts = range(0, sequences.shape[0], batch_size)
+            for start in tqdm(starts, desc="calibration", unit="batch", disable=not progress):
+                model(sequences[start : start + batch_size].to(device), use_cache=False)
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
     return Calibration([stats[layer.name] for layer in layers], route_all, int(sequences.shape[0]))

@@ -296,13 +296,26 @@ def _viterbi_chunk(xs, vals, trellis: BitshiftTrellis, start, end) -> torch.Tens
     return states.view(G, B, steps)
 
 
-_HANDED: list[int] = []  # the worker counts of the open parallel_viterbi blocks
+_HANDED = threading.local()  # .counts: the worker counts of this thread's open parallel_viterbi blocks
+# torch.set_num_threads sets the calling thread's count and the one new threads start with: the first block
+# to open (in any Python thread) saves the count, the last to close restores it ({"open": blocks open,
+# "threads": the saved count})
+_HANDOVER = {"open": 0, "threads": 0}
+_HANDOVER_LOCK = threading.Lock()
+
+
+def _handed() -> list[int]:
+    counts = getattr(_HANDED, "counts", None)
+    if counts is None:
+        counts = _HANDED.counts = []
+    return counts
 
 
 def default_workers() -> int:
-    """The worker processes :func:`viterbi` uses when not told: inside :func:`parallel_viterbi`, its count;
-    else ``torch.get_num_threads()``."""
-    return _HANDED[-1] if _HANDED else torch.get_num_threads()
+    """The worker processes :func:`viterbi` uses when not told: inside :func:`parallel_viterbi` (of this
+    Python thread), its count; else ``torch.get_num_threads()``."""
+    handed = _handed()
+    return handed[-1] if handed else torch.get_num_threads()
 
 
 @contextlib.contextmanager
@@ -319,14 +332,35 @@ def parallel_viterbi(workers: int | None = None):
     """
     n = torch.get_num_threads() if workers is None else workers
     check_int(n, "workers", 1)
-    threads = torch.get_num_threads()
-    _HANDED.append(n)
-    torch.set_num_threads(1)
+    handed = _handed()
+    with _HANDOVER_LOCK:
+        threads = torch.get_num_threads()
+        if _HANDOVER["open"] == 0:
+            _HANDOVER["threads"] = threads
+        _HANDOVER["open"] += 1
+        torch.set_num_threads(1)
+    handed.append(n)
     try:
         yield n
     finally:
-        torch.set_num_threads(threads)
-        _HANDED.pop()
+        handed.pop()
+        with _HANDOVER_LOCK:
+            _HANDOVER["open"] -= 1
+            # the last block gives back the count saved by the first (torch's default for new threads too);
+            # any other gives this thread back its count on entry, as a nested block always did
+            torch.set_num_threads(_HANDOVER["threads"] if _HANDOVER["open"] == 0 else threads)
+
+
+def _handover_after_fork() -> None:
+    """In a forked child only the forking thread's blocks can close: count those alone (another thread's
+    block would never restore the count), under a fresh lock (one held at the fork is never released)."""
+    global _HANDOVER_LOCK
+    _HANDOVER_LOCK = threading.Lock()
+    _HANDOVER["open"] = len(_handed())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_handover_after_fork)
 
 
 _POOL: dict[int, concurrent.futures.ProcessPoolExecutor] = {}  # the worker processes, by count
