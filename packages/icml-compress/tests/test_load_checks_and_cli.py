@@ -128,6 +128,7 @@ Q = "model.layers.0.self_attn.q_proj"
         ("dtype", "int8", "dtype must be one of"),
         ("model_config/num_hidden_layers", 3, "lacks"),
         ("model_config/hidden_size", 32, "model_config"),
+        ("model_config/hidden_size", "x", "model_config does not describe"),  # huggingface_hub's own error
         ("model_config/model_type", "nope", "model_config has model_type 'nope'"),
         ("model_class", "os", "not a transformers model class"),
     ],

@@ -766,7 +766,8 @@ def build_empty_model(doc: dict, f: Path, error: type[Exception]) -> nn.Module:
             default_dtype(getattr(torch, doc["dtype"])),
         ):
             model = cls(config)
-    except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
+    except Exception as exc:  # any failure to build from the document (huggingface_hub's strict dataclass
+        # checks raise their own StrictDataclassFieldValidationError, not a ValueError) means it is corrupt
         raise error(
             f"{f}: model_config does not describe a {doc['model_class']}: {type(exc).__name__}: {exc}"
         ) from exc
