@@ -361,6 +361,8 @@ def test_bad_input_names_the_argument():
         fitted.conformalize(x, y).predict_interval(np.zeros((3, 5)))
     with pytest.raises(ValueError, match="X must not contain NaN"):
         fitted.predict(np.full((1, 2), np.nan))
+    with pytest.raises(TypeError, match="X must be an array of real numbers, got complex values"):
+        fitted.predict(x[:3] + 1j)  # cast to float with only a ComplexWarning before
     with pytest.raises(TypeError, match="prefit must be True or False"):
         SplitConformalRegressor(trained, prefit="yes").conformalize(x, y)
     with pytest.raises(TypeError, match="estimator must be a scikit-learn regressor"):

@@ -171,14 +171,23 @@ def check_shape(a: np.ndarray, name: str, shape: tuple[int | str, ...], hint: st
     return a
 
 
+def _kind(values) -> str:
+    try:
+        return "complex values" if np.iscomplexobj(values) else type(values).__name__
+    except (TypeError, ValueError):  # ragged or unconvertible
+        return type(values).__name__
+
+
 def as_array(
     values, name: str, shape: tuple[int | str, ...] | None = None, *, interval: str = FINITE, hint: str = ""
 ) -> np.ndarray:
     """``values`` as a float array of ``shape`` (any when None) without NaN, every entry inside ``interval``."""
     try:
+        if np.iscomplexobj(values):  # a float cast would drop the imaginary part with only a warning
+            raise TypeError
         a = np.asarray(values, dtype=float)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an array of numbers, got {type(values).__name__}") from None
+        raise TypeError(f"{name} must be an array of real numbers, got {_kind(values)}") from None
     if shape is not None:
         check_shape(a, name, shape, hint)
     if np.isnan(a).any():
