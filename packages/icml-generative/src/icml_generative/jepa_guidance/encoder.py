@@ -156,17 +156,18 @@ def train_jepa_encoder(
     modes = {m: m.training for m in module.modules()}  # put back if training fails
     module.train()
     try:
-        # The predictor's initial weights and the encoder's own random layers (dropout) draw from the global
-        # generators, seeded here inside a fork: the caller's random state is the same afterwards.
-        with _forked_rng(data.device):
+        # The predictor's initial weights and the encoder's own random layers on the CPU (dropout) draw from the
+        # global CPU generator, seeded here inside a fork: the caller's random state is the same afterwards (on
+        # CUDA, dropout draws from the caller's CUDA generator, as in any torch training loop).
+        with torch.random.fork_rng(devices=[]):
             try:
                 with torch.no_grad():
                     dim = module(data[:2]).reshape(2, -1).shape[1]
             except RuntimeError as err:
                 raise ValueError(f"encoder refused data shaped {tuple(data.shape)}: {err}") from err
-            torch.default_generator.manual_seed(seed)
-            if data.device.type == "cuda":
-                torch.cuda.default_generators[data.device.index or 0].manual_seed(seed)
+            torch.default_generator.manual_seed(
+                seed
+            )  # not torch.manual_seed: it also reseeds every CUDA device
             predictor = nn.Sequential(
                 nn.Linear(dim, predictor_hidden), nn.SiLU(), nn.Linear(predictor_hidden, dim)
             )
@@ -211,11 +212,6 @@ def train_jepa_encoder(
     log["predictor"] = predictor.eval()
     log["seconds"] = time.perf_counter() - start
     return log
-
-
-def _forked_rng(device: torch.device):
-    """``torch.random.fork_rng`` over the CPU generator and, for a CUDA ``device``, that device's."""
-    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def _diverged(what: str, step: int, lr: float, noise: float, weight: float) -> str:
