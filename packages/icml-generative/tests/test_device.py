@@ -187,3 +187,13 @@ def test_sliced_wasserstein_on_cuda(fake_cuda):
 def test_spearman_takes_cuda_tensors():
     a, b = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), torch.tensor([2.0, 1.0, 4.0, 3.0, 5.0])
     assert spearman(cuda_like(a), cuda_like(b)) == spearman(a, b) == pytest.approx(0.8)
+
+
+# -- random draws: on the generator's device -----------------------------------------------------------------
+def test_draws_with_a_generator_run_on_its_device():
+    from icml_generative.validation import random_device
+
+    assert random_device(None, "cpu") == "cpu" and random_device(None, None) is None
+    assert random_device(torch.Generator(), "cuda") == torch.device("cpu")  # then moved to the data's device
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator or None, got str"):
+        random_device("x", "cpu")

@@ -225,3 +225,14 @@ def check_cache_schedule(threshold: Any, alignment_steps: Any, num_inference_ste
         raise ValueError(
             f"alignment_steps ({alignment_steps}) must be smaller than num_inference_steps ({num_inference_steps})"
         )
+
+
+def random_device(generator: torch.Generator | None, default: torch.device | str | None) -> Any:
+    """Where draws with ``generator`` run: its own device (a generator draws only there), else ``default``.
+    Callers draw there and move the result to their data's device, as diffusers' ``randn_tensor`` does, so
+    a CPU generator serves CUDA data and a CUDA generator serves CPU data."""
+    if generator is None:
+        return default
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator.device

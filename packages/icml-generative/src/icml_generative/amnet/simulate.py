@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from icml_generative.validation import check_int, check_number, check_tensor
+from icml_generative.validation import check_int, check_number, check_tensor, random_device
 
 LUMA = (0.299, 0.587, 0.114)  # Rec. 601
 MAX_UPSAMPLE = 256
@@ -101,9 +101,12 @@ def low_light(
     if not isinstance(clip, bool):
         raise TypeError(f"clip must be a bool, got {type(clip).__name__}")
     signal = exposure * frames.double() ** gamma
-    y = torch.poisson(signal * photons, generator=generator) / photons
+    draw = random_device(generator, signal.device)
+    y = torch.poisson((signal * photons).to(draw), generator=generator).to(signal.device) / photons
     if read_noise:
-        y = y + read_noise * torch.randn(y.shape, generator=generator, dtype=y.dtype, device=y.device)
+        y = y + read_noise * torch.randn(y.shape, generator=generator, dtype=y.dtype, device=draw).to(
+            y.device
+        )
     if bits is not None:
         levels = 2**bits - 1
         y = torch.round(y * levels) / levels
@@ -245,7 +248,10 @@ def infrared_proxy(
         small = F.avg_pool2d(lum, downsample, ceil_mode=True)
         lum = F.interpolate(small, size=(h, w), mode="bilinear", align_corners=False)
     if noise:
-        lum = lum + noise * torch.randn(lum.shape, generator=generator, dtype=lum.dtype, device=lum.device)
+        draw = random_device(generator, lum.device)
+        lum = lum + noise * torch.randn(lum.shape, generator=generator, dtype=lum.dtype, device=draw).to(
+            lum.device
+        )
     return lum.clamp(0, 1)
 
 

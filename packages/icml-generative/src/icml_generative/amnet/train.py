@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from icml_generative.amnet.model import AMNet
 from icml_generative.cache.metrics import ssim_map
-from icml_generative.validation import check_instance, check_int, check_number, check_tensor
+from icml_generative.validation import check_instance, check_int, check_number, check_tensor, random_device
 
 MAX_BATCH = 65536
 
@@ -99,7 +99,7 @@ def amnet_loss(
             f"got {tuple(target.shape)}"
         )
     b, m = frames.shape[0], len(model.modalities)
-    rand = torch.rand((b, m), generator=generator)
+    rand = torch.rand((b, m), generator=generator, device=random_device(generator, "cpu"))
     present = (rand >= dropout).to(frames.device)
     align = align_weight > 0 and model.has_translators
     out = model(frames, events, infrared, present=present, return_features=align)

@@ -25,7 +25,14 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 
-from icml_generative.validation import check_choice, check_int, check_model_input, check_number, check_tensor
+from icml_generative.validation import (
+    check_choice,
+    check_int,
+    check_model_input,
+    check_number,
+    check_tensor,
+    random_device,
+)
 
 METHODS = ("euler", "heun")
 
@@ -42,7 +49,8 @@ def logit_normal_times(
     n = check_int(n, "n", 0, 2**28)
     mean = check_number(mean, "mean")
     std = check_number(std, "std", above=0)
-    eps = torch.randn(n, generator=generator, device=device, dtype=dtype)
+    eps = torch.randn(n, generator=generator, device=random_device(generator, device), dtype=dtype)
+    eps = eps if device is None else eps.to(device)
     return torch.sigmoid(mean + std * eps)
 
 
@@ -186,7 +194,10 @@ def flow_matching_loss(
         raise ValueError(f"latents must be shaped (batch, ...), got {tuple(latents.shape)}")
     batch = latents.shape[0]
     t = logit_normal_times(batch, time_mean, time_std, generator, latents.device, latents.dtype)
-    noise = torch.randn(latents.shape, generator=generator, device=latents.device, dtype=latents.dtype)
+    draw = random_device(generator, latents.device)
+    noise = torch.randn(latents.shape, generator=generator, device=draw, dtype=latents.dtype).to(
+        latents.device
+    )
     tt = t.reshape(batch, *([1] * (latents.ndim - 1)))
     z_t = (1 - tt) * noise + tt * latents
     kwargs = {} if context is None else {"context": context, "context_mask": context_mask}

@@ -31,6 +31,7 @@ from icml_generative.validation import (
     check_number,
     check_tensor,
     check_trainable_dtype,
+    random_device,
 )
 
 ATTENTION = ("full", "independent")
@@ -364,8 +365,9 @@ def mask_targets(
     b = targets.shape[0]
     flat = targets.reshape(b, -1)
     n = flat.shape[1]
-    u = torch.rand(b, generator=generator, device="cpu").to(targets.device)
-    scores = torch.rand(b, n, generator=generator, device="cpu").to(targets.device)
+    draw = random_device(generator, "cpu")
+    u = torch.rand(b, generator=generator, device=draw).to(targets.device)
+    scores = torch.rand(b, n, generator=generator, device=draw).to(targets.device)
     if objective == "maskgit":
         ratio = torch.cos(math.pi * u / 2)
         count = torch.ceil(ratio * n).clamp(1, n)
@@ -406,7 +408,8 @@ def masked_token_loss(
         raise ValueError("targets must be clean token ids (no mask_id) for training")
     masked, mask, ratio = mask_targets(targets, model.mask_id, objective, generator)
     if text is not None and text_dropout > 0:
-        drop = torch.rand(text.shape[0], generator=generator).to(text.device) < text_dropout
+        draw = random_device(generator, "cpu")
+        drop = torch.rand(text.shape[0], generator=generator, device=draw).to(text.device) < text_dropout
         text = torch.where(drop[:, None], torch.full_like(text, model.null_text), text)
     logits = model(condition, masked, text=text, camera=camera)
     if objective == "maskgit":

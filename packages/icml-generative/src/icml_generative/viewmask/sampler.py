@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from icml_generative.validation import check_int, check_number, check_tensor
+from icml_generative.validation import check_int, check_number, check_tensor, random_device
 from icml_generative.viewmask.model import MultiViewTransformer, check_generator, check_model
 
 
@@ -78,12 +78,16 @@ def sample_views(
             ).float()
             logits = logits + guidance * (logits - uncond)
         logp = torch.log_softmax(logits.reshape(b, n, -1) / temperature, dim=-1)
-        u = torch.rand(logp.shape, generator=generator, device="cpu").to(device)
+        u = torch.rand(logp.shape, generator=generator, device=random_device(generator, "cpu")).to(device)
         drawn = (logp - torch.log(-torch.log(u.clamp(1e-20, 1 - 1e-7)))).argmax(-1)  # Gumbel-max sampling
         conf = logp.gather(-1, drawn[..., None])[..., 0]
         tau = gumbel * (1 - (s + 1) / steps)
         if tau > 0:
-            g = torch.rand(b, n, generator=generator, device="cpu").to(device).clamp(1e-20, 1 - 1e-7)
+            g = (
+                torch.rand(b, n, generator=generator, device=random_device(generator, "cpu"))
+                .to(device)
+                .clamp(1e-20, 1 - 1e-7)
+            )
             conf = conf + tau * -torch.log(-torch.log(g))
         masked = flat == model.mask_id
         conf = torch.where(masked, conf, torch.full_like(conf, math.inf))  # committed: never remasked
