@@ -72,6 +72,104 @@ def tiny_esm(seed: int = 0, layers: int = 2):
     return EsmForMaskedLM(config).eval()
 
 
+def _jitter_norms(model, seed: int):
+    """Random norm weights (the configs initialize them to the identity: 1, or 0 for Gemma's 1 + weight), so
+    that a norm applied in the wrong place, or with the wrong weight, shows."""
+    generator = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(0.3 * torch.randn(param.shape, generator=generator))
+    return model.eval()
+
+
+def tiny_gemma(seed: int = 0, layers: int = 2):
+    """A tiny Gemma (Llama's layout, RMSNorm scaling by 1 + weight, embeddings scaled by sqrt(d_model))."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    torch.manual_seed(seed)
+    config = GemmaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=64,
+    )
+    return _jitter_norms(GemmaForCausalLM(config), seed)
+
+
+def tiny_gemma2(seed: int = 0, layers: int = 2):
+    """A tiny Gemma 2: norms around both sublayers, a 4-token sliding window on layer 0 (full attention on
+    layer 1), attention and final logits softcapped at small caps that bite on these weights."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Gemma2Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        max_position_embeddings=64,
+        sliding_window=4,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=5.0,
+        initializer_range=0.2,
+    )
+    return _jitter_norms(Gemma2ForCausalLM(config), seed)
+
+
+def tiny_gemma3(seed: int = 0, layers: int = 2):
+    """A tiny text-only Gemma 3 (Gemma3ForCausalLM): Gemma 2's norms plus per-head query / key norms, a
+    4-token sliding window on layer 0 (full attention on layer 1)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        max_position_embeddings=64,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"] * (layers // 2)
+        + ["sliding_attention"] * (layers % 2),
+        initializer_range=0.2,
+    )
+    return _jitter_norms(Gemma3ForCausalLM(config), seed)
+
+
+def tiny_olmo2(seed: int = 0, layers: int = 2):
+    """A tiny OLMo 2: norms of the attention and MLP outputs (none before them), query and key norms over the
+    whole projections."""
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Olmo2Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return _jitter_norms(Olmo2ForCausalLM(config), seed)
+
+
 SENDER, RECEIVER = (0, 1), (1, 2)
 
 
@@ -127,6 +225,10 @@ def zoo():
         neox=tiny_neox,
         qwen2=tiny_qwen2,
         esm=tiny_esm,
+        gemma=tiny_gemma,
+        gemma2=tiny_gemma2,
+        gemma3=tiny_gemma3,
+        olmo2=tiny_olmo2,
         two_hop=two_hop_circuit,
         sender=SENDER,
         receiver=RECEIVER,

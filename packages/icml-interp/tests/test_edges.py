@@ -34,7 +34,7 @@ MASK_ID, MASKED = 32, 3  # ESM: predict the masked residue at position 3
 ESM_CLEAN = torch.tensor([[0, 5, 6, MASK_ID, 8, 9, 10, 2], [0, 7, 12, MASK_ID, 14, 4, 11, 2]])
 ESM_CORRUPT = torch.tensor([[0, 13, 6, MASK_ID, 8, 9, 10, 2], [0, 15, 12, MASK_ID, 14, 4, 11, 2]])
 ESM_METRIC = logit_diff(5, 7, position=MASKED)
-NONLINEAR = ("gpt2", "neox", "qwen2", "esm")
+NONLINEAR = ("gpt2", "neox", "qwen2", "esm", "gemma")
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +328,40 @@ def test_edge_scores_ordering_rows_and_node_scores(models):
 
 
 # ---------------------------------------------------------------------------------------- g. bad input
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("gemma2", "norms its attention output"),
+        ("gemma3", "norms its attention output"),
+        ("olmo2", "ln1 is None"),
+    ],
+)
+def test_architectures_whose_heads_do_not_add_to_the_stream_are_refused(models, name, reason):
+    # Gemma 2 / 3 norm the attention output before adding it, so a head's slice of o_proj is not what it adds
+    # to the stream (OLMo 2 also has no norm before attention); the graph would be wrong, not just approximate
+    model = models(name)
+    for run in (
+        lambda: edge_attribution_patching(model, CLEAN, CORRUPT, METRIC, method="eap"),
+        lambda: evaluate_circuit(model, CLEAN, CORRUPT, METRIC, []),
+        lambda: edge_patching(model, CLEAN, CORRUPT, METRIC, edges=[]),
+    ):
+        with pytest.raises(ValueError, match=reason):
+            run()
+
+
+def test_query_and_key_norms_are_refused(models):
+    # hook_q / hook_k sit after a mapped qk_norm, where the graph's receivers (projections of ln1's output) are not
+    from dataclasses import replace
+
+    from icml_interp.hooks import ARCHITECTURES
+
+    spec = replace(ARCHITECTURES["qwen2"], qk_norm=("q_proj", "k_proj"))  # a stand-in norm: the paths exist
+    with pytest.raises(ValueError, match="query / key norms"):
+        edge_attribution_patching(
+            HookedModel(models("qwen2"), spec=spec), CLEAN, CORRUPT, METRIC, method="eap"
+        )
+
+
 def test_bad_input_names_the_argument(models):
     model = models("gpt2")
     with pytest.raises(ValueError, match="method"):

@@ -4,7 +4,7 @@ import torch
 from icml_interp.hooks import ARCHITECTURES, HOOKED_ATTENTION, HookedModel, act_name, register_architecture
 from icml_tools.assets import tiny_llama
 
-ARCHS = ["llama", "gpt2", "gpt_neox", "qwen2"]
+ARCHS = ["llama", "gpt2", "gpt_neox", "qwen2", "gemma", "gemma2", "gemma3_text", "olmo2"]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -14,6 +14,10 @@ def model(request, zoo):
         "gpt2": zoo.gpt2,
         "gpt_neox": zoo.neox,
         "qwen2": zoo.qwen2,
+        "gemma": zoo.gemma,
+        "gemma2": zoo.gemma2,
+        "gemma3_text": zoo.gemma3,
+        "olmo2": zoo.olmo2,
     }
     return factories[request.param]()
 
@@ -71,9 +75,11 @@ def test_keys_times_value_vectors_are_the_mlp_output(model):
             f"{hooked.spec.layers}.{layer}.{hooked.spec.mlp}.{hooked.spec.down}"
         )
         bias = down.bias if down.bias is not None else 0
-        torch.testing.assert_close(
-            c["post", layer] @ hooked.mlp_values(layer) + bias, c["mlp_out", layer], rtol=1e-4, atol=1e-5
-        )
+        want = c["post", layer] @ hooked.mlp_values(layer) + bias
+        out = hooked.blocks[layer].get_submodule(hooked.spec.mlp_out) if hooked.spec.mlp_out else down
+        if out is not down:  # Gemma 2 / 3, OLMo 2: the stream gets the norm of the down projection's output
+            want = out(want)
+        torch.testing.assert_close(want, c["mlp_out", layer], rtol=1e-4, atol=1e-5)
         assert c["post", layer].shape[-1] == hooked.d_mlp
     assert torch.equal(
         c["post", 0],
@@ -337,6 +343,9 @@ def _norm(hooked, layer, which):
 def test_norm_hooks_have_transformer_lens_semantics(model, which):
     hooked = HookedModel(model)
     x = ids((2, 5), seed=4)
+    if getattr(hooked.spec, which) is None:  # OLMo 2: no norm before attention or the MLP, so no hooks there
+        assert not [n for n in hooked.hook_names if f".{which}." in n]
+        return
     norm = _norm(hooked, 1, which)
     source = "blocks.1.hook_resid_pre" if which == "ln1" or hooked.parallel else "blocks.1.hook_resid_mid"
     names = [source, f"blocks.1.{which}.hook_scale", f"blocks.1.{which}.hook_normalized"]
@@ -345,8 +354,9 @@ def test_norm_hooks_have_transformer_lens_semantics(model, which):
     assert torch.equal(normalized, norm(inp))  # the norm's own output
     if isinstance(norm, torch.nn.LayerNorm):  # GPT-2, GPT-NeoX
         want = ((inp - inp.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True) + norm.eps).sqrt()
-    else:  # RMSNorm (Llama, Qwen2)
-        want = (inp.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon).sqrt()
+    else:  # RMSNorm (Llama, Qwen2, OLMo 2: variance_epsilon; Gemma's, scaling by 1 + weight: eps)
+        eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+        want = (inp.pow(2).mean(-1, keepdim=True) + eps).sqrt()
     assert scale.shape == (2, 5, 1)
     torch.testing.assert_close(scale, want, rtol=1e-6, atol=1e-7)
     # a doubled scale halves the normalized stream (up to the bias)
@@ -389,7 +399,9 @@ def test_final_norm_scale_and_gated_pre_linear(model):
     if hooked.spec.mlp_up is None:  # GPT-2 and GPT-NeoX MLPs are not gated: TransformerLens has no pre_linear
         assert "blocks.0.mlp.hook_pre_linear" not in hooked.hook_names
         return
-    names = ["blocks.0.ln2.hook_normalized", "blocks.0.mlp.hook_pre_linear"]
+    # the MLP's input: ln2's output, or the residual itself where no norm precedes the MLP (OLMo 2)
+    mlp_in = "blocks.0.ln2.hook_normalized" if hooked.spec.ln2 else "blocks.0.hook_resid_mid"
+    names = [mlp_in, "blocks.0.mlp.hook_pre_linear"]
     _, cache = hooked.run_with_cache(x, names)
     up = hooked.blocks[0].mlp.up_proj
     torch.testing.assert_close(cache[names[1]], up(cache[names[0]]), rtol=0, atol=0)
@@ -489,3 +501,161 @@ def test_esm_masked_lm_is_mapped(zoo):
     for layer, name in enumerate(names):
         assert torch.allclose(patterns[name], attentions[layer], atol=1e-6)
         assert float(patterns[name][0, :, 2, 5:].sum()) > 0  # bidirectional: keys after the query
+
+
+# Gemma, Gemma 2, Gemma 3 (text) and OLMo 2: the embedding scale, softcaps, sliding windows, norms of the sublayer
+# outputs, query / key norms
+
+
+def _new_arch(zoo, arch):
+    return {"gemma": zoo.gemma, "gemma2": zoo.gemma2, "gemma3_text": zoo.gemma3, "olmo2": zoo.olmo2}[arch]()
+
+
+@pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3_text", "olmo2"])
+def test_hooked_attention_is_eager_bit_for_bit_past_the_sliding_window(zoo, arch):
+    model = _new_arch(zoo, arch)
+    hooked = HookedModel(model)
+    x = ids((2, 12), seed=20)  # 12 tokens: past Gemma 2 / 3's 4-token window on layer 0
+    inner = [n for n, p in hooked.hook_dict.items() if p.kind == "inner"]
+    names = [act_name("pattern", 0), act_name("pattern", 1)]
+    with torch.no_grad():
+        logits, cache = hooked.run_with_cache(x, names, fwd_hooks=[(inner, lambda a, h: a.clone())])
+        default = model(
+            input_ids=x, use_cache=False
+        ).logits  # the model's own implementation (Gemma 2: eager)
+        assert torch.equal(hooked(x), default)
+    assert torch.equal(logits, _eager_logits(model, x))
+    torch.testing.assert_close(logits, default, rtol=0, atol=1e-5)
+    assert model.config._attn_implementation != HOOKED_ATTENTION
+    far = torch.arange(12)[:, None] - torch.arange(12)[None, :] >= 4  # keys 4 or more tokens back
+    if getattr(model.config, "sliding_window", None) is not None:  # layer 0 slides, layer 1 sees everything
+        assert model.config.sliding_window == 4 and model.config.layer_types[:2] == [
+            "sliding_attention",
+            "full_attention",
+        ]
+        assert cache[names[0]][..., far].abs().max() == 0
+    else:
+        assert cache[names[0]][..., far].min() > 0
+    assert cache[names[1]][..., far].min() > 0
+
+
+def test_gemma2_softcaps_attention_scores_and_the_lens_softcaps_logits(zoo):
+    model = zoo.gemma2()
+    hooked = HookedModel(model)
+    cap, final_cap = model.config.attn_logit_softcapping, model.config.final_logit_softcapping
+    x = ids((2, 12), seed=21)
+    names = [act_name("attn_scores", 1), act_name("resid_post", 1)]
+    logits, cache = hooked.run_with_cache(x, names)
+    live = cache[names[0]][cache[names[0]] > -2 * cap]  # the unmasked scores
+    assert live.abs().max() <= cap and live.abs().max() > cap / 2  # capped, and the cap bites
+    attns = [block.self_attn for block in hooked.blocks]
+    for attn in attns:  # the model without the attention softcap computes other logits: the bit-for-bit
+        attn.attn_logit_softcapping = None  # equality with eager attention above needs the softcap
+    try:
+        uncapped = _eager_logits(model, x)
+    finally:
+        for attn in attns:
+            attn.attn_logit_softcapping = cap
+    assert (uncapped - logits).abs().max() > 1e-2
+    # the lens applies the final softcap as the model does: the last resid_post gives the logits
+    resid = cache[names[1]]
+    assert torch.equal(hooked.lens(resid), logits)
+    raw = hooked.unembed(hooked.final_norm(resid))
+    assert (raw - logits).abs().max() > 0.5 and logits.abs().max() < final_cap
+    torch.testing.assert_close(final_cap * torch.tanh(raw / final_cap), logits)
+    from icml_interp.lens import logit_lens
+
+    assert torch.equal(logit_lens(model, x)[-1], logits)
+
+
+@pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3_text"])
+def test_gemma_hook_embed_is_the_scaled_embedding_that_block_0_receives(zoo, arch):
+    model = _new_arch(zoo, arch)
+    hooked = HookedModel(model)
+    x = ids((2, 6), seed=22)
+    _, c = hooked.run_with_cache(x, ["hook_embed", "blocks.0.hook_resid_pre"])
+    assert torch.equal(c["hook_embed"], c["blocks.0.hook_resid_pre"])
+    weight = model.model.embed_tokens.weight
+    assert torch.equal(c["hook_embed"], weight[x] * torch.tensor(hooked.d_model**0.5, dtype=weight.dtype))
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3_text", "olmo2"])
+def test_attn_out_and_mlp_out_are_the_normed_outputs_the_stream_gets(zoo, arch):
+    model = _new_arch(zoo, arch)
+    hooked = HookedModel(model)
+    x = ids((2, 7), seed=23)
+    _, c = hooked.run_with_cache(x)
+    for layer, block in enumerate(hooked.blocks):
+        projected = block.self_attn.o_proj(c["z", layer].flatten(2))
+        assert torch.equal(c["attn_out", layer], block.post_attention_layernorm(projected))
+        assert (projected - c["attn_out", layer]).abs().max() > 0.1  # the norm matters
+        mlp_in = c["resid_mid", layer]
+        if arch != "olmo2":  # Gemma: a norm before the MLP too (ln2); OLMo 2 has none
+            mlp_in = block.pre_feedforward_layernorm(mlp_in)
+            assert torch.equal(c["ln2_normalized", layer], mlp_in)
+        assert torch.equal(c["mlp_out", layer], block.post_feedforward_layernorm(block.mlp(mlp_in)))
+        assert torch.equal(c["resid_mid", layer], c["resid_pre", layer] + c["attn_out", layer])
+        assert torch.equal(c["resid_post", layer], c["resid_mid", layer] + c["mlp_out", layer])
+        v_in = c["resid_pre", layer] if arch == "olmo2" else c["ln1_normalized", layer]
+        assert torch.equal(c["v", layer], block.self_attn.v_proj(v_in).unflatten(-1, (-1, hooked.d_head)))
+    # writing attn_out writes what is added to the stream
+    _, w = hooked.run_with_cache(
+        x,
+        ["blocks.1.hook_resid_mid"],
+        fwd_hooks=[("blocks.1.hook_attn_out", lambda a, h: torch.zeros_like(a))],
+    )
+    assert torch.equal(w["blocks.1.hook_resid_mid"], c["resid_pre", 1])
+
+
+@pytest.mark.parametrize("arch", ["gemma3_text", "olmo2"])
+def test_hook_q_and_k_are_the_normed_queries_and_keys_that_rotary_rotates(zoo, arch):
+    model = _new_arch(zoo, arch)
+    hooked = HookedModel(model)
+    x = ids((2, 6), seed=24)
+    shorts = ("resid_pre", "q", "k", "rot_q", "rot_k")
+    _, c = hooked.run_with_cache(x, [act_name(s, 1) for s in shorts])
+    block = hooked.blocks[1]
+    attn = block.self_attn
+    inp = c["resid_pre", 1] if hooked.spec.ln1 is None else block.input_layernorm(c["resid_pre", 1])
+    for which, proj, norm in (("q", attn.q_proj, attn.q_norm), ("k", attn.k_proj, attn.k_norm)):
+        raw = proj(inp).unflatten(-1, (-1, hooked.d_head))
+        if arch == "olmo2":  # one norm over the whole projection, then the split into heads
+            want = norm(proj(inp)).unflatten(-1, (-1, hooked.d_head))
+        else:  # Gemma 3: each head's norm
+            want = norm(raw)
+        torch.testing.assert_close(c[which, 1], want, rtol=1e-6, atol=1e-6)
+        assert (raw - c[which, 1]).abs().max() > 0.1  # hook_q / hook_k sit after the norm
+        # written there, the values reach the rotary embedding unnormed again: twice q, twice rot_q
+        _, doubled = hooked.run_with_cache(
+            x, [act_name(f"rot_{which}", 1)], fwd_hooks=[(act_name(which, 1), lambda a, h: 2 * a)]
+        )
+        torch.testing.assert_close(doubled[f"rot_{which}", 1], 2 * c[f"rot_{which}", 1])
+
+
+def test_gemma_final_norm_scale_uses_one_plus_weight(zoo):
+    hooked = HookedModel(zoo.gemma2())
+    x = ids((1, 5), seed=25)
+    names = ["blocks.1.hook_resid_post", "ln_final.hook_scale", "ln_final.hook_normalized"]
+    _, c = hooked.run_with_cache(x, names)
+    resid = c[names[0]]
+    torch.testing.assert_close(c[names[1]], (resid.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt())
+    weight = hooked.final_norm.weight
+    assert weight.abs().min() > 0  # the factory's random norm weights: 1 + w differs from w
+    torch.testing.assert_close(c[names[2]], resid / c[names[1]] * (1 + weight))
+    _, doubled = hooked.run_with_cache(x, [names[2]], fwd_hooks=[(names[1], lambda s, h: s * 2)])
+    torch.testing.assert_close(doubled[names[2]], c[names[2]] / 2)
+
+
+def test_arch_spec_checks_the_norm_fields():
+    from dataclasses import replace
+
+    llama = ARCHITECTURES["llama"]
+    with pytest.raises(TypeError, match="qk_norm"):
+        replace(llama, qk_norm=("q_norm",))
+    with pytest.raises(ValueError, match="qk_norm_layout"):
+        replace(llama, qk_norm=("q_norm", "k_norm"), qk_norm_layout="bsh")
+    with pytest.raises(ValueError, match="norm_weight_offset"):
+        replace(llama, norm_weight_offset=float("nan"))
+    with pytest.raises(TypeError, match="norm_weight_offset"):
+        replace(llama, norm_weight_offset="1")
+    assert ARCHITECTURES["gemma2"].norm_weight_offset == 1.0 and ARCHITECTURES["olmo2"].ln1 is None

@@ -12,7 +12,7 @@ from functools import reduce
 
 from torch import nn
 
-from icml_interp.validation import check_choice, check_type
+from icml_interp.validation import check_choice, check_number, check_type
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,16 @@ class ArchSpec:
     outputs are added to the stream (``hook_attn_out``, ``hook_mlp_out``). ``"."`` names the module itself
     (ESM's MLP lives in the block). ``head_module`` says that ``unembed`` is the whole output head (ESM's
     dense, GELU, norm and decoder) rather than one linear layer.
+
+    Blocks that norm a sublayer's output before adding it (Gemma 2 / 3, OLMo 2) name that norm as ``attn_out``
+    / ``mlp_out``; a block with no norm before attention or the MLP (OLMo 2) leaves ``ln1`` / ``ln2`` ``None``
+    (no ``hook_scale`` / ``hook_normalized`` there). ``qk_norm`` (in attn) names the query and key norms applied
+    before the rotary embeddings (Gemma 3, OLMo 2): ``hook_q`` / ``hook_k`` are their outputs, the queries and
+    keys that ``hook_rot_q`` / ``hook_rot_k`` rotate; ``qk_norm_layout`` is the shape of those outputs:
+    ``"flat"`` ``(batch, seq, heads * d_head)`` (OLMo 2's norm of the whole projection), ``"bshd"``
+    ``(batch, seq, heads, d_head)`` or ``"bhsd"`` ``(batch, heads, seq, d_head)`` (Gemma 3's per-head norm).
+    ``norm_weight_offset`` is added to every norm's weight where the norm multiplies by ``offset + weight``
+    (Gemma's RMSNorm: ``1 + weight``); ``hook_scale`` needs it to rebuild a norm's output from a written scale.
     """
 
     layers: str
@@ -57,6 +67,11 @@ class ArchSpec:
     attn_out: str | None = None  # in a block: the module whose output is added to the stream (default: attn)
     mlp_out: str | None = None  # in a block: likewise for the MLP (default: mlp)
     head_module: bool = False  # unembed is the whole output head (default: the output embeddings)
+    qk_norm: tuple[str, str] | None = (
+        None  # in attn: query and key norms before rotary (their outputs: hook_q/k)
+    )
+    qk_norm_layout: str = "flat"  # the qk_norm outputs: "flat" | "bshd" | "bhsd"
+    norm_weight_offset: float = 0.0  # the norms scale by offset + weight (Gemma: 1.0)
 
     def __post_init__(self):
         for name in ("layers", "embed", "final_norm", "unembed", "attn", "mlp", "o_proj", "mlp_in", "down"):
@@ -90,6 +105,16 @@ class ArchSpec:
         for name in ("down_is_conv1d", "head_module"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.qk_norm is not None and not (
+            isinstance(self.qk_norm, tuple)
+            and len(self.qk_norm) == 2
+            and all(isinstance(m, str) and m.strip() for m in self.qk_norm)
+        ):
+            raise TypeError(
+                f"qk_norm must be None or a tuple of 2 module paths (query norm, key norm), got {self.qk_norm!r}"
+            )
+        check_choice(self.qk_norm_layout, "qk_norm_layout", ("flat", "bshd", "bhsd"))
+        check_number(self.norm_weight_offset, "norm_weight_offset")
 
 
 _LLAMA = ArchSpec(
@@ -110,6 +135,15 @@ _LLAMA = ArchSpec(
 )
 
 
+_GEMMA2 = replace(
+    _LLAMA,
+    ln2="pre_feedforward_layernorm",
+    attn_out="post_attention_layernorm",
+    mlp_out="post_feedforward_layernorm",
+    norm_weight_offset=1.0,
+)
+
+
 def _language_model(spec: ArchSpec, prefix: str) -> ArchSpec:
     """``spec`` for a model whose language model sits at ``prefix`` (a vision-language wrapper)."""
     return replace(
@@ -125,6 +159,23 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "mistral": _LLAMA,
     "qwen2": _LLAMA,
     "qwen3": _LLAMA,
+    # Gemma: Llama's layout; its RMSNorm scales by 1 + weight, and its embedding module multiplies by
+    # sqrt(d_model) (hook_embed is the scaled embedding, = blocks.0.hook_resid_pre)
+    "gemma": replace(_LLAMA, norm_weight_offset=1.0),
+    # Gemma 2 and Gemma 3 (text, Gemma3ForCausalLM): norms around both sublayers; the output norms' results are
+    # what is added to the stream (hook_attn_out, hook_mlp_out). Gemma 3 norms each head's queries and keys
+    "gemma2": _GEMMA2,
+    "gemma3_text": replace(_GEMMA2, qk_norm=("q_norm", "k_norm"), qk_norm_layout="bhsd"),
+    # OLMo 2: no norm before attention or the MLP, norms of their outputs; query and key norms over the whole
+    # projections (before the split into heads)
+    "olmo2": replace(
+        _LLAMA,
+        ln1=None,
+        ln2=None,
+        attn_out="post_attention_layernorm",
+        mlp_out="post_feedforward_layernorm",
+        qk_norm=("q_norm", "k_norm"),
+    ),
     "gpt2": ArchSpec(
         layers="transformer.h",
         embed="transformer.wte",

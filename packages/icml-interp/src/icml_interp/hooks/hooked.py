@@ -10,25 +10,33 @@ Hook names (``L`` = layer, shapes for a batch of ``(batch, seq)`` token ids):
 ==================================  =====================================  ===================================
 name                                what                                   shape
 ==================================  =====================================  ===================================
-``hook_embed``                      token embeddings                       ``(batch, seq, d_model)``
+``hook_embed``                      token embeddings (the embedding        ``(batch, seq, d_model)``
+                                    module's output; Gemma's are scaled
+                                    by sqrt(d_model) in that module)
 ``hook_pos_embed``                  position embeddings (GPT-2 only)       ``(batch, seq, d_model)``
 ``blocks.L.hook_resid_pre``         residual stream entering block L       ``(batch, seq, d_model)``
 ``blocks.L.ln1.hook_scale``         the norm's divisor before attention    ``(batch, seq, 1)``
                                     (RMS, or the std for LayerNorm);
-                                    writable, as in TransformerLens
+                                    writable, as in TransformerLens (no
+                                    ln1/ln2 hooks in OLMo 2: no norm there)
 ``blocks.L.ln1.hook_normalized``    the norm's output                      ``(batch, seq, d_model)``
 ``blocks.L.attn.hook_q/k/v``        per-head queries / keys / values,      ``(batch, seq, heads, d_head)``
-                                    before rotary embeddings               (keys, values: kv heads)
+                                    before rotary embeddings (after the    (keys, values: kv heads)
+                                    query / key norms of Gemma 3, OLMo 2)
 ``blocks.L.attn.hook_rot_q/k``      queries / keys after rotary            ``(batch, seq, heads, d_head)``
                                     embeddings (rotary models only)        (keys: kv heads)
-``blocks.L.attn.hook_attn_scores``  scores after scaling and the additive  ``(batch, heads, seq_q, seq_k)``
-                                    mask, before the softmax
+``blocks.L.attn.hook_attn_scores``  scores after scaling, softcapping      ``(batch, heads, seq_q, seq_k)``
+                                    (Gemma 2) and the additive mask
+                                    (sliding windows included), before
+                                    the softmax
 ``blocks.L.attn.hook_pattern``      attention probabilities                ``(batch, heads, seq_q, seq_k)``
                                     (these four switch the model to our
                                     eager attention, HOOKED_ATTENTION,
                                     while attached: eager's logits)
 ``blocks.L.attn.hook_z``            per-head outputs before ``o_proj``     ``(batch, seq, heads, d_head)``
 ``blocks.L.hook_attn_out``          attention output added to the stream  ``(batch, seq, d_model)``
+                                    (Gemma 2 / 3, OLMo 2: after the norm
+                                    of the attention output)
 ``blocks.L.hook_resid_mid``         resid_pre + attn_out (not in parallel  ``(batch, seq, d_model)``
                                     blocks such as GPT-NeoX's)
 ``blocks.L.ln2.hook_scale``         the same for the norm before the MLP   ``(batch, seq, 1)``
@@ -39,6 +47,7 @@ name                                what                                   shape
 ``blocks.L.mlp.hook_post``          input of the down projection: the      ``(batch, seq, d_mlp)``
                                     MLP keys (alias ``mlp.hook_key``)
 ``blocks.L.hook_mlp_out``           MLP output added to the stream         ``(batch, seq, d_model)``
+                                    (Gemma 2 / 3, OLMo 2: after its norm)
 ``blocks.L.hook_resid_post``        residual stream leaving block L        ``(batch, seq, d_model)``
 ``ln_final.hook_scale``             the final norm's divisor               ``(batch, seq, 1)``
 ``ln_final.hook_normalized``        the final norm's output                ``(batch, seq, d_model)``
@@ -158,11 +167,15 @@ class ActivationCache(dict):
         return torch.stack(tensors)
 
 
-def _norm_parts(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+def _norm_parts(
+    module: nn.Module, x: torch.Tensor, offset: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
     """A norm's input split as TransformerLens' ``hook_scale`` sees it: ``(centred input, scale, weight,
     bias)`` with ``output = centred / scale * weight + bias``; LayerNorm centres and has a bias, RMSNorm
     (Llama's, in float32 as it computes) neither. ``scale`` is ``(batch, seq, 1)``. Half precision is computed
-    in float32, as torch's LayerNorm computes it (in float16 the squares overflow past 65504)."""
+    in float32, as torch's LayerNorm computes it (in float16 the squares overflow past 65504). ``offset``
+    (the spec's ``norm_weight_offset``) is added to an RMSNorm's weight: Gemma's multiplies by ``1 + weight``,
+    in float32."""
     if isinstance(module, nn.LayerNorm):
         x = x.to(torch.promote_types(x.dtype, torch.float32))
         centred = x - x.mean(-1, keepdim=True)
@@ -173,6 +186,8 @@ def _norm_parts(module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
     if eps is None or not isinstance(weight, torch.Tensor):
         raise TypeError(f"hook_scale supports nn.LayerNorm and RMSNorm modules, got {type(module).__name__}")
     x32 = x.float()
+    if offset:
+        weight = offset + weight.float()
     return x32, (x32.pow(2).mean(-1, keepdim=True) + eps).sqrt(), weight, None
 
 
@@ -197,10 +212,12 @@ def _hooked_attention(module, query, key, value, attention_mask, scaling=None, d
     """Eager attention with four hook slots, registered with transformers as ``HOOKED_ATTENTION``.
 
     The same operations in the same order as the eager attention of the mapped architectures (Llama family,
-    GPT-2, GPT-NeoX; float32 softmax), so that with no hook attached the logits equal eager attention's bit
-    for bit (tested). ``query``/``key`` arrive rotated, ``(batch, heads, seq, d_head)``; their hooks see
-    TransformerLens' ``(batch, seq, heads, d_head)``. Scores are ``(batch, heads, seq_q, seq_k)`` after
-    scaling and the additive mask (masked entries hold the mask's large negative value).
+    GPT-2, GPT-NeoX, Gemma 1-3, OLMo 2; float32 softmax), so that with no hook attached the logits equal eager
+    attention's bit for bit (tested). ``query``/``key`` arrive rotated, ``(batch, heads, seq, d_head)``; their
+    hooks see TransformerLens' ``(batch, seq, heads, d_head)``. Scores are ``(batch, heads, seq_q, seq_k)``
+    after scaling, the ``softcap`` a model passes (Gemma 2: ``softcap * tanh(scores / softcap)``, before the
+    mask as in its eager attention) and the additive mask (masked entries hold the mask's large negative
+    value; sliding-window layers get their window's mask from transformers, as eager attention does).
     """
     query = _run_slot(module, "rot_q", query.transpose(1, 2)).transpose(1, 2)
     key = _run_slot(module, "rot_k", key.transpose(1, 2)).transpose(1, 2)
@@ -212,6 +229,11 @@ def _hooked_attention(module, query, key, value, attention_mask, scaling=None, d
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    softcap = kwargs.get("softcap")
+    if softcap is not None:  # Gemma 2's eager attention, op for op
+        scores = scores / softcap
+        scores = torch.tanh(scores)
+        scores = scores * softcap
     if attention_mask is not None:
         scores = scores + attention_mask
     scores = _run_slot(module, "attn_scores", scores)
@@ -249,9 +271,10 @@ class HookedModel:
     """A Hugging Face causal LM with named hook points; the model itself is not modified.
 
     ``HookedModel(model)`` looks up the module paths of ``model.config.model_type`` in
-    :data:`icml_interp.hooks.arch.ARCHITECTURES` (Llama family including SmolLM2, Mistral, Qwen2/3, GPT-2,
-    GPT-NeoX/Pythia, ESM-2, and the language model of LLaVA / Qwen2-VL / Qwen2.5-VL, whose other inputs such as
-    ``pixel_values`` pass through as keywords). Calling it returns the model's logits; :meth:`run_with_cache` and
+    :data:`icml_interp.hooks.arch.ARCHITECTURES` (Llama family including SmolLM2, Mistral, Qwen2/3, Gemma,
+    Gemma 2, Gemma 3 text-only (``Gemma3ForCausalLM``), OLMo 2, GPT-2, GPT-NeoX/Pythia, ESM-2, and the language
+    model of LLaVA / Qwen2-VL / Qwen2.5-VL, whose other inputs such as ``pixel_values`` pass through as
+    keywords). Calling it returns the model's logits; :meth:`run_with_cache` and
     :meth:`run_with_hooks` read or change activations; :meth:`hooks` is the context manager underneath.
     """
 
@@ -293,6 +316,7 @@ class HookedModel:
         cfg: Any = model.config  # a Hugging Face PretrainedConfig; a vision-language model's text config
         if hasattr(cfg, "get_text_config"):
             cfg = cfg.get_text_config()
+        self._text_config = cfg
         self.n_layers: int = len(self.blocks)
         self.n_heads: int = cfg.num_attention_heads
         self.n_kv_heads: int = getattr(cfg, "num_key_value_heads", None) or self.n_heads
@@ -328,11 +352,16 @@ class HookedModel:
             for ln in ("ln1", "ln2"):
                 if getattr(s, ln):
                     norm = get_module(block, getattr(s, ln))
-                    add(f"{ln}_scale", "scale", norm)
+                    add(f"{ln}_scale", "scale", norm, offset=s.norm_weight_offset)
                     add(f"{ln}_normalized", "out", norm)
             if s.qkv == "separate":
-                for short, path, shape in zip("qkv", s.qkv_modules, (heads, kv, kv), strict=True):
-                    add(short, "heads_out", get_module(attn, path), **shape)
+                paths = list(s.qkv_modules)
+                layouts = ["flat"] * 3
+                if s.qk_norm:  # hook_q / hook_k: the normed queries and keys, as rotary receives them
+                    paths[:2] = s.qk_norm
+                    layouts[:2] = [s.qk_norm_layout] * 2
+                for short, path, shape, layout in zip("qkv", paths, (heads, kv, kv), layouts, strict=True):
+                    add(short, "heads_out", get_module(attn, path), heads_layout=layout, **shape)
             else:
                 for which, short in enumerate("qkv"):
                     add(
@@ -362,7 +391,7 @@ class HookedModel:
             add("mlp_out", "out", get_module(block, s.mlp_out) if s.mlp_out else mlp)
             add("resid_post", "out", block)
         points["ln_final.hook_scale"] = HookPoint(
-            "ln_final.hook_scale", None, "scale", self.final_norm, 10**6
+            "ln_final.hook_scale", None, "scale", self.final_norm, 10**6, {"offset": s.norm_weight_offset}
         )
         points["ln_final.hook_normalized"] = HookPoint(
             "ln_final.hook_normalized", None, "out", self.final_norm, 10**6 + 1
@@ -455,11 +484,19 @@ class HookedModel:
 
             add(point.module.register_forward_pre_hook(z_hook))
         elif kind == "heads_out":
+            layout = extra["heads_layout"]
 
             def qkv_hook(module, args, output):
-                heads = output.view(*output.shape[:-1], extra["n"], extra["d"])
+                if layout == "flat":  # (batch, seq, heads * d_head)
+                    heads = output.view(*output.shape[:-1], extra["n"], extra["d"])
+                else:  # a per-head norm's output, (batch, seq, heads, d_head) or (batch, heads, seq, d_head)
+                    heads = output.transpose(1, 2) if layout == "bhsd" else output
                 new = _apply(point, fn, heads)
-                return None if new is None else new.reshape(output.shape)
+                if new is None:
+                    return None
+                if layout == "flat":
+                    return new.reshape(output.shape)
+                return new.transpose(1, 2) if layout == "bhsd" else new
 
             add(point.module.register_forward_hook(qkv_hook))
         elif kind == "fused_qkv":
@@ -498,7 +535,7 @@ class HookedModel:
 
             def scale_hook(module, args, output):
                 x = args[0]  # (batch, seq, d_model), the norm's input
-                centred, scale, weight, bias = _norm_parts(module, x)
+                centred, scale, weight, bias = _norm_parts(module, x, extra["offset"])
                 new = _apply(point, fn, scale.to(output.dtype))
                 if new is None or torch.equal(new, scale.to(output.dtype)):
                     return None  # the module's own output, bit for bit
@@ -646,14 +683,22 @@ class HookedModel:
     # ------------------------------------------------------------------ weights
     def lens(self, resid: torch.Tensor) -> torch.Tensor:
         """Logit lens: the final norm and unembedding applied to any residual-stream tensor ``(..., d_model)``,
-        cast to the unembedding's dtype first (a float32 steering vector or SAE row on a bfloat16 model)."""
+        cast to the unembedding's dtype first (a float32 steering vector or SAE row on a bfloat16 model), then
+        the final logit softcap where the model's config has one (Gemma 2: ``final_logit_softcapping``), as
+        the model computes its logits: the last block's ``hook_resid_post`` gives the model's logits."""
         if not isinstance(resid, torch.Tensor) or resid.shape[-1:] != (self.d_model,):
             raise ValueError(
                 f"resid must be a tensor shaped (..., {self.d_model}), "
                 f"got {getattr(resid, 'shape', type(resid).__name__)}"
             )
         dtype = next(self.unembed.parameters()).dtype
-        return self.unembed(self.final_norm(resid.to(dtype)))
+        logits = self.unembed(self.final_norm(resid.to(dtype)))
+        softcap = getattr(self._text_config, "final_logit_softcapping", None)
+        if softcap is not None:  # Gemma 2 / 3's causal LM head, op for op
+            logits = logits / softcap
+            logits = torch.tanh(logits)
+            logits = logits * softcap
+        return logits
 
     def mlp_values(self, layer: int) -> torch.Tensor:
         """The value vectors of block ``layer``'s MLP: row ``i`` is what key ``i`` writes, ``(d_mlp, d_model)``."""

@@ -260,12 +260,26 @@ def _check_common(model, clean_ids, corrupt_ids, metric):
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
     check_metric(metric, clean.shape[0], clean.shape[1], logits_width(hooked))
+    spec, name = hooked.spec, type(hooked.model).__name__
     for which in ("ln1", "ln2"):
-        if getattr(hooked.spec, which) is None:
+        if getattr(spec, which) is None:
             raise ValueError(
                 f"edge attribution needs the block norms in the architecture map ({which} is None for "
-                f"{type(hooked.model).__name__}): add ln1/ln2 paths to its ArchSpec"
+                f"{name}): add ln1/ln2 paths to its ArchSpec"
             )
+    # the graph's head senders are slices of the output projection added to the stream as they are, and its
+    # query / key receivers are the projections of ln1's output: a norm after either breaks that
+    attn = _attn(hooked, 0)
+    attn_out = get_module(hooked.blocks[0], spec.attn_out) if spec.attn_out else attn
+    if attn_out is not attn and attn_out is not get_module(attn, spec.o_proj):
+        raise ValueError(
+            f"edge attribution needs attention outputs that are the sum of the heads' outputs; {name} norms "
+            f"its attention output ({spec.attn_out}) before adding it to the stream"
+        )
+    if spec.qk_norm is not None:
+        raise ValueError(
+            f"edge attribution does not support the query / key norms of {name} (ArchSpec.qk_norm)"
+        )
     return hooked, clean, corrupt
 
 
