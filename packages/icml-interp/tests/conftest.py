@@ -35,17 +35,19 @@ def tiny_neox(seed: int = 0, layers: int = 2):
     return GPTNeoXForCausalLM(config).eval()
 
 
+# the sizes every tiny grouped-query decoder below shares (4 query heads on 2 key/value heads)
+TINY_DECODER = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2
+)
+
+
 def tiny_qwen2(seed: int = 0, layers: int = 2):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_DECODER,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=64,
     )
     return Qwen2ForCausalLM(config).eval()
@@ -89,12 +91,8 @@ def tiny_gemma(seed: int = 0, layers: int = 2):
 
     torch.manual_seed(seed)
     config = GemmaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_DECODER,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         head_dim=16,
         max_position_embeddings=64,
     )
@@ -108,12 +106,8 @@ def tiny_gemma2(seed: int = 0, layers: int = 2):
 
     torch.manual_seed(seed)
     config = Gemma2Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_DECODER,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         head_dim=16,
         query_pre_attn_scalar=16,
         max_position_embeddings=64,
@@ -132,12 +126,8 @@ def tiny_gemma3(seed: int = 0, layers: int = 2):
 
     torch.manual_seed(seed)
     config = Gemma3TextConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_DECODER,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         head_dim=16,
         query_pre_attn_scalar=16,
         max_position_embeddings=64,
@@ -156,12 +146,8 @@ def tiny_olmo2(seed: int = 0, layers: int = 2):
 
     torch.manual_seed(seed)
     config = Olmo2Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+        **TINY_DECODER,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=64,
         pad_token_id=0,
         bos_token_id=0,
