@@ -227,6 +227,18 @@ def test_planted_previous_token_and_induction_heads():
     close(repeated_sequence_induction_score(eos, T), [0.0, 1.0])
 
 
+def test_duplicate_token_score_of_a_head_that_mostly_attends_to_itself():
+    # all off-diagonal mass on earlier copies: exactly 1; the mass was sum - diagonal, which cancels in float32
+    seq, tokens = 128, torch.arange(128) % 16
+    dup = (tokens[:, None] == tokens[None, :]) & torch.ones(seq, seq).tril(-1).bool()
+    for self_logit in (8.0, 12.0, 14.0):
+        eye = torch.eye(seq)
+        logits = torch.where(dup | eye.bool(), 0.0, -torch.inf) + eye * self_logit
+        p = torch.softmax(logits, -1)[None, None]  # float32
+        score = duplicate_token_score(p, tokens[None]).item()
+        assert 0.0 <= score <= 1.0 and score == pytest.approx(1.0, abs=1e-6), self_logit
+
+
 def test_planted_relative_position_entropy_and_pattern_matching():
     n = 10
     shift = torch.full((n, n), 1 / n)

@@ -14,6 +14,7 @@ from icml_interp.patching import (
     attribution_patching,
     cross_model_layer_patching,
     logit_diff,
+    logit_margin,
     patch_hooks,
     path_patching,
     prefill_patch,
@@ -270,6 +271,18 @@ def test_metric_indices_are_checked_before_any_forward_pass(hooked, metric, mess
     assert calls == []  # refused before running the model
     with pytest.raises(ValueError, match=message):  # and the metric itself checks the logits it gets
         metric()(torch.zeros(2, 6, 256))
+
+
+def test_logit_metrics_of_a_half_model_are_computed_in_float32():
+    # a bfloat16 difference and mean keep 8 bits: 1e-3 relative errors, and near metrics round to one value
+    logits = (torch.randn(64, 3, 16, generator=torch.Generator().manual_seed(0)) * 4).bfloat16()
+    exact = logits[:, -1].double()
+    diff, margin = logit_diff(5, 7)(logits), logit_margin(5)(logits)
+    assert diff.dtype == margin.dtype == torch.float32
+    assert diff.item() == pytest.approx((exact[:, 5] - exact[:, 7]).mean().item(), rel=1e-6)
+    others = torch.cat([exact[:, :5], exact[:, 6:]], 1).max(1).values
+    assert margin.item() == pytest.approx((exact[:, 5] - others).mean().item(), rel=1e-6)
+    assert logit_diff(5, 7)(logits.double()).dtype == torch.float64  # float64 logits stay float64
 
 
 def test_metric_token_ids_must_be_non_negative_ints(hooked):

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.spatial.distance import pdist
 from scipy.stats import ortho_group, spearmanr
 
 from icml_interp.hooks import HookedModel
@@ -252,6 +253,15 @@ def test_rsa_matches_spearman_of_the_rdms():
         return 1 - c[np.triu_indices(len(a), 1)]
 
     assert rsa(x, y) == pytest.approx(spearmanr(rdm(x), rdm(y)).statistic, abs=1e-12)
+
+
+def test_rsa_keeps_the_ties_of_integer_ratings():
+    # dividing by max|x| = 5 rounded equal distances apart, so spearman ranked exact ties as different
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 6, size=(40, 6)).astype(float)
+    y = np.clip(x + rng.integers(-1, 2, size=x.shape), 0, 5)
+    reference = spearmanr(pdist(x), pdist(y)).statistic
+    assert rsa(x, y, metric="euclidean") == pytest.approx(reference, abs=1e-12)
 
 
 def test_symmetric_metrics_are_symmetric():

@@ -149,7 +149,9 @@ def duplicate_token_score(
     dup = _earlier_duplicates(tokens)  # (batch, q, k)
     mass = (p * dup[:, None].to(p.dtype)).sum(-1)  # (batch, heads, q)
     if exclude_current_token:
-        off_diagonal = p.sum(-1) - p.diagonal(0, -2, -1)
+        # summed directly: p.sum(-1) - diagonal cancels when a head attends almost only to itself
+        eye = torch.eye(seq, dtype=torch.bool, device=p.device)
+        off_diagonal = p.masked_fill(eye, 0).sum(-1)
         mass = torch.where(off_diagonal > 0, mass / off_diagonal.clamp(min=1e-30), torch.zeros_like(mass))
     return _mean(mass, counted & dup.any(-1), "duplicate_token_score")
 

@@ -139,6 +139,11 @@ def logits_width(hooked) -> int:
     return width if isinstance(width, int) else hooked.d_vocab
 
 
+def _at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """A half-precision model's logits in float32 for a metric (a bfloat16 difference keeps 8 bits)."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def logit_diff(correct, wrong, position: int = -1) -> Metric:
     """Metric: mean over prompts of ``logit[correct] - logit[wrong]`` at ``position``.
 
@@ -151,7 +156,7 @@ def logit_diff(correct, wrong, position: int = -1) -> Metric:
     check_int(position, "position")
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
-        last = logits[:, position]  # (n, vocab)
+        last = _at_least_float32(logits[:, position])  # (n, vocab)
         c, w = correct_t.expand(last.shape[0]), wrong_t.expand(last.shape[0])
         rows = torch.arange(last.shape[0])
         return (last[rows, c] - last[rows, w]).mean()
@@ -171,7 +176,7 @@ def logit_margin(target, position: int = -1) -> Metric:
     check_int(position, "position")
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
-        last = logits[:, position]  # (n, vocab)
+        last = _at_least_float32(logits[:, position])  # (n, vocab)
         if last.shape[-1] < 2:
             raise ValueError(
                 f"logits must have a vocabulary of >= 2 tokens for a margin, got {last.shape[-1]}"

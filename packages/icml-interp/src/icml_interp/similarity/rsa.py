@@ -8,7 +8,7 @@ import numpy as np
 from scipy.spatial.distance import pdist
 from scipy.stats import rankdata
 
-from icml_interp.similarity._checks import as_pair, unit_scale
+from icml_interp.similarity._checks import as_pair
 from icml_interp.validation import check_choice
 
 METRICS = ("correlation", "euclidean")
@@ -17,7 +17,9 @@ METHODS = ("spearman", "pearson")
 
 def _rdm(x: np.ndarray, metric: str, name: str) -> np.ndarray:
     """The upper triangle (``i < j``, row-major) of the representational dissimilarity matrix of ``x``."""
-    x = unit_scale(x)[0]
+    top = float(np.abs(x).max())
+    # scaled by a power of two (exact: equal distances stay tied for spearman), not by max|x| (rounds)
+    x = np.ldexp(x, -np.frexp(top)[1]) if top > 0 else x
     if metric == "correlation":
         flat = np.flatnonzero(np.ptp(x, axis=1) == 0)
         if flat.size:
