@@ -114,6 +114,27 @@ def test_per_channel_kl_of_half_precision_moments_is_computed_in_float32(dtype, 
     torch.testing.assert_close(half.float(), expect, rtol=torch.finfo(dtype).eps / 2, atol=0)
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_per_channel_kl_of_float32_channels_near_the_prior_does_not_cancel():
+    # moments within sd of the prior's (0, 0): σ² − log σ² − 1 as lv.exp() − lv − 1 cancelled in float32 (old:
+    # relative error 3e-4 at sd 1e-3, 1.03 at 1e-4, a negative KL at 3e-5; the gradient's relative error 1.0)
+    g = torch.Generator().manual_seed(0)
+    sd = torch.tensor([1e-1, 1e-2, 1e-3, 1e-4, 3e-5], dtype=torch.float64)[None, :, None]
+    mean = (torch.randn(16, 5, 256, generator=g, dtype=torch.float64) * sd).float()
+    logvar = (torch.randn(16, 5, 256, generator=g, dtype=torch.float64) * sd).float().requires_grad_()
+    m, lv = mean.double(), logvar.detach().double()
+    want = (0.5 * (m.square() + torch.expm1(lv) - lv)).mean(2).mean(0)  # float64 on the same float32 moments
+    kl = per_channel_kl((mean, logvar))
+    assert kl.dtype == torch.float32 and bool((kl > 0).all())
+    torch.testing.assert_close(kl.double(), want, rtol=1e-7, atol=0)  # measured: 4.8e-8
+    loss = STARLoss(5, 1.0, 1.0)((mean, logvar))
+    assert loss.dtype == torch.float32 and loss.item() > 0
+    assert abs(loss.item() / want.sum().item() - 1) < 1e-7  # measured: 2.8e-8 (old 1.6e-6)
+    loss.backward()
+    grad = 0.5 * torch.expm1(lv) / (16 * 256)  # d KL / d logvar
+    torch.testing.assert_close(logvar.grad.double(), grad, rtol=1e-6, atol=0)  # measured: 5.6e-7
+
+
 def test_star_loss_with_equal_betas_is_the_beta_vae_loss():
     gen = torch.Generator().manual_seed(0)
     mean, logvar = torch.randn(3, 8, 5, generator=gen), torch.randn(3, 8, 5, generator=gen)
