@@ -336,8 +336,8 @@ def pair_regression(
       one-way clustering with m clusters (Cameron & Miller 2014). This estimate need not be positive
       semi-definite, and with few models or weak dyadic dependence it often is not (most draws of a
       12-model synthetic zoo in our tests); it is then repaired by zeroing its negative eigenvalues
-      (Cameron, Gelbach & Miller 2011), computed with the columns scaled as below so that the repair does
-      not depend on the units, with a warning.
+      (Cameron, Gelbach & Miller 2011), computed with the (uncentred) columns scaled to a maximum absolute
+      value of 1 so that the repair does not depend on the units, with a warning.
     - ``p_dyadic``: 2 (1 - Phi(|t|)) with t = coef / se, a normal reference that is asymptotic in the
       number of models. With few models it is anti-conservative: in our simulation with model effects in
       both the outcome and the similarity (null true, alpha = 0.05) it rejected 35% of the time with 12
@@ -349,9 +349,9 @@ def pair_regression(
       coefficient's classical t-statistic is compared with the observed one (add-one p-value). Valid with
       controls that are correlated with similarity.
 
-    Columns are scaled to a maximum absolute value of 1 for the computation (the results are scale
-    equivariant and returned in the original units). Refuses a constant similarity, a constant or collinear
-    control and a design with no residual degrees of freedom.
+    The fit centres the columns other than the intercept and scales them to a maximum absolute value of 1
+    (the results are translation and scale equivariant and returned in the original units). Refuses a
+    constant similarity, a constant or collinear control and a design with no residual degrees of freedom.
     """
     if controls is None:
         controls = {}
@@ -384,7 +384,14 @@ def pair_regression(
     scale = np.abs(raw).max(axis=0)
     scale[scale == 0] = 1.0
     y_scale = float(np.abs(y).max()) or 1.0
-    x, ys = raw / scale, y / y_scale
+    # the fit uses centred columns, each scaled to max |x| = 1: an offset of a column then moves only the
+    # intercept (uncentred, an offset of 1e6 made X'X so ill-conditioned that it moved the slopes)
+    centre = raw.mean(axis=0)
+    centre[0] = 0.0
+    x, ys = raw - centre, y / y_scale
+    centred_scale = np.abs(x).max(axis=0)
+    centred_scale[centred_scale == 0] = 1.0
+    x = x / centred_scale
     if np.linalg.matrix_rank(x) < k:
         raise ValueError(
             "controls: a control is constant or collinear with the others (the design is rank-deficient)"
@@ -395,6 +402,12 @@ def pair_regression(
     e = ys - x @ beta
     factor = m / (m - 1) * (n - 1) / (n - k)
     cov = factor * bread @ _dyadic_meat(x, e, i, j, m) @ bread
+    # back to the uncentred columns scaled to max |x| = 1: beta_uncentred = to_uncentred @ beta
+    to_uncentred = np.diag(scale / centred_scale)
+    to_uncentred[0, 1:] = -centre[1:] / centred_scale[1:]
+    beta = to_uncentred @ beta
+    bread = to_uncentred @ bread @ to_uncentred.T
+    cov = to_uncentred @ cov @ to_uncentred.T
     cov = (cov + cov.T) / 2
     eigval, eigvec = np.linalg.eigh(cov)
     if eigval.min() < -1e-12 * max(1.0, float(eigval.max())):
@@ -403,7 +416,8 @@ def pair_regression(
             RuntimeWarning,
             stacklevel=2,
         )
-    cov = (eigvec * np.clip(eigval, 0.0, None)) @ eigvec.T
+    if eigval.min() < 0:  # rebuilt only to repair: that rounds each entry by ~eps * the largest eigenvalue
+        cov = (eigvec * np.clip(eigval, 0.0, None)) @ eigvec.T
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     sse = float(e @ e)
     se_classical = np.sqrt(sse / (n - k) * np.diag(bread))

@@ -82,8 +82,10 @@ def compute_advantages(rewards, group_size: int, scale: str = "group", eps: floa
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(pi || pi_ref): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0).
 
-    Half precision is computed in float32 and cast back: in float16 or bfloat16, ``exp(d) - d - 1`` of a
-    small log-ratio ``d`` cancels to rounding noise (bfloat16 gives 0 or 0.0078 for KLs near 0.003)."""
+    Computed without cancellation: for a log-ratio ``|d| < 0.1`` by its Taylor series
+    ``d^2 (1/2! + d/3! + ... + d^8/10!)``, else as ``expm1(d) - d``. Evaluated as written, ``exp(d) - d - 1``
+    cancels to rounding noise for a small ``d`` (in float32, the mean over log-ratios of spread 3e-4 was 28%
+    low, and spread 1e-4 gave negative values). Half precision is computed in float32 and cast back."""
     check_tensor(logp, "logp", floating=True)
     check_tensor(ref_logp, "ref_logp", logp.shape, floating=True)
     for name, t in (("logp", logp), ("ref_logp", ref_logp)):
@@ -91,7 +93,12 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
             raise ValueError(f"{name} must be finite, got NaN or inf")
     out_dtype = torch.promote_types(logp.dtype, ref_logp.dtype)
     delta = at_least_float32(ref_logp) - at_least_float32(logp)
-    kl = (torch.exp(delta) - delta - 1).to(out_dtype)
+    small = delta.abs() < 0.1
+    d = torch.where(small, delta, torch.zeros_like(delta))  # the series only where used: a finite gradient
+    series = torch.zeros_like(d)
+    for n in range(10, 1, -1):  # Horner: 1/2! + d/3! + ... + d^8/10!, truncated below float64's rounding
+        series = series * d + 1 / math.factorial(n)
+    kl = torch.where(small, d * d * series, torch.expm1(delta) - delta).to(out_dtype)
     if not bool(torch.isfinite(kl.detach()).all()):
         warnings.warn(
             "k3_kl: exp(ref_logp - logp) overflows (a log-ratio above ~709 in float64, ~88 in float32 and "
