@@ -105,6 +105,35 @@ def test_hsic_by_the_trace_formula_and_independence():
     assert pearson_correlation(cover, sizes) > 0.5
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_interval_widths_equal_up_to_rounding_are_one_size(dtype):
+    # split-conformal intervals mu(x) +- q: every width is 2q in exact arithmetic, but upper - lower
+    # differs in the last bits; the rounding made spurious size groups (SSC gap 0.0669 instead of 0.0005)
+    # and a non-zero Pearson correlation and HSIC for a constant width
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 10, 2000)
+    y = 1000.0 + 50.0 * x + rng.standard_normal(2000) * (1 + x)
+    mu = 1000.0 + 50.0 * x + 0.3 * rng.standard_normal(2000)
+    q = np.quantile(np.abs(y - mu), 0.9)
+    bounds = np.stack([mu - q, mu + q], axis=1).astype(dtype)
+    widths = (bounds[:, 1] - bounds[:, 0]).astype(float)
+    assert np.unique(widths).size > 1  # rounding, not size
+    cover = ((bounds[:, 0] <= y) & (y <= bounds[:, 1])).astype(float)
+    one = np.full(2000, np.median(widths))
+    for statistic in ("gap", "min"):
+        assert size_stratified_coverage(y=y, y_intervals=bounds, statistic=statistic) == (
+            size_stratified_coverage(cover, one, statistic=statistic)
+        )
+    assert pearson_correlation(y=y, y_intervals=bounds) == 0.0
+    assert hsic(y=y, y_intervals=bounds) == hsic(cover, one)  # -1.7e-15: rounding of a zero
+    # widths that truly differ are kept as they are
+    real = bounds + np.stack([-x, x], axis=1).astype(dtype)
+    real_widths = (real[:, 1] - real[:, 0]).astype(float)
+    assert size_stratified_coverage(y=y, y_intervals=real) == size_stratified_coverage(
+        ((real[:, 0] <= y) & (y <= real[:, 1])).astype(float), real_widths
+    )
+
+
 def test_bad_metric_input():
     with pytest.raises(ValueError, match="delta == 0, must be > 0"):
         worst_slab_coverage(np.zeros((4, 1)), np.ones(4), delta=0)

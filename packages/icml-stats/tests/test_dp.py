@@ -137,6 +137,38 @@ def test_a_half_precision_batch_sum_is_formed_in_float32(dtype):
     assert torch.isfinite(model.weight).all()
 
 
+def test_a_bfloat16_parameter_is_conditioned_in_float32():
+    """C kept in bfloat16 (8-bit mantissa) moved the update of a bfloat16 model by 0.39 of its norm; C is now
+    kept in float32 and both products with it run in float32: only the parameter's rounding is left."""
+    rng = np.random.default_rng(0)
+    n, d = 256, 8
+    U, V = np.linalg.qr(rng.standard_normal((n, d)))[0], np.linalg.qr(rng.standard_normal((d, d)))[0]
+    X = (U * np.geomspace(1.0, 0.01, d)) @ V.T * np.sqrt(n)  # cond(X) = 100
+    y = X @ rng.standard_normal(d) + 0.1 * rng.standard_normal(n)
+    C = conditioning_matrix(X)
+    model = nn.Linear(d, 1, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        model.weight.zero_()
+    opt = CondDPSGD(
+        model,
+        lr=1.0,
+        max_grad_norm=1e6,  # no clipping
+        noise_multiplier=0.0,
+        expected_batch_size=n,
+        conditioning={"weight": C},
+    )
+    xb, yb = torch.tensor(X, dtype=torch.bfloat16), torch.tensor(y, dtype=torch.bfloat16)
+    g = (
+        opt.per_sample_gradients(xb, yb)["weight"].double().numpy().reshape(n, d)
+    )  # the model's bf16 gradients
+    ref = (g @ C.T).sum(0) @ C / n  # the same update in float64
+    opt.step(xb, yb)
+    assert model.weight.dtype == torch.bfloat16
+    got = -model.weight.detach().double().numpy().ravel()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 4e-3
+    assert opt.conditioning["weight"].dtype == torch.float32
+
+
 def run(conditioning, steps=20, seed=3):
     X, y = spectral(n=200)
     model = linear(8)

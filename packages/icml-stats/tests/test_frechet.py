@@ -340,6 +340,25 @@ def test_global_frechet_regression_with_the_euclidean_metric_is_least_squares():
     np.testing.assert_allclose(pred, LinearRegression().fit(x, y).predict(xq), atol=1e-10)
 
 
+@pytest.mark.parametrize(("sd_small", "corr"), [(1e-4, 0.0), (1e-3, 0.9)])
+def test_global_regression_keeps_a_small_scale_feature_next_to_a_large_one(sd_small, corr):
+    # income (sd 3e4) next to a rate (sd 1e-4 or 1e-3): the covariance's eigenvalues differ by ~1e17, and
+    # a pseudo-inverse of the raw covariance dropped the rate (predictions off by 8.5 and 35 relative)
+    rng = np.random.default_rng(0)
+    z1, z2 = rng.standard_normal(200), rng.standard_normal(200)
+    x = np.column_stack([5e4 + 3e4 * z1, 0.02 + sd_small * (corr * z1 + np.sqrt(1 - corr**2) * z2)])
+    y = 2.0 * z1 + 5.0 * z2 + 0.1 * rng.standard_normal(200)
+    xq = x[:5] + [[1e4], [-1e4], [0], [2e4], [-2e4]] * np.array([1.0, sd_small / 3e4])
+    w = global_weights(x, xq)
+    # least-squares weights reproduce every linear function: the rate at the queries included
+    np.testing.assert_allclose((w @ x - xq) / x.std(0), 0.0, atol=1e-11)
+    design = np.column_stack([np.ones(200), (x - x.mean(0)) / x.std(0)])
+    beta = np.linalg.lstsq(design, y, rcond=None)[0]
+    ref = np.column_stack([np.ones(5), (xq - x.mean(0)) / x.std(0)]) @ beta
+    pred = GlobalFrechetRegressor("euclidean").fit(x, y).predict(xq)[:, 0]
+    np.testing.assert_allclose(pred, ref, rtol=1e-10)
+
+
 def test_local_frechet_regression_with_the_euclidean_metric_is_the_local_linear_smoother():
     rng = np.random.default_rng(7)
     u, uq = rng.uniform(0, 1, 50), np.linspace(0.05, 0.95, 9)

@@ -152,6 +152,18 @@ def test_median_bandwidth():
     assert median_bandwidth(np.zeros((5, 2))) == 1.0  # constant data falls back to 1
 
 
+@pytest.mark.parametrize("offset", [1e6, 1e8])
+def test_rbf_and_median_bandwidth_do_not_lose_digits_to_a_common_offset(offset):
+    # |x|^2 + |y|^2 - 2 x.y of rows near 1e6 cancelled to 1.8e-4 relative error (at 1e8: K off by 0.94)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((200, 1)) + offset
+    y = x[:50] + 0.5 * rng.standard_normal((50, 1))
+    d2 = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)  # direct differences: the float64 reference
+    np.testing.assert_allclose(RBF(1.0)(x, y), np.exp(-d2 / 2), rtol=1e-13, atol=0)
+    dxx = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)[np.triu_indices(200, 1)]
+    assert median_bandwidth(x) == pytest.approx(np.sqrt(np.median(dxx)), rel=1e-14)
+
+
 def test_bad_inputs():
     K = np.eye(3)
     with pytest.raises(ValueError, match="ridge"):

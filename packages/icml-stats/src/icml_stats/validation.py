@@ -347,13 +347,39 @@ def cover_from_prediction(n: int, cover=None, y=None, y_intervals=None, y_sets=N
     return sets[np.arange(n), as_labels(y, "y", n, sets.shape[1])].astype(float)
 
 
+def _largest_finite(a: np.ndarray) -> float:
+    return float(np.abs(a[np.isfinite(a)]).max(initial=0.0))
+
+
+def _merge_rounding(widths: np.ndarray, tol: float) -> np.ndarray:
+    """``widths`` with each run of finite values within ``tol`` of the next (sorted) set to the run's median."""
+    finite = np.flatnonzero(np.isfinite(widths))
+    if finite.size < 2 or not tol > 0:
+        return widths
+    order = finite[np.argsort(widths[finite], kind="stable")]
+    v = widths[order]
+    run = np.concatenate([[0], np.cumsum(np.diff(v) > tol)])  # run number of each sorted width
+    first = np.searchsorted(run, run, side="left")
+    last = np.searchsorted(run, run, side="right") - 1
+    out = widths.copy()
+    out[order] = v[(first + last) // 2]
+    return out
+
+
 def set_sizes(n: int, sizes=None, y_intervals=None, y_sets=None) -> np.ndarray | None:
-    """Sizes ``(n,)``: ``sizes`` if given, else interval widths or set cardinalities; None when unknown."""
+    """Sizes ``(n,)``: ``sizes`` if given, else interval widths or set cardinalities; None when unknown.
+
+    Interval widths that differ by less than ``1e-9`` of the largest finite bound (or 8 units of roundoff
+    of lower-precision bounds) are rounding, not size: e.g. split-conformal ``mu(x) +- q``, all ``2 q`` in
+    exact arithmetic, whose widths ``upper - lower`` differ in the last bits. Each run of such widths
+    (sorted, successive differences within that tolerance) takes the run's median width."""
     if sizes is not None:
         return as_array(sizes, "sizes", (n,), interval=EXTENDED)
     if y_intervals is not None:
-        bounds = np.asarray(_single_level(y_intervals, "y_intervals", "n, 2"), dtype=float)
-        return bounds[:, 1] - bounds[:, 0]
+        given = _single_level(y_intervals, "y_intervals", "n, 2")
+        bounds = np.asarray(given, dtype=float)
+        rel = max(1e-9, 8 * float(np.finfo(given.dtype).eps)) if given.dtype.kind == "f" else 1e-9
+        return _merge_rounding(bounds[:, 1] - bounds[:, 0], rel * _largest_finite(bounds))
     if y_sets is not None:
         return _as_sets(y_sets, n).sum(axis=1).astype(float)
     return None

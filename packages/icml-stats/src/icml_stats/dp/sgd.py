@@ -140,7 +140,11 @@ class CondDPSGD:
                     f"conditioning names {name!r}, not a trainable parameter of model: {list(self.params)}"
                 )
             p = self.params[name]
-            self.conditioning[name] = as_conditioning(C, p.shape[-1], f"conditioning[{name!r}]", p.dtype)
+            # kept in float32 for a half-precision parameter: bfloat16's 8-bit mantissa would round away the
+            # small-eigenvalue directions that conditioning exists for
+            self.conditioning[name] = as_conditioning(
+                C, p.shape[-1], f"conditioning[{name!r}]", _wide(p.dtype)
+            )
 
     def per_sample_gradients(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-sample gradients ``{name: (B, *shape)}`` in the model's own (unconditioned) coordinates."""
@@ -167,12 +171,14 @@ class CondDPSGD:
 
     def clipped_sum(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """The sum of the batch's clipped per-sample gradients, in conditioned coordinates: in float32 for a
-        half-precision parameter (a float16 sum overflows above 65504), else in the parameter's dtype."""
+        half-precision parameter (a float16 sum overflows above 65504; a conditioned parameter's gradients are
+        conditioned in float32 too), else in the parameter's dtype."""
         g = self.per_sample_gradients(inputs, targets)
         if len(inputs) == 0:  # an empty Poisson batch: noise only
             return {k: torch.zeros_like(p, dtype=_wide(p.dtype)) for k, p in self.params.items()}
         for k, C in self.conditioning.items():
-            g[k] = g[k] @ C.to(g[k].device).mT  # C is kept on the CPU; the model may have moved since
+            # C is kept on the CPU (the model may have moved since); half precision is conditioned in float32
+            g[k] = g[k].to(C.dtype) @ C.to(g[k].device).mT
         flat = torch.cat([v.reshape(len(v), -1) for v in g.values()], dim=1)
         # the norm scaled by each row's largest entry: no overflow of the squares for huge gradients
         top = flat.abs().amax(dim=1).clamp_min(torch.finfo(flat.dtype).tiny)

@@ -48,9 +48,18 @@ KERNELS = ("gaussian", "epanechnikov")
 def _global_weights(xt: np.ndarray, xq: np.ndarray) -> np.ndarray:
     n = len(xt)
     centre = xt.mean(0)
-    cov = (xt - centre).T @ (xt - centre) / n
+    # the weights do not change when a column is rescaled: bring every column to unit spread, so that the
+    # pseudo-inverse's cut-off (relative to the largest eigenvalue) does not drop a feature of small scale
+    # next to one of large scale. A constant column carries no information (its centred values are only the
+    # rounding of the mean): it is zeroed, as the pseudo-inverse of an exact zero variance treats it.
+    dt, dq = xt - centre, xq - centre
+    scale = np.abs(dt).max(0)
+    varies = np.ptp(xt, 0) > 0
+    dt = np.where(varies, dt / np.where(varies, scale, 1.0), 0.0)
+    dq = np.where(varies, dq / np.where(varies, scale, 1.0), 0.0)
+    cov = dt.T @ dt / n
     inv = np.linalg.pinv(cov, hermitian=True)
-    w = (1.0 + (xq - centre) @ inv @ (xt - centre).T) / n
+    w = (1.0 + dq @ inv @ dt.T) / n
     return w / w.sum(1, keepdims=True)  # exact in theory (the centred rows sum to 0); removes rounding
 
 

@@ -45,11 +45,16 @@ def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Squared Euclidean distances ``(n, m)`` between the rows of ``x (n, d)`` and ``y (m, d)``.
 
     Entries beyond 1e100 in size are scaled down first, so that the squares cannot overflow into
-    ``inf - inf = NaN``; a distance beyond the float range is then ``inf``."""
+    ``inf - inf = NaN``; a distance beyond the float range is then ``inf``. The rows are measured from
+    their common mean (distances do not change under a translation), so that a common offset does not
+    cancel the digits of ``|x|^2 + |y|^2 - 2 x.y``."""
     top = max(float(np.abs(x).max(initial=0.0)), float(np.abs(y).max(initial=0.0)))
     if top > 1e100:
         with np.errstate(over="ignore"):
             return top * (top * sq_distances(x / top, y / top))  # 0 stays 0 (inf * 0 would be NaN)
+    if len(x) + len(y):
+        centre = (x.sum(0) + y.sum(0)) / (len(x) + len(y))
+        x, y = x - centre, y - centre
     d = (x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2.0 * x @ y.T
     return np.maximum(d, 0.0)
 
