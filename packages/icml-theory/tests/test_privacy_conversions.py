@@ -18,6 +18,7 @@ from icml_theory.privacy import (
     mironov_epsilon,
     optimal_delta,
     optimal_epsilon,
+    optimal_tradeoff,
     tpr_at_fpr,
 )
 from icml_theory.privacy.compare import classical_tradeoff, gaussian_epsilon
@@ -91,6 +92,38 @@ def test_optimal_delta_is_sound_for_gaussian():
         exact = norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
         got = optimal_delta(GaussianRDP(1.0), eps)
         assert exact - 1e-12 <= got <= cks_delta(ORDERS, GaussianRDP(1.0)(ORDERS), eps)[0] + 1e-12
+
+
+def test_optimal_delta_is_sound_for_tiny_mu():
+    # true delta(0) = TV = 2 Phi(mu/2) - 1 = erf(mu / (2 sqrt 2)); was 1.5e-9 (< 4.0e-9) at sigma = 1e8 from
+    # the optimal rule and 0.0 at sigma = 1e9 from the classical CKS bound, both below the truth
+    for sigma in (1e8, 1e9):
+        prof = GaussianRDP(sigma=sigma)
+        exact = math.erf(prof.mu / (2 * math.sqrt(2)))
+        assert optimal_delta(prof, 0.0) >= exact
+        assert max_advantage(prof) >= exact
+
+
+def test_cks_delta_at_tiny_rdp_matches_mpmath():
+    # the KL term sqrt(1 - e^-rho): log1p(-exp(-rho)) cancelled (4e-4 off at 1e-15, delta = 0 at 1e-17)
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    for r in (1e-10, 1e-13, 1e-15, 1e-17):
+        got, order = cks_delta([1.5], [r], 0.0)
+        assert order == 1.5
+        assert got == pytest.approx(float(mp.sqrt(-mp.expm1(-mp.mpf(r)))), rel=2e-15, abs=0)
+
+
+def test_tpr_at_fpr_keeps_full_precision_at_tiny_fpr():
+    # 1 - beta lost the TPR's digits for beta near 1 (3.6e-5 relative at fpr = 1e-16); -expm1(log beta) keeps
+    # them, and the TPR bound stays above the exact Gaussian TPR 1 - G_mu(fpr) (mu = 1)
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    prof, fprs = GaussianRDP(sigma=1.0), np.array([1e-9, 1e-12, 1e-14, 1e-16])
+    tpr = tpr_at_fpr(prof, fprs)
+    np.testing.assert_allclose(tpr, -np.expm1(optimal_tradeoff(prof, fprs).log_beta), rtol=1e-15)
+    exact = [float(1 - mp.ncdf(mp.sqrt(2) * mp.erfinv(1 - 2 * mp.mpf(a)) - 1)) for a in fprs]
+    assert np.all(tpr >= exact)
 
 
 def test_attack_views():

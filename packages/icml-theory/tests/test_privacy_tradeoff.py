@@ -50,6 +50,39 @@ def test_single_order_is_stable_at_the_extremes():
     assert 0.9 < tiny < 1 - 1e-12
 
 
+def test_gaussian_tradeoff_at_tiny_alpha_matches_mpmath():
+    # Phi(-Phi^{-1}(alpha) - mu): Phi^{-1}(1 - alpha) rounded 1 - alpha (off by 14x at mu = 10, alpha = 1e-20)
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    alphas = np.array([1e-12, 1e-16, 1e-17, 1e-20])
+    for mu in [6.0, 10.0]:
+        ref = [float(mp.ncdf(mp.sqrt(2) * mp.erfinv(1 - 2 * mp.mpf(a)) - mu)) for a in alphas]
+        np.testing.assert_allclose(gaussian_tradeoff(alphas, mu), ref, rtol=1e-14)
+
+
+def test_single_order_at_tiny_rho_matches_mpmath_and_stays_below_it():
+    # rho ~ (1 - alpha - f)^2: the bound was 0.54 (relative) too close to 1 - alpha at rho = 1e-16, i.e.
+    # above the true single-order trade-off (unsound), when the divergences came from rounded logs
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+    a, t = mp.mpf(0.5), mp.mpf(2.0)
+
+    def renyi(p, q):
+        return mp.log(p**t * q ** (1 - t) + (1 - p) ** t * (1 - q) ** (1 - t)) / (t - 1)
+
+    for rho in [1e-12, 1e-14, 1e-16]:
+        lo, hi = mp.mpf("1e-30"), 1 - a  # infeasible, feasible
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if max(renyi(a, 1 - mid), renyi(1 - mid, a)) > rho:
+                lo = mid
+            else:
+                hi = mid
+        got = float(single_order_tradeoff([0.5], 2.0, rho)[0])
+        assert got <= float(hi)
+        assert 0.5 - got == pytest.approx(float(0.5 - hi), rel=1e-8, abs=0)
+
+
 def test_edges():
     assert single_order_tradeoff([0.0, 1.0], 2.0, 0.3).tolist() == [1.0, 0.0]
     assert single_order_tradeoff([0.0], 0.5, 0.3)[0] == pytest.approx(math.exp(-0.3))

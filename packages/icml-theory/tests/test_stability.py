@@ -254,6 +254,21 @@ def test_ridge_and_logistic_fits_match_scikit_learn():
     np.testing.assert_allclose(w, ref.fit(x, labels).coef_[0], rtol=1e-6, atol=1e-9)
 
 
+def test_ridge_fit_of_nearly_collinear_offset_features_matches_mpmath():
+    # three sensors reading the same ~1e5 g mass: the normal equations square the condition number
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+    rng = np.random.default_rng(0)
+    n, d, lam = 200, 3, 1e-4
+    mass = 1e5 + 1e3 * rng.normal(size=n)
+    x = mass[:, None] + 0.1 * rng.normal(size=(n, d))
+    y = 2e-5 * mass + 0.1 * rng.normal(size=n)
+    w = ridge(lam).fit(np.concatenate([x, y[:, None]], 1)[None])[0]
+    xm, ym = mp.matrix(x.tolist()), mp.matrix(y.tolist())
+    ref = mp.lu_solve((xm.T * xm) / n + lam * mp.eye(d), (xm.T * ym) / n)
+    np.testing.assert_allclose(w, [float(v) for v in ref], rtol=1e-9)
+
+
 def test_erm_stability_of_ridge_shrinks_like_one_over_n():
     d = 3
 

@@ -181,7 +181,8 @@ def tpr_at_fpr(profile, fpr, *, orders=None) -> np.ndarray:
     """The most power (TPR = ``1 - f(FPR)``) a membership-inference attack can have at false-positive rate
     ``fpr`` (any shape; the result has the same shape)."""
     alphas = check_alphas(fpr, "fpr")
-    return (1 - optimal_tradeoff(profile, alphas.ravel(), orders=orders).beta).reshape(alphas.shape)
+    curve = optimal_tradeoff(profile, alphas.ravel(), orders=orders)
+    return (-np.expm1(curve.log_beta)).reshape(alphas.shape)  # 1 - beta, full precision for beta near 1
 
 
 def max_advantage(profile, *, orders=None) -> float:
@@ -237,7 +238,7 @@ def cks_delta(orders, rdp, epsilon: float) -> tuple[float, float]:
     t, r = as_rdp_table(orders, rdp, "rdp")
     epsilon = check_real(epsilon, "epsilon", "[0, inf)")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        logd = np.where(r > 0, 0.5 * np.log1p(-np.exp(-r)), -np.inf)
+        logd = np.where(r > 0, 0.5 * np.log(-np.expm1(-r)), -np.inf)  # expm1: 1 - e^-r for tiny r
         bound = np.where(t > 1.01, (t - 1) * (r - epsilon + np.log1p(-1 / t)) - np.log(t), np.inf)
         logd = np.minimum(logd, bound)
     k = int(np.argmin(logd))

@@ -90,31 +90,34 @@ def bernoulli_renyi(tau, p, q) -> np.ndarray:
         raise ValueError(
             f"tau, p and q must broadcast to one shape, got {tau.shape}, {p.shape} and {q.shape}"
         ) from None
-    return bernoulli_renyi_from_logs(tau, np.log(p), np.log1p(-p), np.log(q), np.log1p(-q))
+    return bernoulli_renyi_from_logs(tau, np.log(p), np.log1p(-p), np.log(q), np.log1p(-q), diff=p - q)
 
 
-def bernoulli_renyi_from_logs(tau, lp, lp1, lq, lq1):
+def bernoulli_renyi_from_logs(tau, lp, lp1, lq, lq1, diff=None):
     """``D_tau(Bern(p) || Bern(q))`` from ``log p, log(1-p), log q, log(1-q)``, stable near ``tau = 1``.
 
-    With ``a = log(p/q)``, ``b = log((1-p)/(1-q))`` the sum is ``S = p e^{(tau-1)... }``; near ``tau = 1``
-    ``S - 1 = p expm1((tau-1) a) + (1-p) expm1((tau-1) b)`` avoids the cancellation of ``log S`` itself.
+    With ``a = log(p/q)``, ``b = log((1-p)/(1-q))`` the sum is ``S = p e^{(tau-1) a} + (1-p) e^{(tau-1) b}``;
+    ``S - 1 = p expm1((tau-1) a) + (1-p) expm1((tau-1) b)`` avoids the cancellation of ``log S`` itself
+    wherever ``|S - 1| <= 1/2``. ``diff``, when given, is ``p - q`` computed without cancellation; then
+    ``a = log1p(diff/q)`` and ``b = log1p(-diff/(1-q))`` where ``p, q`` (and ``1-p, 1-q``) lie within a
+    factor 2 of each other, instead of the difference of rounded logs (which loses ``D ~ (p - q)^2``).
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a = lp - lq  # log p/q
         b = lp1 - lq1  # log (1-p)/(1-q)
         t1 = tau - 1.0
         p, p1 = np.exp(lp), np.exp(lp1)
-        # far from 1: log S = logaddexp(tau lp + (1-tau) lq, tau lp1 + (1-tau) lq1)
+        if diff is not None:
+            q, q1 = np.exp(lq), np.exp(lq1)
+            a = np.where((p >= 0.5 * q) & (p <= 2 * q), np.log1p(diff / q), a)
+            b = np.where((p1 >= 0.5 * q1) & (p1 <= 2 * q1), np.log1p(-diff / q1), b)
+        # log S = logaddexp(tau lp + (1-tau) lq, tau lp1 + (1-tau) lq1)
         far = np.logaddexp(lp + t1 * a, lp1 + t1 * b)
-        close = np.abs(t1) <= 0.5
-        if np.any(close):
-            s_minus_1 = p * np.expm1(t1 * a) + p1 * np.expm1(t1 * b)
-            near = np.log1p(s_minus_1)
-            # 0 * inf terms (p = 0 or 1) contribute nothing; S - 1 near -1 (S near 0) has cancelled: use far
-            near = np.where(np.isnan(near) | (np.abs(s_minus_1) > 0.5), far, near)
-            logs = np.where(close, near, far)
-        else:
-            logs = far
+        s_minus_1 = p * np.expm1(t1 * a) + p1 * np.expm1(t1 * b)
+        near = np.log1p(s_minus_1)
+        # 0 * inf terms (p = 0 or 1) contribute nothing, overflow: use far; S - 1 near -1 (S near 0) has
+        # cancelled: use far
+        logs = np.where(np.isfinite(near) & (np.abs(s_minus_1) <= 0.5), near, far)
         at_one = t1 == 0
         if np.any(at_one):
             kl = np.where(p > 0, p * a, 0.0) + np.where(p1 > 0, p1 * b, 0.0)

@@ -62,29 +62,31 @@ def _log1mexp(u):
         return np.where(u > -math.log(2), np.log(-np.expm1(u)), np.log1p(-np.exp(u)))
 
 
-def _violation(la, la1, u, tau, rho):
+def _violation(a, la, la1, u, tau, rho):
     """``max(D_tau(P'||Q'), D_tau(Q'||P')) - rho`` for ``P' = Bern(alpha)``, ``Q' = Bern(1 - e^u)``."""
     lb1 = _log1mexp(u)  # log(1 - beta) = log Q'(reject)
-    d1 = bernoulli_renyi_from_logs(tau, la, la1, lb1, u)
-    d2 = bernoulli_renyi_from_logs(tau, lb1, u, la, la1)
+    diff = -np.expm1(u) - a  # Q'(reject) - P'(reject), not from the rounded logs: D ~ diff^2
+    d1 = bernoulli_renyi_from_logs(tau, la, la1, lb1, u, diff=-diff)
+    d2 = bernoulli_renyi_from_logs(tau, lb1, u, la, la1, diff=diff)
     return np.maximum(d1, d2) - rho
 
 
-def _log_single_order(la, la1, tau, rho):
+def _log_single_order(a, tau, rho):
     """``log f_{tau,rho}(alpha)`` (the sound end of the bracket); ``-inf`` when ``beta = 0`` is feasible.
 
     Bisection on ``v = log(-log beta)``: full relative precision both for ``beta`` near 0 and for ``beta``
     near 1 (tiny alpha), where ``1 - beta = -expm1(log beta)`` is what the conversions need.
     """
-    shape = np.broadcast_shapes(np.shape(la), np.shape(tau), np.shape(rho))
-    la, la1, tau, rho = (np.broadcast_to(x, shape) for x in (la, la1, tau, rho))
+    shape = np.broadcast_shapes(np.shape(a), np.shape(tau), np.shape(rho))
+    a, tau, rho = (np.broadcast_to(x, shape) for x in (a, tau, rho))
+    la, la1 = np.log(a), np.log1p(-a)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         lo = np.log(-la1)  # beta = 1 - alpha: always feasible
         hi = np.full(shape, math.log(-LOG_BETA_MIN))  # beta = 1e-300
-        zero_ok = _violation(la, la1, np.full(shape, LOG_BETA_MIN), tau, rho) <= 0
+        zero_ok = _violation(a, la, la1, np.full(shape, LOG_BETA_MIN), tau, rho) <= 0
         for _ in range(BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
-            ok = _violation(la, la1, -np.exp(mid), tau, rho) <= 0
+            ok = _violation(a, la, la1, -np.exp(mid), tau, rho) <= 0
             lo = np.where(ok, mid, lo)
             hi = np.where(ok, hi, mid)
         u = -np.exp(hi)  # the infeasible end: never above the true root
@@ -128,7 +130,7 @@ def _single_log(a, tau, rho):
     """``log f_{tau,rho}(a)`` with the exact edge values at ``a = 0`` and ``a = 1``."""
     interior = (a > 0) & (a < 1)
     safe = np.where(interior, a, 0.5)
-    lb = _log_single_order(np.log(safe), np.log1p(-safe), tau, rho)
+    lb = _log_single_order(safe, tau, rho)
     with np.errstate(divide="ignore"):
         return np.where(interior, lb, np.log(_edge_values(a, tau, rho)))
 
@@ -219,7 +221,7 @@ def gaussian_tradeoff(alphas, mu: float) -> np.ndarray:
     """The exact trade-off of ``mu``-GDP: ``G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu)`` (Dong, Roth, Su 2022)."""
     a = check_alphas(alphas)
     mu = check_real(mu, "mu", "[0, inf)")
-    return ndtr(ndtri(1 - a) - mu) if mu > 0 else 1 - a
+    return ndtr(-ndtri(a) - mu) if mu > 0 else 1 - a  # -ndtri(a), not ndtri(1 - a): 1 - a rounds tiny a
 
 
 def randomized_response_tradeoff(alphas, epsilon: float) -> np.ndarray:

@@ -148,14 +148,20 @@ def _lam(lam) -> float:
 
 
 def ridge(lam=1.0) -> ERMModel:
-    """Ridge regression, argmin_w (1/n) Σ (y − x·w)² + λ |w|², closed form; squared loss."""
+    """Ridge regression, argmin_w (1/n) Σ (y − x·w)² + λ |w|², closed form; squared loss.
+
+    The fit solves the least-squares problem ``[x/√n; √λ I] w ≈ [y/√n; 0]`` by QR, not the normal
+    equations ``(xᵀx/n + λI) w = xᵀy/n``, whose condition number is the square of the features'."""
     lam = _lam(lam)
 
     def fit(data: np.ndarray) -> np.ndarray:
         x, y = data[..., :-1], data[..., -1]
-        n, d = x.shape[-2], x.shape[-1]
-        gram = np.einsum("bni,bnj->bij", x, x) / n + lam * np.eye(d)
-        return np.linalg.solve(gram, np.einsum("bni,bn->bi", x, y)[..., None] / n)[..., 0]
+        b, n, d = x.shape
+        root_n = math.sqrt(n)
+        aug = np.concatenate([x / root_n, np.broadcast_to(math.sqrt(lam) * np.eye(d), (b, d, d))], axis=-2)
+        q, r = np.linalg.qr(aug)  # reduced: q (B, n + d, d), r (B, d, d) upper triangular
+        rhs = np.einsum("bki,bk->bi", q[:, :n], y / root_n)  # qᵀ [y/√n; 0]
+        return np.linalg.solve(r, rhs[..., None])[..., 0]
 
     def loss(w: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return (rows[..., -1] - np.einsum("bki,bi->bk", rows[..., :-1], w)) ** 2
