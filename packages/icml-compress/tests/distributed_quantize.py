@@ -19,6 +19,7 @@ import datetime
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -76,7 +77,13 @@ def main() -> None:
     if rank == 0:
         (args.out / "result.json").write_text(json.dumps(result, indent=1))
     if distributed:
+        dist.barrier()  # every rank is done and rank 0 has written: the group is torn down together
         dist.destroy_process_group()
+        # skip the interpreter's teardown: gloo's threads, destroyed there, now and then abort a rank
+        # ("terminate called without an active exception") after its work is done and written
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

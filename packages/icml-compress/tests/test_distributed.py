@@ -32,6 +32,7 @@ from icml_compress.quantize.model import find_linears
 from icml_tools.assets import tiny_llama
 
 SCRIPT = Path(__file__).with_name("distributed_quantize.py")
+TEARDOWN_ABORT = "terminate called without an active exception"
 FAST = {"L": 8, "T": 32, "n_calibration": 4, "seq_len": 32, "n_candidates": 2, "select_rows": 8}
 
 
@@ -199,6 +200,14 @@ def test_two_processes_quantize_exactly_as_one(tmp_path):
     results = {}
     for label, nproc in (("plain", None), ("one", 1), ("two", 2)):
         done, _ = launch(tmp_path / label, nproc)
+        if (
+            done.returncode != 0
+            and TEARDOWN_ABORT in done.stderr
+            and (tmp_path / label / "result.json").exists()
+        ):
+            # a rank aborted in gloo's teardown after every rank's work was done and written (a torch bug
+            # met twice in CI, never in about 55 launches on a 2-core machine here): run the job once more
+            done, _ = launch(tmp_path / label, nproc)
         assert done.returncode == 0, done.stderr[-3000:]
         results[label] = json.loads((tmp_path / label / "result.json").read_text())
     for method in ("proteus", "rtn"):
