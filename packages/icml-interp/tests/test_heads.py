@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -446,9 +447,10 @@ def test_head_scores_options(llama):
         some.top("entropy")
 
 
-def explicit_copy_scores(model, ids, o_proj_of, norm, unembed, layers, heads, queries):
+def explicit_copy_scores(model, ids, o_proj_of, norm, unembed, layers, heads, queries, post_norm_of=None):
     """The copy score by hand: each head's output from the output projection itself (other heads zeroed,
-    the bias removed), then final norm, unembedding, softmax, minus the mean, ReLU, ratio."""
+    the bias removed), then the block's own post-attention norm module where ``post_norm_of`` gives one,
+    final norm, unembedding, softmax, minus the mean, ReLU, ratio."""
     zs, atts = {}, eager_attentions(model, ids)
     handles = [
         o_proj_of(layer).register_forward_pre_hook(
@@ -473,6 +475,8 @@ def explicit_copy_scores(model, ids, o_proj_of, norm, unembed, layers, heads, qu
                     only = torch.zeros_like(z[b, i])
                     only[h * d : (h + 1) * d] = z[b, i, h * d : (h + 1) * d]
                     head_out = o_proj(only[None])[0] - o_proj(torch.zeros_like(only)[None])[0]
+                    if post_norm_of is not None:
+                        head_out = post_norm_of(layer)(head_out[None])[0]
                     probs = torch.softmax(unembed(norm(head_out)), -1)
                     p = torch.relu(probs - probs.mean())
                     source = int(atts[layer][b, h, i].argmax())
@@ -513,6 +517,41 @@ def test_copy_score_equals_an_explicit_computation(llama, zoo):
     torch.testing.assert_close(copy_score(gpt2, ids), want_gpt2, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "olmo2"])
+def test_copy_score_applies_the_post_attention_norm(zoo, family):
+    """Gemma 2 / 3 and OLMo 2 norm the attention output before adding it to the stream: the head's output
+    reaches the logits through that norm's weight (Gemma's 1 + weight; the conftest models' norm weights are
+    random), which changes the tokens it promotes. The reference runs the head's output alone through the
+    block's own norm module; the library's per-token RMS of the whole attention output instead differs by a
+    positive factor, which the final norm removes here."""
+    model = getattr(zoo, family)(0)
+    ids = repeat_batch(seed=3, T=4)
+    queries = [(b, i) for b in range(2) for i in range(ids.shape[1])]
+    inner, softcap = model.model, getattr(model.config, "final_logit_softcapping", None)
+
+    def unembed(x):
+        logits = model.lm_head(x)
+        return logits if softcap is None else torch.tanh(logits / softcap) * softcap
+
+    want = explicit_copy_scores(
+        model,
+        ids,
+        lambda L: inner.layers[L].self_attn.o_proj,
+        inner.norm,
+        unembed,
+        [0, 1],
+        4,
+        queries,
+        post_norm_of=lambda L: inner.layers[L].post_attention_layernorm,
+    )
+    got = copy_score(model, ids)
+    # measured max |got - want|: 4.1e-8 (gemma2), 9.1e-8 (gemma3), 2.5e-7 (olmo2); a float64 reference gives
+    # 1.2e-7, 1.1e-7, 2.9e-7. Without the norm's weight (the old score): 0.11, 0.17, 0.097; with its weight
+    # but not its RMS: 1.3e-2 on OLMo 2 (head outputs of RMS 1.3e-4 drown in the final norm's eps of 1e-5)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
+    assert got.std() > 0.02  # measured 0.065-0.15: the heads differ
+
+
 def test_copy_score_positions_and_padding(llama):
     ids = repeat_batch(seed=4, T=4)
     chosen = torch.zeros_like(ids, dtype=torch.bool)
@@ -524,6 +563,10 @@ def test_copy_score_positions_and_padding(llama):
         copy_score(llama, ids, positions=chosen.long())
     with pytest.raises(ValueError, match="attention_mask"):
         copy_score(llama, ids, attention_mask=torch.zeros_like(ids))
+    # an output module that is no RMSNorm (a user's map) is refused rather than scored as if it were absent
+    odd = HookedModel(llama, spec=replace(HookedModel(llama).spec, attn_out="mlp"))
+    with pytest.raises(TypeError, match="RMSNorm of the attention output"):
+        copy_score(odd, ids)
 
 
 def test_ablation_hooks(llama):

@@ -94,6 +94,35 @@ def _output_weights(hooked: HookedModel, layer: int) -> torch.Tensor:
     return w.reshape(hooked.n_heads, hooked.d_head, -1)
 
 
+def _post_norm(hooked: HookedModel, layer: int) -> tuple[torch.Tensor, float, Any] | None:
+    """The RMSNorm that block ``layer`` applies to its attention output before adding it to the stream
+    (Gemma 2 / 3, OLMo 2: the spec's ``attn_out``) as ``(weight, eps, bias)``: its per-channel weight
+    ``(d_model,)`` with the spec's ``norm_weight_offset`` (Gemma: ``1 + weight``) in float32, as those norms
+    compute, its ``eps``, and the output projection's bias (None without one), part of the norm's input; None
+    where the heads' outputs reach the stream as they are."""
+    spec = hooked.spec
+    if spec.attn_out is None:
+        return None
+    block = hooked.blocks[layer]
+    attn = get_module(block, spec.attn)
+    o_proj, norm = get_module(attn, spec.o_proj), get_module(block, spec.attn_out)
+    if norm is attn or norm is o_proj:  # ESM: the output projection itself
+        return None
+    weight = getattr(norm, "weight", None)
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    if (
+        isinstance(norm, nn.LayerNorm)
+        or not isinstance(eps, float)
+        or not isinstance(weight, torch.Tensor)
+        or tuple(weight.shape) != (hooked.d_model,)
+    ):
+        raise TypeError(
+            f"model: copy_score supports an RMSNorm of the attention output (Gemma 2 / 3, OLMo 2); layer "
+            f"{layer}'s {spec.attn_out} is a {type(norm).__name__}"
+        )
+    return spec.norm_weight_offset + weight.float(), eps, getattr(o_proj, "bias", None)
+
+
 def _positions(positions, batch: int, seq: int, device) -> torch.Tensor:
     """``positions`` (None: all; an int or ints, negative from the end, in every row; or a bool
     ``(batch, seq)`` mask) as a bool ``(batch, seq)`` mask."""
@@ -137,12 +166,19 @@ def _copy_scores(
     with torch.no_grad():
         for li, layer in enumerate(layers):
             w_o = _output_weights(hooked, layer)  # (heads, d_head, d_model)
+            post = _post_norm(hooked, layer)
             keys = torch.where(real[:, None, None, :], patterns[li], -1.0)  # pad keys never win the argmax
             for start in range(0, rows.numel(), chunk):
                 b, i = rows[start : start + chunk], cols[start : start + chunk]
                 head_out = torch.einsum(
                     "nhd,hdm->nhm", zs[li, b, i].to(w_o.dtype), w_o
                 )  # (n, heads, d_model)
+                if post is not None:  # the head's share of the normed attention output the stream gets
+                    weight, eps, bias = post
+                    total = head_out.float().sum(1, keepdim=True)  # (n, 1, d_model): the norm's input
+                    total = total if bias is None else total + bias.float()
+                    rms = (total.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # (n, 1, 1)
+                    head_out = (head_out.float() / rms * weight).to(head_out.dtype)
                 probs = hooked.lens(head_out).float().softmax(-1)  # (n, heads, vocab)
                 probs = (probs - probs.mean(-1, keepdim=True)).relu()
                 source = keys[b, :, i].argmax(-1)  # (n, heads): the most attended key
@@ -166,11 +202,20 @@ def copy_score(
     computes it, paraphrased in the research notes; not TransformerLens' OV-circuit copying score).
 
     For each query position: the head's output there (its ``hook_z`` slice times its slice of the output
-    projection, without the shared bias) is passed through the final norm and the unembedding; the
-    probabilities over the vocabulary minus their mean, ReLU'd, give ``p``. The value is ``p`` of the token
-    at the head's most attended key divided by the sum of ``p`` over the distinct tokens of the sequence
-    (0 where that sum is 0: the head promotes no token of the sequence). The score is the mean over the
-    queries, pooled over the batch.
+    projection, without the shared bias) is passed through the final norm and the unembedding (and the final
+    logit softcap, as :meth:`HookedModel.lens`); the probabilities over the vocabulary minus their mean,
+    ReLU'd, give ``p``. The value is ``p`` of the token at the head's most attended key divided by the sum of
+    ``p`` over the distinct tokens of the sequence (0 where that sum is 0: the head promotes no token of the
+    sequence). The score is the mean over the queries, pooled over the batch.
+
+    Where a block norms its attention output before adding it to the stream (Gemma 2 / 3, OLMo 2), the head's
+    output is first turned into its share of what the stream gets, as the forward pass computes it: divided
+    by that norm's RMS of the whole attention output at the token (every head and the bias, ``eps``
+    included) and multiplied by the norm's weight (Gemma: ``1 + weight``). The shares of the heads and of the
+    bias sum to ``hook_attn_out``. The norm's weight changes which tokens the head promotes; the RMS is a
+    positive per-token factor, which the final norm removes only where the head's output is large next to
+    that norm's ``eps`` (not in a freshly initialised OLMo 2, whose head outputs have RMS ~1e-4 against an
+    ``eps`` of 1e-5 on the mean square).
 
     ``positions``: the queries that count (None: every real token; ints, negative from the end; or a bool
     ``(batch, seq)`` mask, e.g. the masked positions); ``attention_mask`` ``(batch, seq)`` marks the real
