@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import expm, logm
+from scipy.optimize import lsq_linear
 from scipy.stats import norm
 from sklearn.base import clone
 from sklearn.linear_model import LinearRegression
@@ -92,6 +93,31 @@ def test_frobenius_spd_mean_is_the_average_when_it_is_positive_definite_and_clip
     eye, big = np.eye(2), np.diag([1.0, 10.0])
     m = SPD("frobenius", floor=1e-3).mean(np.stack([eye, big]), [2.0, -1.0])  # average diag(1, -8)
     np.testing.assert_allclose(m, np.diag([1.0, 1e-3]), atol=1e-12)
+
+
+def test_frobenius_spd_floor_is_relative_to_the_data_scale():
+    """Diffusion tensors in m^2/s (eigenvalues ~1e-9): their average is SPD already and is the mean (the
+    absolute floor 1e-8 raised every eigenvalue to 1e-8, 7.9x the mean's norm off); the mean of c Y is c
+    times the mean of Y, clipped or not (at c = 1e6 the absolute floor left 1e-14 of the largest
+    eigenvalue: refused as singular)."""
+    rng = np.random.default_rng(0)
+    q = np.linalg.qr(rng.normal(size=(20, 3, 3)))[0]
+    y = (q * 1e-9 * rng.uniform(0.2, 2.0, (20, 1, 3))) @ q.transpose(0, 2, 1)
+    m = SPD("frobenius").mean(y)
+    # measured 3.2e-16 (7.9 with the absolute floor)
+    assert np.linalg.norm(m - y.mean(0)) / np.linalg.norm(y.mean(0)) < 1e-14
+    z = spd(rng, 6)
+    w = np.stack([np.full(6, 1 / 6), signed_weights(rng, 6)])
+    w2 = np.array([2.0, -1.0])  # average diag(1.2, 0.4, -0.1): clipped
+    pair = np.stack([np.diag([1.0, 0.5, 0.2]), np.diag([0.8, 0.6, 0.5])])
+    base, clipped = SPD("frobenius").means(z, w), SPD("frobenius").mean(pair, w2)
+    # raised to floor x the largest eigenvalue, 1e-8 x 1.2 (the absolute floor gave 1e-8)
+    np.testing.assert_allclose(clipped, np.diag([1.2, 0.4, 1.2e-8]), rtol=1e-12, atol=0)
+    for c in (1e-9, 1.0, 1e6):
+        got = SPD("frobenius").means(c * z, w)
+        assert np.abs(got - c * base).max() <= 1e-14 * c * np.abs(base).max()  # measured 0 to 6.5e-16
+        got = SPD("frobenius").mean(c * pair, w2)
+        np.testing.assert_allclose(got, c * clipped, rtol=1e-14, atol=0)  # measured equal to the bit
 
 
 def test_affine_invariant_mean_of_commuting_matrices_is_the_geometric_mean():
@@ -251,6 +277,30 @@ def test_laplacian_mean_is_the_average_when_feasible_and_a_projection_otherwise(
     iu = np.triu_indices(d, 1)
     clipped = Laplacian.from_offdiagonal(np.clip(avg[iu], None, 0)[None], d)[0]
     assert space.objective(lap, w, m) <= space.objective(lap, w, clipped) + 1e-10
+
+
+@pytest.mark.parametrize("c", [1e-6, 1e-4, 1.0, 1e4])
+def test_laplacian_mean_is_the_projection_at_every_edge_weight_scale(c):
+    """Signed weights push 5 of 15 edge weights of the average positive; the projection (bounded least
+    squares, scipy's exact BVLS) scales with the data. L-BFGS-B's tolerances were absolute below f = 1:
+    at c = 1e-6 the mean stopped 1.2e-2 (relative) short of it, at 1e-4 2.6e-4."""
+    rng = np.random.default_rng(4)
+    d = 6
+    iu = np.triu_indices(d, 1)
+    lap = Laplacian.from_offdiagonal(-rng.uniform(0, 1, size=(8, len(iu[0]))), d)
+    w = rng.normal(size=8)
+    w /= w.sum()
+    avg = np.einsum("n,nij->ij", w, lap)
+    assert (avg[iu] > 0).sum() == 5
+    basis = Laplacian.from_offdiagonal(np.eye(len(iu[0])), d).reshape(len(iu[0]), -1).T
+    exact = lsq_linear(basis, avg.ravel(), bounds=(-np.inf, 0), method="bvls", tol=1e-15).x
+    exact = Laplacian.from_offdiagonal(exact[None], d)[0]
+    m = Laplacian().mean(c * lap, w)
+    # measured 1.7e-7 to 2.3e-7 at every c (old: 1.2e-2 at 1e-6, 2.6e-4 at 1e-4, 9.5e-8 at 1, 5.7e-8 at 1e4)
+    assert np.linalg.norm(m - c * exact) / np.linalg.norm(c * exact) < 2e-6
+    unit = Laplacian().mean(lap, w)
+    # measured 0 to 6.2e-8 (old: 1.2e-2 at 1e-6, 2.6e-4 at 1e-4)
+    assert np.linalg.norm(m - c * unit) / np.linalg.norm(c * unit) < 2e-6
 
 
 # -------------------------------------------------------------- optimality: no valid perturbation helps

@@ -25,7 +25,11 @@ from collections.abc import Mapping
 import torch
 from opacus.optimizers import DPOptimizer
 
-from icml_stats.dp.sgd import as_conditioning
+# opacus' own checks that a gradient is used once and its (secure) noise, for the float32 path of
+# half-precision parameters below
+from opacus.optimizers.optimizer import _check_processed_flag, _generate_noise, _mark_as_processed
+
+from icml_stats.dp.sgd import as_conditioning, wide_dtype
 from icml_stats.validation import check_int, check_real
 
 __all__ = ["CondDPOptimizer"]
@@ -33,7 +37,13 @@ __all__ = ["CondDPOptimizer"]
 
 class CondDPOptimizer(DPOptimizer):
     """``opacus.optimizers.DPOptimizer`` that conditions parameters: ``conditioning={parameter: (d, d) C}``
-    (``d`` the parameter's last axis). Every other argument is ``DPOptimizer``'s."""
+    (``d`` the parameter's last axis). Every other argument is ``DPOptimizer``'s.
+
+    With half-precision (bfloat16, float16) parameters, as :class:`icml_stats.dp.CondDPSGD` does, ``C`` is
+    kept in float32 and the conditioning, clipped sum, noise and division by the batch size run in float32;
+    only ``p.grad`` is rounded to the parameter's dtype (opacus sums in the parameter's dtype, and a
+    bfloat16 sum in conditioned coordinates multiplied by ``C`` moved the update by 0.24-0.40 of its norm).
+    Float32 and float64 parameters take opacus' own code."""
 
     def __init__(
         self,
@@ -66,7 +76,12 @@ class CondDPOptimizer(DPOptimizer):
         for p, C in conditioning.items():
             if not isinstance(p, torch.Tensor) or id(p) not in ids:
                 raise ValueError("conditioning keys must be parameters that the wrapped optimizer updates")
-            self.conditioning[id(p)] = as_conditioning(C, p.shape[-1], "conditioning matrix", p.dtype)
+            # float32 for a half-precision parameter: bfloat16's 8-bit mantissa would round away the
+            # small-eigenvalue directions that conditioning exists for
+            self.conditioning[id(p)] = as_conditioning(
+                C, p.shape[-1], "conditioning matrix", wide_dtype(p.dtype)
+            )
+        self._wide_grads: dict[int, torch.Tensor] = {}
 
     @classmethod
     def from_dp_optimizer(cls, optimizer: DPOptimizer, conditioning: Mapping) -> CondDPOptimizer:
@@ -93,17 +108,70 @@ class CondDPOptimizer(DPOptimizer):
         out.step_hook = optimizer.step_hook
         return out
 
+    def _has_half(self) -> bool:
+        return any(wide_dtype(p.dtype) != p.dtype for p in self.params)
+
     def clip_and_accumulate(self):
         for p in self.params:
             C = self.conditioning.get(id(p))
             if C is not None and p.grad_sample is not None:
                 g = self._get_flat_grad_sample(p)
-                p.grad_sample = g @ C.to(g.device).mT
-        super().clip_and_accumulate()
+                p.grad_sample = g.to(C.dtype) @ C.to(g.device).mT
+        if not self._has_half():
+            super().clip_and_accumulate()
+            return
+        # opacus' clipping with the norms, factors and sums in float32 (opacus casts to the parameter's dtype)
+        grads = self.grad_samples
+        if len(grads[0]) == 0:
+            factor = torch.zeros((0,), device=grads[0].device)
+        else:
+            norms = [g.reshape(len(g), -1).to(wide_dtype(g.dtype)).norm(2, dim=-1) for g in grads]
+            norms = torch.stack([v.to(norms[0].device) for v in norms], dim=1).norm(2, dim=1)
+            factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        for p in self.params:
+            _check_processed_flag(p.grad_sample)
+            g = self._get_flat_grad_sample(p)
+            wide = wide_dtype(p.dtype)
+            grad = torch.einsum("i,i...", factor.to(g.device, wide), g.to(wide))
+            if p.summed_grad is not None:
+                p.summed_grad += grad  # in place: keeps opacus' processed flag
+            else:
+                p.summed_grad = grad
+            _mark_as_processed(p.grad_sample)
 
     def add_noise(self):
-        super().add_noise()
+        if not self._has_half():
+            super().add_noise()
+            for p in self.params:
+                C = self.conditioning.get(id(p))
+                if C is not None:
+                    p.grad = (p.grad @ C.to(p.grad.device)).view_as(p)
+            return
+        # opacus' noise drawn in the (float32) sum's dtype; kept in float32 until scale_grad
+        self._wide_grads = {}
         for p in self.params:
+            _check_processed_flag(p.summed_grad)
+            noise = _generate_noise(
+                std=self.noise_multiplier * self.max_grad_norm,
+                reference=p.summed_grad,
+                generator=self.generator,
+                secure_mode=self.secure_mode,
+            )
+            grad = p.summed_grad + noise
             C = self.conditioning.get(id(p))
             if C is not None:
-                p.grad = (p.grad @ C.to(p.grad.device)).view_as(p)
+                grad = grad @ C.to(grad.device)
+            self._wide_grads[id(p)] = grad = grad.view_as(p)
+            p.grad = grad.to(p.dtype)
+            _mark_as_processed(p.summed_grad)
+
+    def scale_grad(self):
+        if not self._has_half():
+            super().scale_grad()
+            return
+        wide, self._wide_grads = self._wide_grads, {}
+        for p in self.params:
+            grad = wide[id(p)]
+            if self.loss_reduction == "mean":
+                grad = grad / (self.expected_batch_size * self.accumulated_iterations)
+            p.grad = grad.to(p.dtype)

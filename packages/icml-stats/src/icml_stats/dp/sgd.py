@@ -40,7 +40,7 @@ MAX_STEPS = 10**9
 MAX_RECORDS = 2**40
 
 
-def _wide(dtype: torch.dtype) -> torch.dtype:
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for a half-precision dtype (float16 sums overflow above 65504), else ``dtype`` itself."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
@@ -143,7 +143,7 @@ class CondDPSGD:
             # kept in float32 for a half-precision parameter: bfloat16's 8-bit mantissa would round away the
             # small-eigenvalue directions that conditioning exists for
             self.conditioning[name] = as_conditioning(
-                C, p.shape[-1], f"conditioning[{name!r}]", _wide(p.dtype)
+                C, p.shape[-1], f"conditioning[{name!r}]", wide_dtype(p.dtype)
             )
 
     def per_sample_gradients(self, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -175,7 +175,7 @@ class CondDPSGD:
         conditioned in float32 too), else in the parameter's dtype."""
         g = self.per_sample_gradients(inputs, targets)
         if len(inputs) == 0:  # an empty Poisson batch: noise only
-            return {k: torch.zeros_like(p, dtype=_wide(p.dtype)) for k, p in self.params.items()}
+            return {k: torch.zeros_like(p, dtype=wide_dtype(p.dtype)) for k, p in self.params.items()}
         for k, C in self.conditioning.items():
             # C is kept on the CPU (the model may have moved since); half precision is conditioned in float32
             g[k] = g[k].to(C.dtype) @ C.to(g[k].device).mT
@@ -189,7 +189,8 @@ class CondDPSGD:
             )
         factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
         return {
-            k: torch.einsum("i,i...", factor.to(_wide(v.dtype)), v.to(_wide(v.dtype))) for k, v in g.items()
+            k: torch.einsum("i,i...", factor.to(wide_dtype(v.dtype)), v.to(wide_dtype(v.dtype)))
+            for k, v in g.items()
         }
 
     @torch.no_grad()
@@ -203,7 +204,7 @@ class CondDPSGD:
             # drawn on the generator's device (a generator draws only there), then moved to the parameter's
             where = p.device if self.generator is None else self.generator.device
             noise = torch.normal(0.0, std, size=p.shape, device=where, generator=self.generator).to(p.device)
-            wide = _wide(p.dtype)
+            wide = wide_dtype(p.dtype)
             update = (summed[k] + noise).to(wide)
             if k in self.conditioning:
                 update = update @ self.conditioning[k].to(p.device, wide)

@@ -9,9 +9,9 @@ negative weights. An object space holds ``n`` objects as one array whose first a
   ``(n, m)``; the mean is the L2 projection of the weighted average onto non-decreasing functions
   (isotonic regression), clipped to the optional support bounds.
 * :class:`SPD`: symmetric positive-definite matrices ``(n, d, d)`` with the Frobenius metric (weighted
-  average projected onto ``{eigenvalues >= floor}``), the log-Euclidean metric (``expm`` of the weighted
-  average of ``logm``: exact for signed weights) or the affine-invariant metric (Karcher fixed point with
-  damped steps from the log-Euclidean mean).
+  average projected onto ``{eigenvalues >= floor x its largest}``), the log-Euclidean metric (``expm`` of
+  the weighted average of ``logm``: exact for signed weights) or the affine-invariant metric (Karcher
+  fixed point with damped steps from the log-Euclidean mean).
 * :class:`Laplacian`: graph Laplacians ``(n, d, d)`` (symmetric, rows summing to 0, off-diagonal entries in
   ``[-max_weight, 0]``) with the Frobenius metric; the mean projects the weighted average onto that set,
   a box-constrained quadratic program (solved with L-BFGS-B over the off-diagonal entries).
@@ -305,9 +305,12 @@ def quantiles(samples, levels) -> np.ndarray:
 class SPD(Space):
     """Symmetric positive-definite matrices ``(n, d, d)``.
 
-    ``metric``: ``"frobenius"`` (the mean is the weighted average with eigenvalues raised to ``floor``, its
-    projection onto ``{X : X >= floor I}``), ``"log_euclidean"`` (``||logm A - logm B||_F``; the mean
-    ``expm(sum w_i logm Y_i)`` is exact for signed weights) or ``"affine_invariant"``
+    ``metric``: ``"frobenius"`` (the mean is the weighted average with eigenvalues raised to ``floor`` times
+    its largest eigenvalue, its projection onto ``{X : X >= floor lambda_max I}``; the floor is relative so
+    that data in any unit, e.g. diffusion tensors in m^2/s with eigenvalues ~1e-9, keep their mean and the
+    mean of ``c Y`` is ``c`` times the mean of ``Y``; an average with no eigenvalue above ``floor`` times
+    the inputs' largest is raised to ``floor^2`` times it), ``"log_euclidean"`` (``||logm A - logm B||_F``;
+    the mean ``expm(sum w_i logm Y_i)`` is exact for signed weights) or ``"affine_invariant"``
     (``||logm(A^-1/2 B A^-1/2)||_F``; Karcher fixed-point iterations from the log-Euclidean mean, the step
     halved while the objective rises, at most ``max_iter``; a warning when they stop short of ``tol``).
     """
@@ -354,7 +357,13 @@ class SPD(Space):
         check_choice(self.metric, "metric", self.METRICS)
         floor = check_real(self.floor, "floor", "(0, inf)")
         if self.metric == "frobenius":
-            return _eig_apply(np.einsum("kn,nij->kij", w, y), lambda v: np.maximum(v, floor))
+            # the floor is relative to the average's largest eigenvalue (an absolute 1e-8 raised diffusion
+            # tensors' eigenvalues ~1e-9 to 1e-8, and left 1e-14 of a scale-1e6 mean: refused as singular);
+            # floor x the inputs' largest bounds it below where the average has no positive eigenvalue
+            vals, vecs = np.linalg.eigh(_sym(np.einsum("kn,nij->kij", w, y)))
+            top = np.maximum(vals[:, -1], floor * np.linalg.eigvalsh(y)[:, -1].max())
+            vals = np.maximum(vals, floor * top[:, None])
+            return (vecs * vals[:, None, :]) @ np.swapaxes(vecs, -1, -2)
         logs = _eig_apply(y, np.log)
         le = _eig_apply(np.einsum("kn,nij->kij", w, logs), np.exp)
         if self.metric == "log_euclidean":
@@ -427,7 +436,9 @@ class Laplacian(Space):
     """Graph Laplacians ``(n, d, d)`` of weighted undirected graphs (symmetric, rows summing to 0,
     off-diagonal entries in ``[-max_weight, 0]``) with the Frobenius metric (Zhou & Müller 2022). The mean
     projects the weighted average onto that set: a box-constrained quadratic program over the off-diagonal
-    entries, solved with L-BFGS-B from the clipped average."""
+    entries, solved with L-BFGS-B from the clipped average, on the average divided by a power of two near
+    its largest edge weight (so that ``tol``, L-BFGS-B's ``ftol``, is relative at every scale: the mean of
+    ``c Y`` is ``c`` times the mean of ``Y``)."""
 
     name = "graph Laplacian"
     ndim = 2
@@ -469,9 +480,15 @@ class Laplacian(Space):
         iu = np.triu_indices(d, 1)
         avg = np.einsum("kn,nij->kij", w, y)
         out = np.empty_like(avg)
-        for k, m in enumerate(avg):
+        for k, avg_k in enumerate(avg):
+            # solved on the average divided by a power of two near its largest edge weight (exact in floating
+            # point) and multiplied back: L-BFGS-B's ftol is relative to max(|f|, 1) and its gtol absolute,
+            # so on edge weights ~1e-6 it stopped 1.2e-2 (relative) short of the projection, ~1e-4 2.6e-4
+            top = float(np.abs(avg_k[iu]).max(initial=0.0))
+            scale = np.ldexp(1.0, int(np.round(np.log2(top)))) if top > 0 else 1.0
+            m, box = avg_k / scale, bound / scale
             target = m[iu]
-            x0 = np.clip(target, -bound, 0.0)
+            x0 = np.clip(target, -box, 0.0)
 
             def fg(a, target=target, m=m):
                 lap = self.from_offdiagonal(a[None], d)[0]
@@ -480,7 +497,7 @@ class Laplacian(Space):
                 grad = 4 * r[iu] - 2 * (np.diag(r)[iu[0]] + np.diag(r)[iu[1]])
                 return float(np.sum(r**2)), grad
 
-            bounds = [(-bound if np.isfinite(bound) else None, 0.0)] * len(target)
+            bounds = [(-box if np.isfinite(box) else None, 0.0)] * len(target)
             res = minimize(
                 fg,
                 x0,
@@ -489,7 +506,7 @@ class Laplacian(Space):
                 bounds=bounds,
                 options={"ftol": tol, "gtol": 1e-12, "maxiter": 10_000},
             )
-            out[k] = self.from_offdiagonal(np.clip(res.x, -bound, 0.0)[None], d)[0]
+            out[k] = self.from_offdiagonal(scale * np.clip(res.x, -box, 0.0)[None], d)[0]
         return out
 
     def torch_head(self, y):
