@@ -9,6 +9,7 @@ for an unbounded end.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any, TypeVar
@@ -115,3 +116,16 @@ def check_column(value: Any, name: str, length: int, item: str) -> Sequence[Any]
 def at_least_float32(t: torch.Tensor) -> torch.Tensor:
     """``t`` in float32 if it is half precision (float16, bfloat16), else unchanged (with its gradient)."""
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def expm1_minus_x(x: torch.Tensor) -> torch.Tensor:
+    """``exp(x) - 1 - x`` (>= 0), differentiable, without the cancellation of ``x.exp() - x - 1`` or
+    ``expm1(x) - x`` near 0: the Taylor series ``x^2 (1/2! + x/3! + ... + x^8/10!)`` where ``|x| < 0.1``
+    (truncated below float64's rounding), ``expm1(x) - x`` elsewhere. Shared by :func:`icml_agents.rl.k3_kl`
+    and the distillation loss of :mod:`icml_agents.dlmr`."""
+    small = x.abs() < 0.1
+    d = torch.where(small, x, torch.zeros_like(x))  # the series only where used: a finite gradient
+    series = torch.zeros_like(d)
+    for n in range(10, 1, -1):  # Horner: 1/2! + d/3! + ... + d^8/10!
+        series = series * d + 1 / math.factorial(n)
+    return torch.where(small, d * d * series, torch.expm1(x) - x)

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 import torch
 
 from icml_agents.rl.advantages import group_relative_advantages, max_exponent
-from icml_agents.validation import at_least_float32, check_choice, check_int, check_real, check_tensor
+from icml_agents.validation import (
+    at_least_float32,
+    check_choice,
+    check_int,
+    check_real,
+    check_tensor,
+    expm1_minus_x,
+)
 
 SCALES = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
@@ -93,12 +100,7 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
             raise ValueError(f"{name} must be finite, got NaN or inf")
     out_dtype = torch.promote_types(logp.dtype, ref_logp.dtype)
     delta = at_least_float32(ref_logp) - at_least_float32(logp)
-    small = delta.abs() < 0.1
-    d = torch.where(small, delta, torch.zeros_like(delta))  # the series only where used: a finite gradient
-    series = torch.zeros_like(d)
-    for n in range(10, 1, -1):  # Horner: 1/2! + d/3! + ... + d^8/10!, truncated below float64's rounding
-        series = series * d + 1 / math.factorial(n)
-    kl = torch.where(small, d * d * series, torch.expm1(delta) - delta).to(out_dtype)
+    kl = expm1_minus_x(delta).to(out_dtype)
     if not bool(torch.isfinite(kl.detach()).all()):
         warnings.warn(
             "k3_kl: exp(ref_logp - logp) overflows (a log-ratio above ~709 in float64, ~88 in float32 and "
