@@ -43,7 +43,10 @@ class CondDPOptimizer(DPOptimizer):
     kept in float32 and the conditioning, clipped sum, noise and division by the batch size run in float32;
     only ``p.grad`` is rounded to the parameter's dtype (opacus sums in the parameter's dtype, and a
     bfloat16 sum in conditioned coordinates multiplied by ``C`` moved the update by 0.24-0.40 of its norm).
-    Float32 and float64 parameters take opacus' own code."""
+    Float32 and float64 parameters take opacus' own code.
+
+    Gradient accumulation works as in ``DPOptimizer``: several backward passes before one ``step`` (the
+    update of one step over the concatenated batch) and opacus' ``BatchMemoryManager``."""
 
     def __init__(
         self,
@@ -115,8 +118,17 @@ class CondDPOptimizer(DPOptimizer):
         for p in self.params:
             C = self.conditioning.get(id(p))
             if C is not None and p.grad_sample is not None:
-                g = self._get_flat_grad_sample(p)
-                p.grad_sample = g.to(C.dtype) @ C.to(g.device).mT
+                # a gradient already used in a step would be conditioned again into a new, unflagged tensor
+                # and slip past opacus' own check below: refuse it here as opacus does
+                _check_processed_flag(p.grad_sample)
+                # opacus keeps one tensor per backward pass in a list (gradient accumulation) and divides by
+                # accumulated_iterations, the list's length: condition each tensor and keep the list (one
+                # concatenated tensor counted as 1 pass: refused as "inconsistent" beside an unconditioned
+                # parameter and, where every parameter was conditioned, 2 passes divided by B, not 2B)
+                if isinstance(p.grad_sample, list):
+                    p.grad_sample = [g.to(C.dtype) @ C.to(g.device).mT for g in p.grad_sample]
+                else:
+                    p.grad_sample = p.grad_sample.to(C.dtype) @ C.to(p.grad_sample.device).mT
         if not self._has_half():
             super().clip_and_accumulate()
             return
