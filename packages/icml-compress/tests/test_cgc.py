@@ -201,6 +201,28 @@ def test_compressed_tiny_llama_round_trips_and_generates(method, tmp_path):
     assert out.shape == (1, 9)
 
 
+def test_load_shared_restores_the_generation_config(tmp_path):
+    """``save_shared`` writes the model's ``generation_config.json`` and ``load_shared`` reads it, as
+    ``save_pretrained``/``from_pretrained`` do: ``generate()`` keeps its defaults. Before, the reloaded
+    model generated 20 new tokens where the saved one stopped after 3 (``max_new_tokens`` lost)."""
+    from transformers import GenerationConfig
+
+    from icml_compress.cgc.model import CorruptSharedModelError
+
+    model = tiny_llama(0, layers=1)
+    model.generation_config = GenerationConfig(max_new_tokens=3, eos_token_id=[7, 9], repetition_penalty=1.3)
+    cfg = ShareConfig(ratio=0.3, method="svd", n_calibration=2, seq_len=32)
+    model = compress_model(model, stats_for(model, cfg), cfg, progress=False)
+    expected = model.generate(SEQ[:, :4], pad_token_id=0)
+    assert expected.shape == (1, 7)
+    again = load_shared(save_shared(model, tmp_path / "m"))
+    assert again.generation_config.to_diff_dict() == model.generation_config.to_diff_dict()
+    assert torch.equal(again.generate(SEQ[:, :4], pad_token_id=0), expected)
+    (tmp_path / "m" / "generation_config.json").write_text("{")
+    with pytest.raises(CorruptSharedModelError, match=r"generation_config\.json is not a readable"):
+        load_shared(tmp_path / "m")
+
+
 def test_compress_model_keeps_training_flags_and_a_failed_fit_changes_nothing():
     """New layers take the replaced layer's training flag (an eval model stays all eval); a fit that fails
     on the last layer leaves every Linear in place and no record."""

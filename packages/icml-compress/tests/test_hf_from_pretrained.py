@@ -34,7 +34,13 @@ from icml_compress.quantize import (
     register_hf_quantizer,
     save_quantized,
 )
-from icml_compress.quantize.model import CONFIG_FILE, HF_CONFIG_FILE, WEIGHTS_FILE, default_dtype
+from icml_compress.quantize.model import (
+    CONFIG_FILE,
+    GENERATION_CONFIG_FILE,
+    HF_CONFIG_FILE,
+    WEIGHTS_FILE,
+    default_dtype,
+)
 from icml_compress.quantize.plot import layer_errors
 
 FAST = {"L": 8, "T": 32, "n_calibration": 2, "seq_len": 32, "n_candidates": 2, "select_rows": 8}
@@ -145,6 +151,36 @@ def test_generate_after_from_pretrained_matches(saves):
     assert torch.equal(out, ref)
 
 
+def test_the_generation_config_round_trips_and_generate_keeps_its_defaults(ids, tmp_path):
+    """A model loaded from a folder with its own ``generation_config.json`` (an instruct model's
+    ``max_new_tokens``, ``eos_token_id`` list, repetition penalty), quantized and saved: ``load_quantized`` and
+    ``from_pretrained`` give it back, so ``generate()`` without arguments stops where the saved model does.
+    Before, the save dropped it: the reloaded models generated 20 new tokens (the default ``max_length``)
+    where the saved model stopped after 3, with ``eos_token_id`` 2 from config.json instead of [7, 9]."""
+    from transformers import GenerationConfig
+
+    tiny().save_pretrained(tmp_path / "float")
+    GenerationConfig(
+        max_new_tokens=3, do_sample=False, eos_token_id=[7, 9], pad_token_id=0, repetition_penalty=1.3
+    ).save_pretrained(tmp_path / "float")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "float")
+    config = QuantConfig(method="rtn", group_size=32, n_calibration=1, seq_len=32)
+    model = quantize_model(model, config, ids, progress=False)
+    path = save_quantized(model, tmp_path / "q")
+    prompt = X[:1, :4]
+    expected = model.generate(prompt)
+    assert expected.shape == (1, 7)
+    for loaded in (load_quantized(path), AutoModelForCausalLM.from_pretrained(path)):
+        assert loaded.generation_config.to_diff_dict() == model.generation_config.to_diff_dict()
+        assert torch.equal(loaded.generate(prompt), expected)
+    q = copy_of(path, tmp_path)  # a truncated generation_config.json is reported as a corrupt save
+    (q / GENERATION_CONFIG_FILE).write_text((path / GENERATION_CONFIG_FILE).read_text()[:20])
+    with pytest.raises(CorruptQuantizedModelError, match=f"{GENERATION_CONFIG_FILE} is not a readable"):
+        load_quantized(q)
+    (q / GENERATION_CONFIG_FILE).unlink()  # a save from before: the config derived from config.json
+    assert load_quantized(q).generation_config.eos_token_id == model.config.eos_token_id
+
+
 def test_tied_embeddings_stay_tied_and_are_stored_once(saves):
     from safetensors import safe_open
 
@@ -160,7 +196,12 @@ def test_tied_embeddings_stay_tied_and_are_stored_once(saves):
 
 def test_save_writes_a_transformers_config(saves):
     model, path = saves["proteus"]
-    assert sorted(p.name for p in path.iterdir()) == [HF_CONFIG_FILE, WEIGHTS_FILE, CONFIG_FILE]
+    assert sorted(p.name for p in path.iterdir()) == [
+        HF_CONFIG_FILE,
+        GENERATION_CONFIG_FILE,
+        WEIGHTS_FILE,
+        CONFIG_FILE,
+    ]
     cfg = AutoConfig.from_pretrained(path)
     assert isinstance(cfg, LlamaConfig) and cfg.architectures == ["LlamaForCausalLM"]
     assert cfg.hidden_size == model.config.hidden_size and cfg.tie_word_embeddings

@@ -272,6 +272,22 @@ def test_pruned_models_reload_with_identical_logits_and_generate(kind, tmp_path)
     assert loaded.config.ragep_kept_experts["0"] == [1, 4, 7]
 
 
+def test_load_pruned_with_per_layer_budgets_keeps_the_generation_config(tmp_path):
+    """``save_pruned`` writes ``generation_config.json`` (``save_pretrained``); with per-layer budgets
+    ``load_pruned`` builds the model with ``from_config``, which does not read it: before, the reloaded model
+    generated 12 new tokens where the saved one (and the uniform-budget route, ``from_pretrained``) stopped
+    after 3, with ``max_new_tokens`` None and ``eos_token_id`` 2 from config.json instead of 3 and [7, 9]."""
+    from transformers import GenerationConfig
+
+    ragged = prune_experts(tiny_moe("mixtral"), {0: [1, 3, 4, 6, 7], 1: [0, 5, 2]})
+    ragged.generation_config = GenerationConfig(max_new_tokens=3, eos_token_id=[7, 9], pad_token_id=0)
+    expected = ragged.generate(IDS[:1, :4])
+    assert expected.shape == (1, 7)
+    loaded = load_pruned(save_pruned(ragged, tmp_path / "ragged"))
+    assert loaded.generation_config.to_diff_dict() == ragged.generation_config.to_diff_dict()
+    assert torch.equal(loaded.generate(IDS[:1, :4]), expected)
+
+
 def test_a_failed_save_leaves_the_earlier_save_and_a_file_path_is_refused(tmp_path, monkeypatch):
     import transformers.modeling_utils as mu
 

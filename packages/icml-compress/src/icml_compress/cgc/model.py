@@ -50,9 +50,11 @@ from icml_compress.quantize.model import (
     check_path,
     check_save_extras,
     float_linears,
+    load_generation_config,
     load_tensors,
     model_config,
     read_weights,
+    save_generation_config,
     set_module,
     vocab_size,
     write_directory,
@@ -348,7 +350,8 @@ def sharing_record(model: nn.Module) -> dict:
 def save_shared(model: nn.Module, path, *, tokenizer=None, extra: dict | None = None) -> Path:
     """Save a model returned by :func:`compress_model` to the directory ``path``: ``model.safetensors`` (each
     shared basis and tied tensor once), ``sharing.json`` (the record ``icml_sharing``, the model's Hugging
-    Face config and class, ``extra``) and the tokenizer if given. Atomic: a failed save leaves ``path`` as
+    Face config and class, ``extra``), the model's ``generation_config.json`` (``load_shared`` restores it,
+    so ``generate`` keeps its defaults) and the tokenizer if given. Atomic: a failed save leaves ``path`` as
     it was."""
     from safetensors.torch import save_model
 
@@ -372,6 +375,7 @@ def save_shared(model: nn.Module, path, *, tokenizer=None, extra: dict | None = 
         }
         save_model(model, str(tmp / WEIGHTS_FILE))
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=1, default=str))
+        save_generation_config(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
 
@@ -402,6 +406,7 @@ def load_shared(path) -> nn.Module:
     model = build_empty_model(doc, f, CorruptSharedModelError)
     _replace_groups(model, doc["sharing"].get("groups"), f)
     load_tensors(model, state, weights, CONFIG_FILE, CorruptSharedModelError)
+    load_generation_config(model, path, CorruptSharedModelError)
     cast(Any, model).icml_sharing = doc["sharing"]
     return model.eval()
 

@@ -60,6 +60,7 @@ from icml_compress.validation import check_bool, check_instance
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FORMAT = "icml-compress-quantized"
 CONFIG_FILE, WEIGHTS_FILE, HF_CONFIG_FILE = "quantization.json", "model.safetensors", "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"  # transformers' name: from_pretrained reads it too
 # quantization_config.quant_method in config.json: the key of the quantizer in transformers' registry
 HF_QUANT_METHOD = "icml-proteus"
 QUANTIZED = (ProteusLinear, RTNLinear)
@@ -508,7 +509,8 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     (every tensor, tied ones once), ``quantization.json`` (config, per-layer module metadata, the model's
     Hugging Face config), ``config.json`` (that Hugging Face config with a ``quantization_config``, see
     :func:`hf_config`: ``AutoModelForCausalLM.from_pretrained(path)`` loads the same model after
-    ``import icml_compress``) and the tokenizer if given.
+    ``import icml_compress``), the model's ``generation_config.json`` (:func:`save_generation_config`) and
+    the tokenizer if given.
 
     Atomic: everything is written to a temporary directory beside ``path``, flushed to disk (fsync) and
     moved into place at the end (``os.replace``); a failure leaves ``path`` as it was, and a crash cannot
@@ -541,10 +543,38 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
         (tmp / CONFIG_FILE).write_text(json.dumps(doc, indent=1, default=str))
         if doc["model_config"] is not None:  # a transformers model: loadable by from_pretrained too
             (tmp / HF_CONFIG_FILE).write_text(json.dumps(hf_config(doc), indent=1, default=str))
+        save_generation_config(model, tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
 
     return write_directory(path, write, CONFIG_FILE, "save_quantized")
+
+
+def save_generation_config(model: nn.Module, directory: Path) -> None:
+    """Write ``model.generation_config`` to ``directory/generation_config.json`` as transformers'
+    ``save_pretrained`` does (for a model that ``can_generate()``; its ``save_pretrained`` refuses a
+    modified, invalid config with a ValueError). ``generate`` reads its defaults from it (``max_new_tokens``,
+    ``eos_token_id`` lists, sampling settings of instruct models): without it a reloaded model generated with
+    defaults derived from ``config.json`` instead (20 new tokens where the saved model stopped after 3)."""
+    can_generate = getattr(model, "can_generate", None)
+    config = getattr(model, "generation_config", None)
+    if callable(can_generate) and can_generate() and config is not None:
+        config.save_pretrained(str(directory))
+
+
+def load_generation_config(model: nn.Module, path: Path, error: type[Exception]) -> None:
+    """Give ``model`` the generation config saved in ``path`` by :func:`save_generation_config`, as
+    ``from_pretrained`` does; a save without one (written before it was saved) keeps the config the model
+    derived from its ``config.json``. An unreadable file raises ``error`` naming it."""
+    f = path / GENERATION_CONFIG_FILE
+    if not f.is_file():
+        return
+    from transformers import GenerationConfig
+
+    try:
+        cast(Any, model).generation_config = GenerationConfig.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:  # a JSONDecodeError is wrapped in an OSError by transformers
+        raise error(f"{f} is not a readable generation config (truncated or corrupted?): {exc}") from exc
 
 
 def check_save_extras(tokenizer: Any, extra: Any) -> None:
@@ -715,7 +745,8 @@ def load_quantized(path) -> nn.Module:
     and ``model.safetensors`` exist and are complete (a truncated file fails the safetensors header
     check); the model is built from ``model_config``/``model_class`` and every quantized layer from its
     metadata, each replacing an ``nn.Linear`` of the same size; the stored tensors are exactly the model's:
-    same names (tied weights stored once), shapes and dtypes. Any failure raises
+    same names (tied weights stored once), shapes and dtypes; the saved ``generation_config.json`` (if any)
+    becomes the model's ``generation_config``, as in ``from_pretrained``. Any failure raises
     :class:`CorruptQuantizedModelError` naming the file (a ``ValueError``).
     """
     path = check_path(path)
@@ -723,6 +754,7 @@ def load_quantized(path) -> nn.Module:
     weights, state = read_weights(path, "save_quantized", CorruptQuantizedModelError)
     model = _build_model(doc, path / CONFIG_FILE)
     _load_tensors(model, state, weights)
+    load_generation_config(model, path, CorruptQuantizedModelError)
     model.icml_quantization = doc["quantization"]  # a transformers model: attributes are untyped
     return model.eval()
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from icml_compress.quantize.model import check_path, write_directory
+from icml_compress.quantize.model import check_path, load_generation_config, write_directory
 from icml_compress.validation import check_float_tensor, check_instance, check_tensor
 
 if TYPE_CHECKING:
@@ -295,7 +295,8 @@ def save_pruned(model: nn.Module, path: str | os.PathLike) -> Path:
 def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
     """Load a checkpoint written by :func:`save_pruned` (``kwargs`` go to ``from_pretrained``/``from_config``,
     e.g. ``dtype``). Per-layer expert counts are rebuilt before the weights are read (strictly: every tensor
-    must be present and of the recorded shape)."""
+    must be present and of the recorded shape), and the saved ``generation_config.json`` is read as
+    ``from_pretrained`` reads it (``generate`` keeps the saved model's defaults)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if not isinstance(path, (str, os.PathLike)) or not str(path):
@@ -319,6 +320,7 @@ def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
             f"unexpected {sorted(unexpected)[:5]}"
         )
     model.tie_weights()
+    load_generation_config(model, path, ValueError)  # from_config does not read it: from_pretrained does
     return model.eval()
 
 
