@@ -329,6 +329,20 @@ def test_generate_steered_batches_ragged_prompts_exactly(hooked):
     assert [s.tolist() for s in sweep[1]] != [p.tolist() for p in plain]  # a large push changes some output
 
 
+def test_generate_steered_per_prompt_vectors_follow_beams_and_returned_sequences(hooked):
+    # generate repeats each prompt max(num_beams, num_return_sequences) times; per-prompt vectors raised
+    # "vector holds 3 per-sequence rows, the batch has 6" here before 2026-12-18
+    rows = torch.randn(len(RAGGED), hooked.d_model, generator=torch.Generator().manual_seed(3)) * 20
+    kw = {"max_new_tokens": 4, "num_beams": 2, "num_return_sequences": 2}
+    batched = generate_steered(hooked, RAGGED, rows, 1, 1.0, batch_size=3, **kw)
+    plain = generate_steered(hooked, RAGGED, rows, 1, 0.0, **kw)
+    assert len(batched) == 2 * len(RAGGED)
+    assert [b.tolist() for b in batched] != [p.tolist() for p in plain]  # the vectors change the output
+    for i, seq in enumerate(RAGGED):  # prompt i's two beams are entries 2i and 2i + 1, as alone
+        alone = generate_steered(hooked, [seq], rows[i], 1, 1.0, **kw)
+        assert [b.tolist() for b in batched[2 * i : 2 * i + 2]] == [a.tolist() for a in alone]
+
+
 def test_steering_a_trained_concept_raises_its_token(zoo):
     """A tiny GPT-2 trained for a few steps to continue token 7 with 8 and token 9 with 10: the difference
     of means between sequences ending in 7 and in 9, added at the last block, moves the next-token

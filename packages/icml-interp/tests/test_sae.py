@@ -327,6 +327,32 @@ def test_hooked_model_hidden_states_become_tokens():
     assert masked.shape == (27, 64)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_drop_first_tokens_drops_each_rows_first_real_tokens_on_either_padding_side(side):
+    # Hugging Face tokenizers pad decoder LMs on the left for generation: the first positions of a short row
+    # are padding, and its BOS comes later; it was kept (2 BOS outliers among 13 tokens before 2026-12-18)
+    from icml_tools.assets import tiny_llama
+
+    hooked = HookedModel(tiny_llama())
+    name = "blocks.1.hook_resid_post"
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.cat([torch.tensor([1]), torch.randint(2, 256, (n,), generator=gen)]) for n in (3, 6, 4)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        cols = slice(width - len(r), width) if side == "left" else slice(0, len(r))
+        ids[i, cols], mask[i, cols] = r, 1
+    got = ActivationSource(
+        (hooked, name), [{"input_ids": ids, "attention_mask": mask}], shuffle=False, drop_first_tokens=1
+    ).take()
+    # each row alone, its BOS dropped (left padding moves rotary positions: equal up to rounding, measured
+    # max |diff| 1.5e-8 on both sides, within assert_close's float32 default atol 1e-5)
+    expected = torch.cat([hooked.run_with_cache(r[None], [name])[1][name][0, 1:] for r in rows])
+    assert got.shape == expected.shape == (13, 64)
+    torch.testing.assert_close(got, expected)
+
+
 def test_splice_with_error_term_is_exact_and_spliced_loss_matches_manual_runs():
     from icml_tools.assets import tiny_llama
 

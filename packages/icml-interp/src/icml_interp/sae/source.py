@@ -192,9 +192,10 @@ class ActivationSource:
     (tensors or dicts of keyword arguments), or any iterable of them (a one-shot iterator is read once:
     training stops when it is exhausted). ``forward(input)`` runs the model (default: see the module
     docstring). The forward pass stops right after the target module (``stop_early``), so later layers cost
-    nothing. ``drop_first_tokens`` drops the first positions of each sequence (``btd`` layout; e.g. the BOS
-    token, whose residual norm is an outlier in most LMs). The shuffling buffer holds ``buffer_tokens`` tokens
-    and hands out the older half, shuffled, each time it is full.
+    nothing. ``drop_first_tokens`` drops the first tokens of each sequence (``btd`` layout; e.g. the BOS
+    token, whose residual norm is an outlier in most LMs): the first real tokens of its ``attention_mask``
+    where a dict input has one (left or right padding alike), else the first positions. The shuffling buffer
+    holds ``buffer_tokens`` tokens and hands out the older half, shuffled, each time it is full.
     """
 
     def __init__(
@@ -322,8 +323,12 @@ class ActivationSource:
             keep = torch.ones(act.shape[:2], dtype=torch.bool, device=act.device)
             mask = inp.get("attention_mask") if isinstance(inp, dict) else None
             if isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(act.shape[:2]):
-                keep &= mask.bool()
-            keep[:, : self.drop_first_tokens] = False
+                real = mask.to(act.device).bool()
+                # the first real tokens of each row, wherever the padding is: with left padding (Hugging
+                # Face's side for generation) the first positions are padding and the BOS comes later
+                keep &= real & (real.long().cumsum(1) > self.drop_first_tokens)
+            else:
+                keep[:, : self.drop_first_tokens] = False
             return act[keep]
         return to_tokens(act, layout)
 

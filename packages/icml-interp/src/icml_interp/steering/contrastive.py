@@ -232,7 +232,9 @@ def generate_steered(
     ``positions="prefill"`` steers the prompt's forward pass only (CRH); ``"all"`` every position of every
     pass, generated tokens included. ``vector`` is ``(d_model,)`` or ``(n_prompts, d_model)``, one per prompt
     (e.g. :meth:`icml_interp.crh.Cylinder.penalty_vectors`). Greedy decoding unless ``generate_kwargs`` say
-    otherwise; ``scale=0`` attaches no hook at all."""
+    otherwise; ``scale=0`` attaches no hook at all. With ``num_return_sequences=r`` the list holds ``r``
+    continuations per prompt, prompt ``i``'s at ``i*r`` to ``i*r + r - 1`` (Hugging Face's order), each steered
+    by its prompt's vector (also under beam search)."""
     hooked = wrap(model)
     rows = check_token_sequences(prompts, hooked.d_vocab, "prompts")
     check_choice(positions, "positions", ("prefill", "all"))
@@ -257,6 +259,13 @@ def generate_steered(
     if vector.ndim == 2 and vector.shape[0] != len(rows):
         raise ValueError(f"vector must hold one row per prompt ({len(rows)}), got {vector.shape[0]}")
     generate_kwargs.setdefault("do_sample", False)
+    # generate repeats each prompt's row max(num_beams, num_return_sequences) times, consecutively
+    # (transformers' _expand_inputs_for_generation); a per-prompt vector must follow its prompt's copies
+    config = generate_kwargs.get("generation_config") or getattr(hooked.model, "generation_config", None)
+    copies = max(
+        int(generate_kwargs.get("num_beams", getattr(config, "num_beams", None) or 1)),
+        int(generate_kwargs.get("num_return_sequences", getattr(config, "num_return_sequences", None) or 1)),
+    )
     eos = getattr(getattr(hooked.model, "generation_config", None), "eos_token_id", None)
     eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
     out: list[torch.Tensor] = []
@@ -279,6 +288,8 @@ def generate_steered(
                 gen = hooked.generate(batch, **kwargs)
             else:
                 rows_vector = vector[start : start + batch_size] if vector.ndim == 2 else vector
+                if rows_vector.ndim == 2 and copies > 1:  # generate's batch holds each prompt `copies` times
+                    rows_vector = rows_vector.repeat_interleave(copies, 0)
                 with add_steering_vector(
                     hooked, layer, rows_vector, scale, component=component, positions=positions
                 ):
