@@ -790,6 +790,41 @@ def test_skips_in_a_diffusers_pipeline_without_step_index_and_resets_per_generat
     assert torch.equal(generate(), reference)
 
 
+def test_a_generation_that_raised_part_way_does_not_leave_the_next_one_mid_run():
+    # Flux puts no step index nor timestep in the cache context and the pipeline's end-of-call reset never
+    # ran: the next generation continued the aborted run's step counter (its records were steps 4..11 then
+    # 0..3 of a run begun mid-generation) and its output moved by 0.066 (mean |x| 0.94) from a fresh cache's
+    pipe, generate = _tiny_flux_pipeline()
+    apply_navicache(
+        pipe.transformer, NaviCacheConfig(threshold=0.5, alignment_steps=2, num_inference_steps=STEPS)
+    )
+    try:
+        fresh, fresh_stats = generate(), get_cache_stats(pipe.transformer).as_dict()
+
+        def abort(pipe, i, t, kwargs):
+            if i == 3:
+                raise KeyboardInterrupt
+            return kwargs
+
+        g = torch.Generator().manual_seed(5)
+        with pytest.raises(KeyboardInterrupt):
+            pipe(
+                prompt_embeds=torch.randn(1, 4, 32, generator=g),
+                pooled_prompt_embeds=torch.randn(1, 32, generator=g),
+                height=64,
+                width=64,
+                num_inference_steps=STEPS,
+                output_type="latent",
+                callback_on_step_end=abort,
+            )
+        after, after_stats = generate(), get_cache_stats(pipe.transformer).as_dict()
+    finally:
+        remove_navicache(pipe.transformer)
+    assert 0 < fresh_stats["steps_skipped"] < STEPS
+    assert after_stats == fresh_stats and torch.equal(after, fresh)
+    assert not any(pipe.transformer._diffusers_hook.hooks.values())  # the timestep hook is removed too
+
+
 def _sample_without_step_index(model, noise, cond, num_steps=STEPS, timestep_field=False):
     """``sample_flow_euler`` as most diffusers pipelines call the model: ``cache_context("cond")`` alone
     (optionally with the ``timestep``), no step index, no reset between runs."""

@@ -399,6 +399,48 @@ def test_diffusers_callback_runs_in_a_stable_diffusion_pipeline(schedule):
     assert torch.isfinite(cfg).all()
 
 
+@pytest.mark.parametrize("scheduler", ["DDIMScheduler", "DPMSolverMultistepScheduler"])
+def test_diffusers_callback_in_img2img_guides_at_the_timestep_denoised_next(scheduler):
+    # img2img with strength 0.5 runs the last 5 of 10 timesteps: the callback read timesteps[i + 1] of the
+    # whole schedule (801 where the latents sat at 301) and guided the final latents after the last step
+    import diffusers
+    from diffusers import StableDiffusionImg2ImgPipeline
+
+    sd = _tiny_sd_pipeline()
+    pipe = StableDiffusionImg2ImgPipeline(
+        **{**sd.components, "scheduler": getattr(diffusers, scheduler)()}, requires_safety_checker=False
+    )
+    pipe.set_progress_bar_config(disable=True)
+    calls = []  # (guidance or pipeline, timestep) of every unet call
+    forward = pipe.unet.forward
+
+    def logged(sample, t, *args, **kwargs):
+        calls.append(("guide" if torch.is_grad_enabled() else "pipe", int(t)))
+        return forward(sample, t, *args, **kwargs)
+
+    pipe.unet.forward = logged
+    torch.manual_seed(1)
+    enc = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 6), torch.nn.Tanh())
+    embeds = torch.randn(1, 4, 16, generator=torch.Generator().manual_seed(1))
+    pipe(
+        image=torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(2)),  # latents: no VAE needed
+        prompt_embeds=embeds,
+        strength=0.5,
+        num_inference_steps=10,
+        guidance_scale=1.0,
+        output_type="latent",
+        generator=torch.Generator().manual_seed(0),
+        callback_on_step_end=JEPAGuidance(enc, eta=0.5, top_k=3, start_fraction=1.0).diffusers_callback(),
+        callback_on_step_end_tensor_inputs=["latents", "prompt_embeds"],
+    )
+    run = pipe.scheduler.timesteps[5:].tolist()
+    assert [t for kind, t in calls if kind == "pipe"] == run
+    assert [t for kind, t in calls if kind == "guide"] == run[
+        1:
+    ]  # before each later step, never after the last
+    assert all(kind == "guide" for kind, _ in calls[1::2])  # each right before the step it guides
+
+
 def test_diffusers_callback_explains_what_it_needs():
     pipe = _tiny_sd_pipeline()
     guidance = JEPAGuidance(torch.nn.Flatten(), eta=0.5, top_k=2)

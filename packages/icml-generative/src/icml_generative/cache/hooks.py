@@ -15,8 +15,10 @@ The step: the context's ``step_index`` when the pipeline sets it (diffusers' Wan
 else the number of forwards run in that context since the run began (diffusers' TaylorSeer cache counts
 steps the same way; most diffusers pipelines call ``cache_context("cond")`` with no step). A new run
 (generation) begins when the leading context's ``step_index`` is 0, when its counter has run the whole
-schedule, when the context's ``timestep`` increases again (the scheduler restarted), and after the
-pipeline's end-of-call ``reset_stateful_hooks`` (diffusers' convention, ``maybe_free_model_hooks``).
+schedule, when the context's ``timestep`` increases again (the scheduler restarted; on a diffusers model
+whose pipeline puts no step index nor timestep in the context, e.g. Flux, the ``timestep`` argument of the
+model's forward: so a generation that raised part-way does not leave the next one inside its run), and
+after the pipeline's end-of-call ``reset_stateful_hooks`` (diffusers' convention, ``maybe_free_model_hooks``).
 A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
 an input of its own shape.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,12 +37,14 @@ from diffusers.hooks import HookRegistry, ModelHook
 from diffusers.hooks._common import _ALL_TRANSFORMER_BLOCK_IDENTIFIERS
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.hooks.hooks import BaseState, StateManager
+from diffusers.models.modeling_utils import ModelMixin
 
 from icml_generative.validation import check_choice, check_module
 
 LEVELS = ("blocks", "model")  # what a stack cache caches: the block stack's residual or the whole model's
 HEAD_HOOK = "icml_stack_cache_head"
 BLOCK_HOOK = "icml_stack_cache_block"
+TIMESTEP_HOOK = "icml_stack_cache_timestep"
 NO_CONTEXT_MESSAGE = (
     "{method}: no cache context is set. Wrap every transformer call in a named context, e.g. "
     "`with transformer.cache_context('cond'):` on a diffusers model (diffusers pipelines do this), or "
@@ -118,6 +123,7 @@ class _SharedState:
     """State shared by all contexts of a run: the leader, the decisions, the policy, the statistics."""
 
     def __init__(self) -> None:
+        self.model_timestep: Any = None  # the timestep argument of the model's current forward (diffusers)
         self.reset()
 
     def reset(self) -> None:
@@ -246,6 +252,35 @@ class _ModelIO:
         return self._wrap(hidden)
 
 
+class _ModelTimestepHook(ModelHook):
+    """On a diffusers model: keeps each forward's ``timestep`` argument for the head, which reads it where the
+    cache context has neither step index nor timestep (Flux and most 0.42 pipelines). A larger timestep than
+    the last one then starts a new run, as a context's timestep does: without it, a generation that raised
+    part-way (no end-of-call reset) left its step counter to the next generation, which began mid-run and
+    could skip its first steps with the aborted generation's residual."""
+
+    def __init__(self, shared: _SharedState) -> None:
+        super().__init__()
+        self.shared = shared
+        self.index: int | None = None
+
+    def initialize_hook(self, module):
+        self.index = _signature_index(module.__class__, "timestep")
+        return module
+
+    @torch.compiler.disable
+    def pre_forward(self, module, *args, **kwargs):
+        if "timestep" in kwargs:
+            value = kwargs["timestep"]
+        else:
+            value = args[self.index] if self.index is not None and self.index < len(args) else None
+        real = (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
+            isinstance(value, torch.Tensor) and not value.is_complex()
+        )
+        self.shared.model_timestep = value if real else None
+        return args, kwargs
+
+
 class StackCacheHook(ModelHook):
     """The hook on each block of the stack; the head decides, the tail stores, the others pass through."""
 
@@ -311,6 +346,8 @@ class StackCacheHook(ModelHook):
             )
         leading = shared.leader is None or shared.leader == context.name
         timestep = _as_float(context.timestep)
+        if timestep is None and leading and context.step_index is None:
+            timestep = _as_float(shared.model_timestep)  # a diffusers model's timestep argument, if any
         if leading and self._new_run(context, ctx, n, timestep):  # forget the previous run
             self._runs += 1
             shared.reset()
@@ -508,6 +545,8 @@ def apply_stack_cache(
         registry.register_hook(
             StackCacheHook(policy, state_manager, shared, True, True, _ModelIO()), HEAD_HOOK
         )
+    if isinstance(module, ModelMixin):  # registered last: runs before the model-level head decides
+        registry.register_hook(_ModelTimestepHook(shared), TIMESTEP_HOOK)
     last = len(blocks) - 1
     for i, (_, block) in enumerate(blocks):
         hook = StackCacheHook(policy, state_manager, shared, is_head=i == 0, is_tail=i == last)
@@ -531,6 +570,7 @@ def remove_stack_cache(module: torch.nn.Module, method: str) -> None:
         if registry is not None:
             registry.remove_hook(HEAD_HOOK, recurse=False)
             registry.remove_hook(BLOCK_HOOK, recurse=False)
+            registry.remove_hook(TIMESTEP_HOOK, recurse=False)
     registry = getattr(module, "_diffusers_hook", None)
     if registry is not None:
         registry.invalidate_child_registries_cache()

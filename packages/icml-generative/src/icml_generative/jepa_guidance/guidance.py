@@ -262,7 +262,9 @@ class TweedieGuidance:
         self, x0_fn: Callable[[Any, torch.Tensor, Any, dict], torch.Tensor] | None = None
     ) -> Callable[[Any, int, Any, dict], dict]:
         """A ``callback_on_step_end`` for diffusers pipelines: after step ``i`` the latents sit at the next
-        timestep; they are guided there, before the pipeline denoises them.
+        timestep; they are guided there, before the pipeline denoises them, and not after the loop's last
+        step. Steps count in the scheduler's whole schedule (``start_fraction`` is a noise level): in img2img
+        with ``strength`` < 1 the loop runs its tail, and the next timestep is found there.
 
         ``x0_fn(pipe, latents, timestep, callback_kwargs) -> x̂0`` gives the Tweedie estimate; by default
         the pipeline's ``unet`` under a variance-preserving scheduler (DDIM, DDPM, PNDM, DPM-Solver: those
@@ -280,8 +282,8 @@ class TweedieGuidance:
         def callback(pipe: Any, i: int, t: Any, callback_kwargs: dict) -> dict:
             latents = callback_kwargs.get("latents")
             timesteps = pipe.scheduler.timesteps
-            nxt = int(i) + 1
-            if latents is None or nxt >= len(timesteps) or self.eta == 0.0:
+            nxt, end = _next_step(pipe, timesteps, int(i), t)
+            if latents is None or nxt >= end or self.eta == 0.0:
                 return callback_kwargs
             if not self.is_active(nxt, len(timesteps)):
                 return callback_kwargs
@@ -297,6 +299,22 @@ class TweedieGuidance:
             return {**callback_kwargs, "latents": guided}
 
         return callback
+
+
+def _next_step(pipe: Any, timesteps: torch.Tensor, i: int, t: Any) -> tuple[int, int]:
+    """``(index in scheduler.timesteps of the step after loop step i, end of the loop there)``.
+
+    The loop runs a slice ``timesteps[begin : begin + pipe.num_timesteps]``: img2img and inpainting start it
+    at ``strength`` (``begin > 0``), SDXL's ``denoising_end`` ends it early. ``begin`` is the scheduler's
+    ``begin_index`` where it has one (the pipelines set it), else the first index ``>= i`` holding ``t``.
+    """
+    begin = getattr(pipe.scheduler, "begin_index", None)
+    if not isinstance(begin, int):
+        held = torch.nonzero(torch.as_tensor(timesteps) == torch.as_tensor(t, device=timesteps.device))
+        begin = next((j - i for j in held.flatten().tolist() if j >= i), 0)
+    loop = getattr(pipe, "_num_timesteps", None)
+    end = len(timesteps) if not isinstance(loop, int) else min(len(timesteps), begin + loop)
+    return begin + i + 1, end
 
 
 def _vp_scheduler(scheduler: Any) -> torch.Tensor:

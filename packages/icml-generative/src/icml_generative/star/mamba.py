@@ -139,8 +139,13 @@ class Mamba(nn.Module):
                 torch.rand(self.d_inner) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
             )
             self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+        # in the default dtype, as every other parameter: diffusers' from_pretrained(torch_dtype=...,
+        # low_cpu_mem_usage=False) builds the model under that default and copies the weights into it, so a
+        # float32 A_log stayed float32 in a bfloat16 model and its forward refused bfloat16 input
         self.A_log = nn.Parameter(
-            torch.log(torch.arange(1, self.d_state + 1).float()).repeat(self.d_inner, 1)
+            torch.log(torch.arange(1, self.d_state + 1).float())
+            .to(torch.get_default_dtype())
+            .repeat(self.d_inner, 1)
         )
         self.D = nn.Parameter(torch.ones(self.d_inner))
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
