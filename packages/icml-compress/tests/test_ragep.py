@@ -288,6 +288,74 @@ def test_load_pruned_with_per_layer_budgets_keeps_the_generation_config(tmp_path
     assert torch.equal(loaded.generate(IDS[:1, :4]), expected)
 
 
+def test_load_pruned_applies_from_pretrained_arguments_on_both_routes(tmp_path):
+    """``load_pruned(path, **kwargs)`` takes ``from_pretrained``'s arguments on both routes. Before, with
+    per-layer budgets they went to ``from_config`` and on to the model's ``__init__``: ``device_map="cpu"``
+    raised ``TypeError: MixtralForCausalLM.__init__() got an unexpected keyword argument 'device_map'`` and
+    ``dtype="auto"`` an AttributeError, where the uniform route (``from_pretrained``) loaded the model. Each
+    route's model, with or without each argument, must give the logits of the in-memory pruned model, bit for
+    bit (the uniform and per-layer models differ, so they are compared to their own references)."""
+    from transformers import AutoModelForCausalLM
+
+    base = tiny_moe("mixtral")
+    base.save_pretrained(tmp_path / "full")
+    plans = {"uniform": {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}, "ragged": {0: [1, 3, 4, 6, 7], 1: [0, 5, 2]}}
+    for name, plan in plans.items():
+        in_float32 = save_pruned(prune_experts(copy.deepcopy(base), plan), tmp_path / f"{name}-float32")
+        for dtype in (torch.float32, torch.bfloat16):
+            # the reference: built in dtype by from_pretrained (so its buffers are as a load makes them), pruned
+            ref = prune_experts(
+                AutoModelForCausalLM.from_pretrained(tmp_path / "full", dtype=dtype).eval(), plan
+            )
+            expected = ref(IDS).logits
+            saved = save_pruned(ref, tmp_path / f"{name}-{dtype}")
+            for kwargs in (
+                {},
+                {"dtype": dtype},
+                {"dtype": str(dtype).removeprefix("torch.")},
+                {"dtype": "auto"},
+                {"torch_dtype": dtype},
+                {"device_map": "cpu"},
+                {"device_map": torch.device("cpu")},
+                {"device_map": {"": "cpu"}},
+                {"device_map": {"model": "cpu", "lm_head": "cpu"}},
+                {"low_cpu_mem_usage": True},
+                {"attn_implementation": "sdpa"},
+                {
+                    "dtype": dtype,
+                    "device_map": "cpu",
+                    "low_cpu_mem_usage": True,
+                    "attn_implementation": "sdpa",
+                },
+            ):
+                loaded = load_pruned(saved, **kwargs)
+                assert (loaded.dtype, loaded.device.type, loaded.training) == (dtype, "cpu", False), kwargs
+                assert torch.equal(loaded(IDS).logits, expected), (name, dtype, kwargs)
+            # a float32 save read in dtype, as from_pretrained reads it
+            assert torch.equal(load_pruned(in_float32, dtype=dtype)(IDS).logits, expected)
+        # the bfloat16 reference's implementations, switched one after the other (eager attention changes
+        # its logits by up to 2e-3, eager experts by up to 2e-3 more: an ignored argument would be seen)
+        chosen: dict[str, str] = {}
+        for key, value in (("attn_implementation", "eager"), ("experts_implementation", "eager")):
+            getattr(ref, f"set_{key}")(value)
+            chosen[key] = value
+            loaded = load_pruned(saved, **chosen)
+            assert getattr(loaded.config, f"_{key}") == value
+            assert torch.equal(loaded(IDS).logits, ref(IDS).logits), (name, key)
+    # the per-layer route refuses what it cannot apply, naming it (the uniform route is from_pretrained's)
+    ragged = tmp_path / "ragged-float32"
+    with pytest.raises(TypeError, match=r"output_attentions.*revision"):
+        load_pruned(ragged, revision="main", output_attentions=True)
+    for device_map in ("auto", "sequential", "disk", "meta", -1, {"model": "cpu", "lm_head": "disk"}):
+        with pytest.raises(ValueError, match="device_map must name one device"):
+            load_pruned(ragged, device_map=device_map)
+    # "float" names torch.float (float32), as from_pretrained reads it
+    assert load_pruned(ragged, dtype="float").dtype == torch.float32
+    for dtype in (torch.int8, "nn", {"": torch.float32}):
+        with pytest.raises(ValueError, match=r"dtype must be a floating torch\.dtype"):
+            load_pruned(ragged, dtype=dtype)
+
+
 def test_a_failed_save_leaves_the_earlier_save_and_a_file_path_is_refused(tmp_path, monkeypatch):
     import transformers.modeling_utils as mu
 

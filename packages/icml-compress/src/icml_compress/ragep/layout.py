@@ -292,11 +292,40 @@ def save_pruned(model: nn.Module, path: str | os.PathLike) -> Path:
     return write_directory(path, write, "config.json", "save_pruned")
 
 
+# the from_pretrained keyword arguments the per-layer route applies itself (the uniform route passes any)
+_LOAD_OPTIONS = (
+    "dtype",
+    "torch_dtype",
+    "device_map",
+    "low_cpu_mem_usage",
+    "attn_implementation",
+    "experts_implementation",
+)
+
+
 def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
-    """Load a checkpoint written by :func:`save_pruned` (``kwargs`` go to ``from_pretrained``/``from_config``,
-    e.g. ``dtype``). Per-layer expert counts are rebuilt before the weights are read (strictly: every tensor
-    must be present and of the recorded shape), and the saved ``generation_config.json`` is read as
-    ``from_pretrained`` reads it (``generate`` keeps the saved model's defaults)."""
+    """Load a checkpoint written by :func:`save_pruned`, in eval mode.
+
+    With the same number of experts in every layer this is ``AutoModelForCausalLM.from_pretrained(path,
+    **kwargs)``: every keyword argument of ``from_pretrained`` applies. Per-layer expert counts are rebuilt
+    (``from_config``, the layers sliced to their recorded sizes) before the weights are read (strictly: every
+    tensor must be present and of the recorded shape), and the saved ``generation_config.json`` is read as
+    ``from_pretrained`` reads it (``generate`` keeps the saved model's defaults). That route applies these
+    ``from_pretrained`` arguments as ``from_pretrained`` does, so both routes give the same model (tested bit
+    for bit):
+
+    - ``dtype`` (or its old name ``torch_dtype``; ``dtype`` wins): a floating ``torch.dtype``, its name, or
+      ``"auto"`` (the default: the config's ``dtype``, else the checkpoint's);
+    - ``device_map``: one device (``"cpu"``, ``"cuda:1"``, a ``torch.device``, an accelerator index, or a
+      dict whose values all name that device, e.g. ``{"": "cuda:0"}``): the model is read on the CPU and
+      moved there. ``"auto"``, the other strategies, maps over several devices and ``"disk"`` (which
+      ``from_pretrained`` hands to accelerate's hooks) raise ValueError: load on one device and dispatch
+      the model yourself (``accelerate.dispatch_model``);
+    - ``attn_implementation``, ``experts_implementation``: as ``from_pretrained``;
+    - ``low_cpu_mem_usage``: accepted and ignored, as transformers 5 ignores it.
+
+    Any other keyword argument raises TypeError naming it.
+    """
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if not isinstance(path, (str, os.PathLike)) or not str(path):
@@ -308,10 +337,20 @@ def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
     counts = getattr(config, "ragep_experts_per_layer", None)
     if not counts:
         return AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
-    model = AutoModelForCausalLM.from_config(config, **kwargs)
+    unknown = sorted(set(kwargs) - set(_LOAD_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"load_pruned got keyword arguments {unknown} that a checkpoint with per-layer expert counts "
+            f"({path}) cannot take; it takes the from_pretrained arguments {list(_LOAD_OPTIONS)}"
+        )
+    device = _single_device(kwargs.get("device_map"))
+    state = _read_state(path)
+    dtype = kwargs.get("dtype")
+    dtype = _load_dtype(kwargs.get("torch_dtype") if dtype is None else dtype, config, state)
+    options = {k: kwargs[k] for k in ("attn_implementation", "experts_implementation") if k in kwargs}
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype, **options)
     for layer in find_moe_layers(model):
         slice_experts(layer, list(range(int(counts[str(layer.index)]))), name="path's recorded layout")
-    state = _read_state(path)
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {name for name in missing if _is_tied(model, name)}
     if set(missing) - tied or unexpected:
@@ -321,7 +360,53 @@ def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
         )
     model.tie_weights()
     load_generation_config(model, path, ValueError)  # from_config does not read it: from_pretrained does
+    if device is not None:
+        model.to(device)
     return model.eval()
+
+
+def _load_dtype(dtype: Any, config: Any, state: dict[str, torch.Tensor]) -> torch.dtype:
+    """The dtype ``from_pretrained`` builds a model in for its ``dtype`` argument (``None`` is ``"auto"``:
+    the config's ``dtype``, else that of the checkpoint's first floating tensor)."""
+    if dtype is None or dtype == "auto":
+        dtype = getattr(config, "dtype", None)
+        if dtype is None:
+            dtype = next(
+                (t.dtype for t in state.values() if t.is_floating_point()), torch.get_default_dtype()
+            )
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch.dtype, its name or 'auto', got {dtype!r}")
+    return dtype
+
+
+def _single_device(device_map: Any) -> torch.device | None:
+    """The one device a ``from_pretrained`` ``device_map`` names (``None``: none given), as transformers reads
+    it (``"cuda"`` is this process's ``LOCAL_RANK``, an int an accelerator index); a map that spreads the
+    model over devices, offloads it or leaves the choice to accelerate raises ValueError."""
+    if device_map is None:
+        return None
+    entries = device_map.values() if isinstance(device_map, dict) else [device_map]
+    devices: set[torch.device | None] = set()
+    for entry in entries:
+        if isinstance(entry, str) and entry == "cuda":
+            entry = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+        if isinstance(entry, bool) or (isinstance(entry, int) and entry < 0):
+            devices.add(None)  # not a device (from_pretrained refuses a negative index too)
+            continue
+        try:
+            devices.add(torch.device(entry))
+        except (RuntimeError, TypeError):  # "auto", "disk", ...
+            devices.add(None)
+    if len(devices) != 1 or None in devices or torch.device("meta") in devices:
+        raise ValueError(
+            "device_map must name one device for a checkpoint with per-layer expert counts ('cpu', 'cuda:0', a "
+            "torch.device, an accelerator index or a dict whose values all name it, e.g. {'': 'cuda:0'}), got "
+            f"{device_map!r:.120}: 'auto', the other strategies and maps over several devices or 'disk' are not "
+            "supported (load on one device, then dispatch with accelerate.dispatch_model)"
+        )
+    return devices.pop()
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
