@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 
 def tiny_gpt2(seed: int = 0, layers: int = 2):
@@ -218,4 +220,71 @@ def zoo():
         two_hop=two_hop_circuit,
         sender=SENDER,
         receiver=RECEIVER,
+    )
+
+
+# ------------------------------------------------------------------------------- models left in training mode
+def fine_tuning(model: nn.Module) -> nn.Module:
+    """``model`` (a causal LM, or a module holding one, with an ``lm_head``) as a fine-tuning loop leaves it:
+    in training mode with dropout on (GPT-2's default 0.1; the attention dropout of a Llama-family model, 0 by
+    default, set to 0.1), transformers' reentrant gradient checkpointing on, and its LM head left in eval mode
+    (a mixed mode the analyses must give back as it was).
+    Functions that compare passes must run it in eval mode: with dropout each pass draws its own mask, and
+    reentrant checkpointing leaves the activations cached inside a block out of the backward pass."""
+    for module in model.modules():
+        if hasattr(module, "attention_dropout") and isinstance(module.attention_dropout, float):
+            module.attention_dropout = 0.1
+    reentrant = {"use_reentrant": True}
+    hf = next(m for m in model.modules() if hasattr(m, "gradient_checkpointing_enable"))  # or the inner one
+    if hasattr(hf, "activation_checkpointing_enable"):  # gradient_checkpointing_enable's newer name
+        hf.activation_checkpointing_enable(activation_checkpointing_kwargs=reentrant)
+    else:
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=reentrant)
+    model.train()
+    model.lm_head.eval()
+    return model
+
+
+def training_flags(model: nn.Module) -> dict[str, bool]:
+    return {name: module.training for name, module in model.named_modules()}
+
+
+@contextmanager
+def failing(module: nn.Module):
+    """Within the context, every forward pass through ``module`` raises ``RuntimeError("boom")``."""
+
+    def explode(mod, args, output):
+        raise RuntimeError("boom")
+
+    handle = module.register_forward_hook(explode)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def train_vs_eval(model: nn.Module, run):
+    """``(run(model) in eval mode, run(model) on the same model left as fine_tuning leaves it)``, after checking
+    that the second call and a call that raises inside (a forward hook on the last block raises) give back
+    every submodule's mode."""
+    model = fine_tuning(model)
+    model.eval()
+    want = run(model)
+    fine_tuning(model)
+    before = training_flags(model)
+    assert model.training and not all(before.values())  # a mixed mode
+    got = run(model)
+    assert training_flags(model) == before
+    blocks = next(m for m in model.modules() if isinstance(m, nn.ModuleList))
+    with failing(blocks[-1]), pytest.raises(RuntimeError, match="boom"):
+        run(model)
+    assert training_flags(model) == before
+    return want, got
+
+
+@pytest.fixture(scope="session")
+def modes():
+    """The helpers above: a model left in training mode, its per-submodule flags, and the comparison."""
+    return SimpleNamespace(
+        fine_tuning=fine_tuning, flags=training_flags, failing=failing, train_vs_eval=train_vs_eval
     )

@@ -10,7 +10,7 @@ import torch
 
 from icml_interp.heads.scores import check_mask
 from icml_interp.hooks import HookPoint, act_name, wrap
-from icml_interp.validation import check_head, check_int
+from icml_interp.validation import check_head, check_int, eval_mode
 
 Hook = tuple[str, Callable[[torch.Tensor, HookPoint], torch.Tensor]]
 
@@ -66,6 +66,9 @@ def mean_ablation_hooks(
     ``model``: a Hugging Face causal LM or a :class:`HookedModel`; ``heads``: ``(layer, head)`` tuples.
     Use the result as ``hooked.run_with_hooks(input_ids, fwd_hooks=hooks)``; an empty ``heads`` gives no
     hooks (and runs nothing).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the means would be one sample of it.
     """
     hooked = wrap(model)
     by_layer = _heads_by_layer(heads, hooked.n_layers, hooked.n_heads)
@@ -77,7 +80,8 @@ def mean_ablation_hooks(
     if not by_layer:
         return []
     kwargs: dict[str, Any] = {} if attention_mask is None else {"attention_mask": mask.long()}
-    _, cache = hooked.run_with_cache(ids, [act_name("z", layer) for layer in by_layer], **kwargs)
+    with eval_mode(hooked.model):
+        _, cache = hooked.run_with_cache(ids, [act_name("z", layer) for layer in by_layer], **kwargs)
     hooks = []
     for layer, hs in sorted(by_layer.items()):
         mean = cache["z", layer][mask].mean(0)  # (heads, d_head): over the batch and the real positions

@@ -22,7 +22,7 @@ from icml_interp.heads.scores import (
 )
 from icml_interp.hooks import HookedModel, act_name, wrap
 from icml_interp.hooks.arch import get_module
-from icml_interp.validation import check_bool, check_choice, check_indices, check_int, check_type
+from icml_interp.validation import check_bool, check_choice, check_indices, check_int, check_type, eval_mode
 
 SCORE_NAMES = (
     "previous_token",
@@ -59,10 +59,11 @@ def _prepare(model, input_ids, attention_mask, layers) -> tuple[HookedModel, tor
 
 def _run(hooked: HookedModel, ids, mask, layers: list[int], shorts: Sequence[str]) -> dict[str, torch.Tensor]:
     """One forward pass caching ``shorts`` (e.g. ``"pattern"``, ``"z"``) at ``layers``, each stacked
-    ``(layers, ...)``."""
+    ``(layers, ...)``, with the model in eval mode (every submodule's mode restored afterwards)."""
     names = [act_name(short, layer) for short in shorts for layer in layers]
     kwargs: dict[str, Any] = {} if mask is None else {"attention_mask": mask.long()}
-    _, cache = hooked.run_with_cache(ids, names, **kwargs)
+    with eval_mode(hooked.model):
+        _, cache = hooked.run_with_cache(ids, names, **kwargs)
     return {short: cache.stack(short, layers) for short in shorts}
 
 
@@ -71,7 +72,10 @@ def attention_patterns(
 ) -> torch.Tensor:
     """Attention probabilities ``(layers, batch, heads, q, k)`` of one forward pass (``blocks.L.attn.
     hook_pattern``, i.e. eager attention). ``model``: a Hugging Face causal LM or a :class:`HookedModel`;
-    ``layers``: ints (negative from the end), default all."""
+    ``layers``: ints (negative from the end), default all.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the patterns of later layers would be one sample of it."""
     hooked, ids, mask, chosen = _prepare(model, input_ids, attention_mask, layers)
     return _run(hooked, ids, mask, chosen, ["pattern"])["pattern"]
 
@@ -220,6 +224,9 @@ def copy_score(
     ``positions``: the queries that count (None: every real token; ints, negative from the end; or a bool
     ``(batch, seq)`` mask, e.g. the masked positions); ``attention_mask`` ``(batch, seq)`` marks the real
     tokens (padding counts neither as a query, a key nor a token of the sequence).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the scores would be one sample of it.
     """
     hooked, ids, mask, chosen = _prepare(model, input_ids, attention_mask, layers)
     real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask
@@ -284,6 +291,9 @@ def head_scores(
     ``query_mask`` (same shape) drops further queries from every score (e.g. BOS, or all but the masked
     positions). ``layers``: ints, default all. Padding queries drop out of
     :func:`repeated_sequence_induction_score`'s layout, which is therefore not computed here.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the scores would be one sample of it.
     """
     hooked, ids, mask, chosen = _prepare(model, input_ids, attention_mask, layers)
     batch, seq = ids.shape

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from icml_interp.hooks import HookedModel, wrap
-from icml_interp.validation import check_int, check_token_ids
+from icml_interp.validation import check_int, check_token_ids, eval_mode
 
 
 def logit_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
@@ -26,6 +26,9 @@ def logit_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
     ``(seq,)`` or ``(batch, seq)``. Returns ``(n_layers + 1, seq, vocab)`` (or ``(n_layers + 1, batch, seq,
     vocab)``): entry 0 decodes the embeddings, entry ``l`` the output of block ``l``; the last entry equals the
     model's logits. One forward pass without gradients; the hooks are removed afterwards even if it fails.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the lens would be one sample of it.
     """
     if getattr(getattr(model, "config", None), "model_type", None) is None and not isinstance(
         model, HookedModel
@@ -34,7 +37,7 @@ def logit_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
     hooked = wrap(model)
     ids = hooked.token_ids(input_ids)
     names = ["blocks.0.hook_resid_pre", *(f"blocks.{i}.hook_resid_post" for i in range(hooked.n_layers))]
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         _, cache = hooked.run_with_cache(ids, names)
         logits = hooked.lens(torch.stack([cache[n] for n in names]))  # (n_layers + 1, batch, seq, vocab)
     return logits if input_ids.ndim == 2 else logits[:, 0]
@@ -70,7 +73,7 @@ def _plain_layout_lens(model, input_ids: torch.Tensor) -> torch.Tensor:
     handles = [layers[0].register_forward_pre_hook(record_input, with_kwargs=True)]
     try:
         handles += [layer.register_forward_hook(record_output) for layer in layers]
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(model):
             model(input_ids=ids, use_cache=False)
             logits = head(norm(torch.stack(resid)))  # (n_layers + 1, batch, seq, vocab)
     finally:
@@ -84,6 +87,7 @@ def token_rank_by_layer(model, input_ids: torch.Tensor, target: int, position: i
 
     ``input_ids`` is one sequence ``(seq,)``; ``position`` the position whose next-token prediction is read.
     Returns ``{"rank": [n_layers + 1 ints], "prob": [n_layers + 1 floats]}`` (layer 0 = embeddings).
+    Runs the model in eval mode (:func:`logit_lens`); every submodule's mode is restored.
     """
     if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 1:
         raise ValueError(

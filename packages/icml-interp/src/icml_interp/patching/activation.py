@@ -22,7 +22,7 @@ from icml_interp.patching.result import (
     logits_width,
     metric_value,
 )
-from icml_interp.validation import check_bool, check_indices, check_int, check_token_ids
+from icml_interp.validation import check_bool, check_indices, check_int, check_token_ids, eval_mode
 
 PATCHABLE = (
     "resid_pre",
@@ -228,6 +228,9 @@ def activation_patching(
     ``corrupt_ids`` (same shape, in ``[0, vocab)``), ``layers`` (in ``[-n_layers, n_layers)``), the hook names
     of ``components``, ``batch_size >= 1``, and for :func:`logit_diff` / :func:`answer_logprob` metrics their
     token ids (in ``[0, vocab)``, one or one per prompt) and position (inside the prompt).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask.
     """
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
@@ -247,7 +250,7 @@ def activation_patching(
                 "activation_patching does not patch hook_pattern: patch 'z' (head outputs) or 'q'/'k'/'v' "
                 "instead, or write the pattern with run_with_hooks"
             )
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         clean_value = metric_value(metric, hooked(clean))
         corrupt_logits, cache = hooked.run_with_cache(corrupt, list(names.values()))
         result = PatchingResult("activation patching", clean_value, metric_value(metric, corrupt_logits))

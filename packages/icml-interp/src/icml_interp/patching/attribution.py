@@ -21,7 +21,7 @@ from icml_interp.patching.result import (
     logits_width,
     metric_value,
 )
-from icml_interp.validation import check_bool
+from icml_interp.validation import check_bool, eval_mode
 
 
 def attribution_patching(
@@ -39,6 +39,11 @@ def attribution_patching(
 
     Same arguments and rows as :func:`activation_patching` (``resid_mid`` and ``pattern`` are not supported).
     Costs two forward passes and one backward pass whatever the number of units.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask (and transformers'
+    gradient checkpointing, which runs in training mode only, stays off: its reentrant variant would leave the
+    cached activations out of the backward pass).
     """
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
@@ -60,20 +65,21 @@ def attribution_patching(
     def leaf_embed(act, hook):  # gradients must reach the activations even if the weights are frozen
         return act if act.requires_grad else act.detach().requires_grad_(True)
 
-    with torch.no_grad():
-        corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, list(names.values()))
-    with torch.enable_grad():
-        logits, cache = hooked.run_with_cache(
-            clean, list(names.values()), grad=True, fwd_hooks=[("hook_embed", leaf_embed)]
-        )
-        value = metric(logits)
-        if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
-            raise ValueError(
-                "metric must return a scalar tensor that depends on the logits (attribution patching "
-                f"differentiates it), got {value!r}"
+    with eval_mode(hooked.model):
+        with torch.no_grad():
+            corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, list(names.values()))
+        with torch.enable_grad():
+            logits, cache = hooked.run_with_cache(
+                clean, list(names.values()), grad=True, fwd_hooks=[("hook_embed", leaf_embed)]
             )
-        metric_value(lambda _: value.detach(), logits)  # finite
-        grads = torch.autograd.grad(value, [cache[n] for n in names.values()], allow_unused=True)
+            value = metric(logits)
+            if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
+                raise ValueError(
+                    "metric must return a scalar tensor that depends on the logits (attribution patching "
+                    f"differentiates it), got {value!r}"
+                )
+            metric_value(lambda _: value.detach(), logits)  # finite
+            grads = torch.autograd.grad(value, [cache[n] for n in names.values()], allow_unused=True)
     result = PatchingResult("attribution patching", value.item(), metric_value(metric, corrupt_logits))
     for ((component, layer), name), grad in zip(names.items(), grads, strict=True):
         if grad is None:

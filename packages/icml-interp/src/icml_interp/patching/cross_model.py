@@ -25,7 +25,7 @@ from icml_interp.patching.result import (
     logits_width,
     metric_value,
 )
-from icml_interp.validation import check_indices
+from icml_interp.validation import check_indices, eval_mode
 
 
 def _wrap_named(model, name: str):
@@ -74,6 +74,9 @@ def cross_model_layer_patching(
     ``metric`` maps logits ``(n_prompts, seq, vocab)`` to a scalar; ``positions`` restricts the patch (default
     all prompt positions). Rows carry ``effect = (patched - A) / (B - A)``: 1 means the layer's output alone
     carries B's behaviour into A. ``clean`` is model A's metric and ``corrupt`` model B's.
+
+    Runs both models in eval mode; every submodule's mode is restored (also on a raise): the passes it
+    compares must see the same networks, where in training mode each would draw its own dropout mask.
     """
     a, b = _wrap_named(model_a, "model_a"), _wrap_named(model_b, "model_b")
     shape_a, shape_b = ((m.n_layers, m.d_model, m.n_heads, m.d_vocab) for m in (a, b))
@@ -90,7 +93,7 @@ def cross_model_layer_patching(
     names = {(c, layer): act_name(c, layer) for c in components for layer in layers}
     for name in names.values():
         a.hook_point(name)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(a.model), eval_mode(b.model):
         logits_b, cache_b = b.run_with_cache(ids, list(names.values()))
         result = PatchingResult(
             "cross-model layer patching", metric_value(metric, a(ids)), metric_value(metric, logits_b)

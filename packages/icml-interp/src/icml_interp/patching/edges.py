@@ -34,7 +34,7 @@ from icml_interp.hooks.arch import get_module
 from icml_interp.hooks.hooked import HookedModel, split_fused_qkv
 from icml_interp.patching.activation import check_pair
 from icml_interp.patching.result import Metric, check_layers, check_metric, logits_width, metric_value
-from icml_interp.validation import check_bool, check_choice, check_int, check_number
+from icml_interp.validation import check_bool, check_choice, check_int, check_number, eval_mode
 
 METHODS = ("eap", "eap-ig")
 
@@ -298,27 +298,33 @@ def edge_attribution_patching(
 
     ``metric`` maps logits ``(n_prompts, seq, vocab)`` to a scalar tensor (see :func:`logit_diff`); clean and
     corrupt token ids have the same shape. Costs ``steps`` forward and backward passes plus two forward passes.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask (and transformers'
+    gradient checkpointing, which runs in training mode only, stays off: its reentrant variant would leave the
+    cached activations out of the backward pass).
     """
     hooked, clean, corrupt = _check_common(model, clean_ids, corrupt_ids, metric)
     check_choice(method, "method", METHODS)
     check_int(steps, "steps", minimum=1, maximum=10_000)
     graph = build_graph(hooked)
     names = _cache_names(hooked)
-    with torch.no_grad():
-        clean_logits, clean_cache = hooked.run_with_cache(clean, names)
-        corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, names)
-        delta = _sender_outputs(hooked, corrupt_cache) - _sender_outputs(hooked, clean_cache)
-    if method == "eap":
-        grads, _ = _receiver_grads(hooked, clean, metric, None)
-        used = 1
-    else:
-        e0, e1 = clean_cache["hook_embed"], corrupt_cache["hook_embed"]
-        grads = torch.zeros(len(graph.receivers), *delta.shape[1:], device=delta.device)
-        for k in range(steps):
-            alpha = (k + 0.5) / steps
-            g, _ = _receiver_grads(hooked, clean, metric, e0 + alpha * (e1 - e0))
-            grads += g / steps
-        used = steps
+    with eval_mode(hooked.model):
+        with torch.no_grad():
+            clean_logits, clean_cache = hooked.run_with_cache(clean, names)
+            corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, names)
+            delta = _sender_outputs(hooked, corrupt_cache) - _sender_outputs(hooked, clean_cache)
+        if method == "eap":
+            grads, _ = _receiver_grads(hooked, clean, metric, None)
+            used = 1
+        else:
+            e0, e1 = clean_cache["hook_embed"], corrupt_cache["hook_embed"]
+            grads = torch.zeros(len(graph.receivers), *delta.shape[1:], device=delta.device)
+            for k in range(steps):
+                alpha = (k + 0.5) / steps
+                g, _ = _receiver_grads(hooked, clean, metric, e0 + alpha * (e1 - e0))
+                grads += g / steps
+            used = steps
     scores = torch.einsum("ubsd,vbsd->uv", delta.double(), grads.double())  # M is a mean over prompts
     # on the CPU, with the graph's masks (as edge_patching's scores)
     scores = torch.where(graph.mask, scores.float().cpu(), torch.zeros((), dtype=torch.float32))
@@ -360,7 +366,12 @@ def neuron_attribution_patching(
 ) -> NeuronScores:
     """EAP / EAP-IG scores of the MLP neurons of ``layers`` (default: all): ``(post_corrupt - post_clean) *
     dM/dpost`` per neuron, the gradient at the clean input (``"eap"``) or averaged over ``steps``
-    interpolated inputs (``"eap-ig"``)."""
+    interpolated inputs (``"eap-ig"``).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask (and transformers'
+    gradient checkpointing, which runs in training mode only, stays off: its reentrant variant would leave the
+    cached activations out of the backward pass)."""
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
     check_metric(metric, clean.shape[0], clean.shape[1], logits_width(hooked))
@@ -368,32 +379,33 @@ def neuron_attribution_patching(
     check_choice(method, "method", METHODS)
     check_int(steps, "steps", minimum=1, maximum=10_000)
     names = [act_name("post", layer) for layer in layers]
-    with torch.no_grad():
-        clean_logits, clean_cache = hooked.run_with_cache(clean, [*names, "hook_embed"])
-        corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, [*names, "hook_embed"])
-    e0, e1 = clean_cache["hook_embed"], corrupt_cache["hook_embed"]
-    alphas = [0.0] if method == "eap" else [(k + 0.5) / steps for k in range(steps)]
-    total = [torch.zeros_like(clean_cache[name]).float() for name in names]
-    for alpha in alphas:
-        embed = e0 + alpha * (e1 - e0)
-        with torch.enable_grad():
-            logits, cache = hooked.run_with_cache(
-                clean,
-                names,
-                grad=True,
-                fwd_hooks=[
-                    ("hook_embed", lambda act, hook, e=embed: e.to(act.dtype).detach().requires_grad_())
-                ],
-            )
-            value = metric(logits)
-            if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
-                raise ValueError(
-                    f"metric must return a scalar tensor that depends on the logits, got {value!r}"
+    with eval_mode(hooked.model):
+        with torch.no_grad():
+            clean_logits, clean_cache = hooked.run_with_cache(clean, [*names, "hook_embed"])
+            corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, [*names, "hook_embed"])
+        e0, e1 = clean_cache["hook_embed"], corrupt_cache["hook_embed"]
+        alphas = [0.0] if method == "eap" else [(k + 0.5) / steps for k in range(steps)]
+        total = [torch.zeros_like(clean_cache[name]).float() for name in names]
+        for alpha in alphas:
+            embed = e0 + alpha * (e1 - e0)
+            with torch.enable_grad():
+                logits, cache = hooked.run_with_cache(
+                    clean,
+                    names,
+                    grad=True,
+                    fwd_hooks=[
+                        ("hook_embed", lambda act, hook, e=embed: e.to(act.dtype).detach().requires_grad_())
+                    ],
                 )
-            grads = torch.autograd.grad(value, [cache[n] for n in names], allow_unused=True)
-        for i, gr in enumerate(grads):
-            if gr is not None:
-                total[i] += gr.float() / len(alphas)
+                value = metric(logits)
+                if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
+                    raise ValueError(
+                        f"metric must return a scalar tensor that depends on the logits, got {value!r}"
+                    )
+                grads = torch.autograd.grad(value, [cache[n] for n in names], allow_unused=True)
+            for i, gr in enumerate(grads):
+                if gr is not None:
+                    total[i] += gr.float() / len(alphas)
     scores = torch.stack(
         [
             ((corrupt_cache[n].float() - clean_cache[n].float()) * g).sum((0, 1))  # g has M's 1/n_prompts
@@ -508,11 +520,14 @@ def evaluate_circuit(
 
     ``edges``: a bool mask ``(n_senders, n_receivers)`` over :func:`build_graph`'s graph or a list of
     ``(sender, receiver)`` names. The whole graph gives ``M(clean)``, no edge ``M(corrupt)`` (up to rounding).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask.
     """
     hooked, clean, corrupt = _check_common(model, clean_ids, corrupt_ids, metric)
     graph = build_graph(hooked)
     outside = graph.mask & ~_edge_mask_from(graph, edges)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         _, corrupt_cache = hooked.run_with_cache(corrupt, _cache_names(hooked))
         corrupt_out = _sender_outputs(hooked, corrupt_cache)
         upstream = [int(graph.mask[:, j].sum()) for j in range(len(graph.receivers))]  # senders precede
@@ -538,12 +553,15 @@ def edge_patching(
     edges=None,
 ) -> EdgeScores:
     """Exact edge patching: ``M(edge patched) - M(clean)`` for every edge (or those of ``edges``), one forward
-    pass per edge. The reference EAP approximates; exhaustive and slow on large graphs."""
+    pass per edge. The reference EAP approximates; exhaustive and slow on large graphs.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask."""
     hooked, clean, corrupt = _check_common(model, clean_ids, corrupt_ids, metric)
     graph = build_graph(hooked)
     chosen = graph.mask if edges is None else _edge_mask_from(graph, edges)
     names = _cache_names(hooked)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         clean_logits, clean_cache = hooked.run_with_cache(clean, names)
         corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, names)
         delta = _sender_outputs(hooked, corrupt_cache) - _sender_outputs(hooked, clean_cache)
@@ -605,7 +623,9 @@ def find_circuit(
 ) -> Circuit:
     """Binary search over the number of top-scored edges (by ``|score|``, or by score) for the smallest edge set
     whose faithfulness is at least ``threshold`` (assumes faithfulness grows with the number of edges, as
-    in the papers' selection; the evaluated points are in ``Circuit.curve``)."""
+    in the papers' selection; the evaluated points are in ``Circuit.curve``).
+
+    Runs the model in eval mode (each :func:`evaluate_circuit`); every submodule's mode is restored."""
     hooked = wrap(model)
     if not isinstance(scores, EdgeScores):
         raise TypeError(

@@ -22,7 +22,7 @@ import torch
 from icml_interp.hooks import act_name, wrap
 from icml_interp.patching.activation import check_pair
 from icml_interp.patching.result import Metric, PatchingResult, check_metric, logits_width, metric_value
-from icml_interp.validation import check_bool, check_head
+from icml_interp.validation import check_bool, check_head, eval_mode
 
 RESID_FINAL = "resid_final"
 
@@ -44,6 +44,9 @@ def path_patching(
     ``receiver_input`` which of the receivers' q/k/v carry the sender's effect (with grouped-query attention
     a key/value receiver is its key/value head, shared by its group). ``senders`` defaults to every head in the
     layers before the earliest receiver (all layers for ``"resid_final"``).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask.
     """
     hooked = wrap(model)
     clean, corrupt = check_pair(hooked, clean_ids, corrupt_ids)
@@ -98,7 +101,7 @@ def path_patching(
                 recv_index[act_name(part, layer)].append(index)
     record = list(recv_index) if recv else [act_name("resid_post", hooked.n_layers - 1)]
 
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         clean_logits, clean_cache = hooked.run_with_cache(clean, z_names + mlp_names)
         corrupt_logits, corrupt_cache = hooked.run_with_cache(corrupt, z_names)
         result = PatchingResult(
