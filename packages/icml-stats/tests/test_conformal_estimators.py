@@ -205,6 +205,83 @@ def test_lac_classifier_equals_mapie():
     np.testing.assert_array_equal(ours[1], theirs[1])
 
 
+def _frame(x, y):
+    """``x`` as a data frame with named columns, a string column and a non-default index (as users hold
+    data), ``y`` as a Series on the same index."""
+    pd = pytest.importorskip("pandas")
+    index = np.arange(len(y)) + 1000
+    frame = pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "kind": np.where(x[:, 1] > 0, "up", "down")}, index)
+    return frame, pd.Series(y, index=index)
+
+
+def _by_name(final):
+    """A Pipeline that selects and encodes columns by name, ending in ``final``."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    columns = ColumnTransformer([("num", StandardScaler(), ["b", "a"]), ("cat", OneHotEncoder(), ["kind"])])
+    return make_pipeline(columns, final)
+
+
+def test_prefit_pipeline_on_a_data_frame_equals_mapie():
+    # a model trained on a DataFrame gets the DataFrame, as in MAPIE (the old code made a float array of
+    # it: "Specifying the columns using strings is only supported for dataframes", or TypeError for the
+    # string column)
+    mapie_r = pytest.importorskip("mapie.regression")
+    mapie_c = pytest.importorskip("mapie.classification")
+    X_fit, y_fit, X_cal, y_cal, X_test = split(*_frame(X_R, Y_R), 120, 40)
+    model = _by_name(LinearRegression()).fit(X_fit, y_fit)
+    ours = SplitConformalRegressor(model, [0.8, 0.9]).conformalize(X_cal, y_cal).predict_interval(X_test)
+    theirs = mapie_r.SplitConformalRegressor(model, confidence_level=[0.8, 0.9], prefit=True)
+    theirs = theirs.conformalize(X_cal, y_cal).predict_interval(X_test)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    X_fit, y_fit, X_cal, y_cal, X_test = split(*_frame(X_C, np.array(["x", "y", "z"])[Y_C]), 120, 80)
+    clf = _by_name(LogisticRegression()).fit(X_fit, y_fit)
+    ours = SplitConformalClassifier(clf, 0.9).conformalize(X_cal, y_cal).predict_set(X_test)
+    theirs = mapie_c.SplitConformalClassifier(clf, confidence_level=0.9, prefit=True)
+    theirs = theirs.conformalize(X_cal, y_cal).predict_set(X_test)
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_array_equal(ours[1], theirs[1])
+
+
+def test_data_frames_reach_the_trained_models_with_their_feature_names():
+    X_fit, y_fit, X_cal, y_cal, X_test = split(*_frame(X_R, Y_R), 120, 40)
+    numeric = [X_fit[["a", "b"]], X_cal[["a", "b"]], X_test[["a", "b"]]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old code: "X does not have valid feature names" at each call
+        plain = SplitConformalRegressor(LinearRegression().fit(numeric[0], y_fit), 0.9)
+        got = plain.conformalize(numeric[1], y_cal).predict_interval(numeric[2])[1]
+        trained = NormalizedConformalRegressor(_by_name(LinearRegression()), cv=3).fit(X_fit, y_fit)
+        trained.conformalize(X_cal, y_cal).predict_interval(X_test)
+    arrays = SplitConformalRegressor(LinearRegression().fit(numeric[0].to_numpy(), y_fit), 0.9)
+    expected = arrays.conformalize(numeric[1].to_numpy(), y_cal).predict_interval(numeric[2].to_numpy())[1]
+    np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match=r"X must have shape \(n_X, 3\), got \(100, 2\)"):
+        trained.predict_interval(numeric[2])
+
+
+@pytest.mark.parametrize("kind", ["split", "normalized", "cqr", "lac"])
+def test_a_refit_drops_the_old_calibration(kind):
+    # the old code kept the thresholds calibrated for the first model and gave intervals around the new one
+    is_classifier = kind == "lac"
+    x, y = (classification if is_classifier else regression)(np.random.default_rng(4), 300)
+    est = {
+        "split": SplitConformalRegressor(prefit=False),
+        "normalized": NormalizedConformalRegressor(cv=3),
+        "cqr": ConformalizedQuantileRegressor(),
+        "lac": SplitConformalClassifier(prefit=False),
+    }[kind]
+    est.fit(x[:100], y[:100]).conformalize(x[100:200], y[100:200])
+    est.fit(x[100:200, :1], y[100:200])  # another model, on one feature
+    predict = est.predict_set if is_classifier else est.predict_interval
+    with pytest.raises(NotFittedError):
+        predict(x[200:, :1])
+    est.conformalize(x[200:250, :1], y[200:250])
+    assert predict(x[250:, :1])[1].shape[0] == 50
+
+
 # ------------------------------------------------------------------------ coverage and nested levels
 def _prefit(kind, rng):
     """One trained model per method (on 500 points), and the call giving covers of a fresh split."""

@@ -124,13 +124,29 @@ class ConformalPredictor(BaseEstimator):
             )
         return levels
 
-    def _features(self, X, name: str, n_features: int | None = None) -> np.ndarray:
-        """``X`` as a finite float array ``(n, n_features)`` (the columns of the training data)."""
+    def _features(self, X, name: str, n_features: int | None = None):
+        """``X`` for the model(s), ``(n, n_features)`` (the columns of the training data).
+
+        A data frame (pandas, polars: anything 2-D with ``columns``) goes to the models as it is, as MAPIE
+        passes it: a model trained on one, e.g. a Pipeline whose ``ColumnTransformer`` selects columns by
+        name or one-hot encodes a string column, needs the frame (a float array made such a prefit model
+        raise, or warn that X has no feature names); the models check its values. Anything else becomes a
+        finite float array.
+        """
+        shape = getattr(X, "shape", None)
+        if hasattr(X, "columns") and shape is not None and len(shape) == 2:
+            expected = "n_features" if n_features is None else n_features
+            if shape[0] < 1 or shape[1] < 1 or (n_features is not None and shape[1] != n_features):
+                raise ValueError(f"{name} must have shape (n_{name}, {expected}), got {tuple(shape)}")
+            return X
         return as_array(X, name, (f"n_{name}", "n_features" if n_features is None else n_features))
 
     def _fit(self, X, y, names: tuple[str, str]):
         X = self._features(X, names[0])
         y = self._targets(y, names[1], X.shape[0], names[0])
+        # a refit makes a new model: the thresholds calibrated for the old one no longer hold for it
+        for attr in ("conformity_scores_", "confidence_levels_", "thresholds_"):
+            self.__dict__.pop(attr, None)
         self._train(X, y, ", ".join(names))
         self.n_features_in_ = X.shape[1]
         self.is_trained_ = True
@@ -160,7 +176,7 @@ class ConformalPredictor(BaseEstimator):
     def _calibration_targets(self, y: np.ndarray, name: str) -> np.ndarray:
         return y  # the classifier maps its labels to columns here
 
-    def _check_conformalized(self, X, name: str = "X") -> np.ndarray:
+    def _check_conformalized(self, X, name: str = "X"):
         check_is_fitted(self, "thresholds_")
         return self._features(X, name, self.n_features_in_)
 

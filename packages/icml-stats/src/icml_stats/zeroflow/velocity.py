@@ -90,7 +90,8 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
         hidden: hidden-layer widths of ``"mlp"``.
         max_iter: epochs of ``"mlp"``.
         n_components: Nyström points of ``"kernel"`` (at most the number of samples).
-        random_state: seeds the Nyström points and the MLP.
+        random_state: seeds the Nyström points and the MLP, and every unset ``random_state`` of a
+            scikit-learn regressor given as ``model``.
 
     Fitted attributes: ``regressor_`` (the fitted scikit-learn model), ``n_features_in_``, ``n_outputs_``;
     for ``"linear"`` also ``coef_`` ``(n_outputs, n_features)`` and ``intercept_`` ``(n_outputs,)``.
@@ -123,7 +124,7 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
                 raise TypeError(
                     f"model must be one of {VELOCITY_MODELS} or a scikit-learn regressor instance, got {self.model!r}"
                 )
-            return clone(self.model)
+            return self._seeded(clone(self.model))
         if self.model not in VELOCITY_MODELS:
             raise ValueError(
                 f"model must be one of {VELOCITY_MODELS} or a scikit-learn regressor, got {self.model!r}"
@@ -160,6 +161,18 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
             random_state=seed,
         )
         return TransformedTargetRegressor(make_pipeline(StandardScaler(), mlp), transformer=StandardScaler())
+
+    def _seeded(self, model):
+        """A user's regressor with each unset ``random_state`` among its (nested) parameters drawn from
+        ``random_state``, as scikit-learn's ensembles seed their base estimators: a forest or a boosting
+        model then refits the same for the same seed (seeds the user set are kept)."""
+        if self.random_state is None or not hasattr(model, "get_params"):
+            return model
+        rs = check_random_state(self.random_state)
+        names = sorted(
+            k for k, v in model.get_params(deep=True).items() if k.endswith("random_state") and v is None
+        )
+        return model.set_params(**{name: int(rs.randint(2**31)) for name in names}) if names else model
 
     def fit(self, M, D):
         """Fit ``E[D | M]`` on matched rows of ``M`` ``(n, k)`` and ``D`` ``(n, d)`` (a 1-D array is one column)."""
