@@ -207,6 +207,45 @@ def test_hf_chat_without_template_is_refused(tiny_model, smol_tokenizer):
         HFLocalBackend(tiny_model, bare).chat([[{"role": "user", "content": "hi"}]])
 
 
+def test_hf_text_leaves_out_an_ordinary_end_of_sequence_token(tiny_model, smol_tokenizer):
+    """A generation config may list an ordinary token among its end-of-sequence ids. The text kept that
+    token's text (' there') without a stop sequence and dropped it with one; now both drop it, as the
+    Completion contract and vLLM do."""
+    import copy
+
+    model = copy.deepcopy(tiny_model)
+    first = HFLocalBackend(model, smol_tokenizer).generate(["Hello there"], max_new_tokens=4)[0].token_ids[0]
+    assert first not in smol_tokenizer.all_special_ids  # 665, ' there': an ordinary token
+    model.generation_config.eos_token_id = [smol_tokenizer.eos_token_id, first]
+    backend = HFLocalBackend(model, smol_tokenizer)
+    plain = backend.generate(["Hello there"], max_new_tokens=8)[0]
+    with_stop = backend.generate(["Hello there"], max_new_tokens=8, stop=["@@never"])[0]
+    assert plain.finish_reason == "stop" and plain.token_ids == (first,)
+    assert plain.text == with_stop.text == ""  # the old code: ' there' without the stop sequence
+
+
+def test_hf_backend_and_its_usage_copy_and_pickle(tiny_backend):
+    """The usage counter held a threading.Lock as a dataclass field: dataclasses.asdict(backend.usage),
+    copy.deepcopy(backend) and pickle raised "cannot pickle '_thread.lock' object". Now the copies answer as
+    the original and count on their own (each with its own lock)."""
+    import copy
+    import dataclasses
+    import pickle
+
+    first = tiny_backend.generate(PROMPTS[:2], max_new_tokens=4)
+    prompt_tokens = sum(c.prompt_tokens for c in first)
+    assert dataclasses.asdict(tiny_backend.usage) == {
+        "calls": 1,
+        "requests": 2,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 8,
+    }
+    for clone in (copy.deepcopy(tiny_backend), pickle.loads(pickle.dumps(tiny_backend))):
+        assert clone.generate(PROMPTS[:2], max_new_tokens=4) == first
+        assert clone.usage.calls == 2 and tiny_backend.usage.calls == 1
+        assert clone.usage._lock is not tiny_backend.usage._lock
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_hf_backend_leaves_the_models_mode_to_its_owner(smol_tokenizer):
     """The backend put the model in eval mode for good when built, and decoded and scored in whatever mode the

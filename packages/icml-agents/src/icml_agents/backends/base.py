@@ -15,7 +15,7 @@ import numbers
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from icml_agents.validation import check_int, check_list, check_real
@@ -125,7 +125,19 @@ class Usage:
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # not a dataclass field, and left out of the pickled state: a lock field made dataclasses.asdict,
+        # copy.deepcopy and pickle raise "cannot pickle '_thread.lock' object" on the usage and on every
+        # backend (and agent) holding one
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def add(self, completions: Sequence[Completion]) -> None:
         with self._lock:

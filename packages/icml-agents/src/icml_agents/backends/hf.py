@@ -225,7 +225,13 @@ class HFLocalBackend(Backend):
             )
             step_pos = step_pos[:, -1:] + 1
         if not first.stop:
-            texts = [self.tokenizer.decode(g, skip_special_tokens=True) for g in generated]
+            # the end-of-sequence token is left out of the text even when it is an ordinary token (an eos list
+            # in the generation config may name one), as in the stop-sequence branch above and in vLLM;
+            # skip_special_tokens alone kept such a token's text
+            texts = [
+                self.tokenizer.decode(g[:-1] if finish[i] == "stop" else g, skip_special_tokens=True)
+                for i, g in enumerate(generated)
+            ]
         return [
             Completion(
                 texts[i], finish[i] or "length", len(prompts[i]), len(generated[i]), tuple(generated[i])
