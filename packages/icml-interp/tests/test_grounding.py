@@ -614,6 +614,42 @@ def test_analysis_bad_input_names_the_argument(planted):
     rejects(image_partitions, torch.tensor([1, 39, 39, 2]), 39, (1, 2), 2, name="rows")
 
 
+# ------------------------------------------------------------------ models left in training mode
+def _grounding_inputs():
+    g = torch.Generator().manual_seed(7)
+    return torch.randint(0, 256, (4, 10), generator=g), torch.randint(0, 256, (4, 10), generator=g)
+
+
+GROUNDING = {
+    "binding_by_layer": lambda m, x, y, lay: binding_by_layer(m, x, lay),
+    "attention_mass": lambda m, x, y, lay: attention_mass(m, x, lay),
+    "swap_test": lambda m, x, y, lay: swap_test(
+        m, x, y, [1, 2], layer=1, answer_tokens=[3, 4, 5], source_answers=[0, 1, 2, 0]
+    ),
+}
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("what", list(GROUNDING))
+def test_a_model_in_training_mode_gives_the_eval_mode_grounding(zoo, modes, arch, what):
+    # the passes ran in the model's mode: with dropout 0.1 in training mode (GPT-2's default; Qwen2's
+    # attention dropout) the per-row binding scores were off the eval-mode ones by up to 0.026 (GPT-2) /
+    # 0.029 (Qwen2), the attention masses by 0.0010 / 0.00085 and the swap test's logits by 0.12 / 0.027
+    # (one of Qwen2's 4 answers flipped). Now the model runs in eval mode (bit-identical) and every
+    # submodule's mode comes back, also when a pass raises.
+    x, y = _grounding_inputs()
+    lay = Layout(image=[[1, 2], [3, 4], [5, 6]], text=[[7], [8], [9]])
+    want, got = modes.train_vs_eval(getattr(zoo, arch)(), lambda m: GROUNDING[what](m, x, y, lay))
+    for field in want.__dataclass_fields__:
+        a, b = getattr(want, field), getattr(got, field)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(b, a)
+        elif isinstance(a, torch.Tensor):
+            torch.testing.assert_close(b, a, rtol=0, atol=0)
+        else:
+            assert b == a, field
+
+
 # ------------------------------------------------------------------ tiny vision-language models
 
 IMAGE_TOKEN = 39

@@ -35,7 +35,7 @@ import torch
 from icml_interp.crh.cylinder import Cylinder, sector_bins
 from icml_interp.hooks import wrap
 from icml_interp.steering.contrastive import right_padded
-from icml_interp.validation import check_int, check_number, check_token_sequences, check_type
+from icml_interp.validation import check_int, check_number, check_token_sequences, check_type, eval_mode
 
 NORMAL, CONCEPT, GIBBERISH = 1, 2, 3
 
@@ -300,7 +300,10 @@ class LMJudge:
 
 def continuation_perplexity(model, prompts, continuations, *, batch_size: int = 16) -> np.ndarray:
     """Perplexity of each continuation's tokens given its prompt under ``model`` (unsteered: use it as the
-    gibberish detector's reference), ``(n,)``; an empty continuation gets nan."""
+    gibberish detector's reference), ``(n,)``; an empty continuation gets nan.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode each
+    pass would draw its own dropout mask, and the perplexities would be one sample of it."""
     hooked = wrap(model)
     ps = check_token_sequences(prompts, hooked.d_vocab, "prompts")
     if isinstance(continuations, (str, bytes)) or not isinstance(continuations, Sequence):
@@ -318,16 +321,16 @@ def continuation_perplexity(model, prompts, continuations, *, batch_size: int = 
     out = np.full(len(ps), np.nan)
     todo = [i for i in range(len(ps)) if conts[i].numel()]
     device = hooked.embed.weight.device  # where the model reads its token ids
-    for start in range(0, len(todo), batch_size):
-        idx = todo[start : start + batch_size]
-        rows = [torch.cat([ps[i].to(device), conts[i].to(device)]) for i in idx]
-        batch, mask = right_padded(rows, device)
-        with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
+        for start in range(0, len(todo), batch_size):
+            idx = todo[start : start + batch_size]
+            rows = [torch.cat([ps[i].to(device), conts[i].to(device)]) for i in idx]
+            batch, mask = right_padded(rows, device)
             logp = torch.log_softmax(hooked(batch, attention_mask=mask).float(), -1)
-        for j, i in enumerate(idx):
-            lo, hi = len(ps[i]), len(rows[j])
-            nll = -logp[j, lo - 1 : hi - 1].gather(-1, rows[j][lo:hi, None])[:, 0]
-            out[i] = math.exp(float(nll.mean()))
+            for j, i in enumerate(idx):
+                lo, hi = len(ps[i]), len(rows[j])
+                nll = -logp[j, lo - 1 : hi - 1].gather(-1, rows[j][lo:hi, None])[:, 0]
+                out[i] = math.exp(float(nll.mean()))
     return out
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from icml_interp.hooks import HookedModel, act_name, wrap
-from icml_interp.validation import check_int, check_type
+from icml_interp.validation import check_int, check_type, eval_mode
 
 _MAX_POSITIONS = 1 << 20
 
@@ -246,14 +246,18 @@ class BindingResult:
 
 @torch.no_grad()
 def binding_by_layer(model, inputs, layouts, *, layers=None, hook: str = "resid_post") -> BindingResult:
-    """Binding score and modality gap of the residual stream at ``hook`` (a short hook name) of each layer."""
+    """Binding score and modality gap of the residual stream at ``hook`` (a short hook name) of each layer.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the scores would be one sample of it."""
     hooked = wrap(model)
     ids, kwargs = _split_inputs(inputs)
     ids = hooked.token_ids(ids)
     lays = _layouts(layouts, ids.shape[0], ids.shape[1])
     chosen = _layers(hooked, layers)
     names = [act_name(hook, layer) for layer in chosen]
-    _, cache = hooked.run_with_cache(ids, names, **kwargs)
+    with eval_mode(hooked.model):
+        _, cache = hooked.run_with_cache(ids, names, **kwargs)
     per_row = np.zeros((len(lays), len(chosen)))
     gaps = np.zeros((len(lays), len(chosen)))
     for j, name in enumerate(names):
@@ -280,14 +284,18 @@ class AttentionMass:
 
 @torch.no_grad()
 def attention_mass(model, inputs, layouts, *, layers=None) -> AttentionMass:
-    """Partition attention mass of every head of ``layers`` (default all), averaged over the input rows."""
+    """Partition attention mass of every head of ``layers`` (default all), averaged over the input rows.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the masses would be one sample of it."""
     hooked = wrap(model)
     ids, kwargs = _split_inputs(inputs)
     ids = hooked.token_ids(ids)
     lays = _layouts(layouts, ids.shape[0], ids.shape[1])
     chosen = _layers(hooked, layers)
     names = [act_name("pattern", layer) for layer in chosen]
-    _, cache = hooked.run_with_cache(ids, names, **kwargs)
+    with eval_mode(hooked.model):
+        _, cache = hooked.run_with_cache(ids, names, **kwargs)
     mass = np.stack([
         np.mean([partition_attention_mass(cache[n][i], lay).cpu().numpy() for i, lay in enumerate(lays)], axis=0)
         for n in names
@@ -371,6 +379,9 @@ def swap_test(
     component in the span of its rows is replaced (``x + P (s - x)``, ``P`` the orthogonal projection), as
     in an interchange intervention on a known ID subspace. The answer is the argmax over ``answer_tokens``
     at ``position``; ``source_answers`` (rows,) are indices into ``answer_tokens``.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask.
     """
     hooked = wrap(model)
     base_ids, base_kwargs = _split_inputs(base, "base")
@@ -400,10 +411,6 @@ def swap_test(
         )
     basis = _subspace(subspace, hooked.d_model)
     name = act_name(hook, layer)
-    _, cache = hooked.run_with_cache(source_ids, [name], **source_kwargs)
-    donor = cache[name]
-    if donor.ndim != 3:
-        raise ValueError(f"hook must name a residual-stream activation (batch, seq, d_model), got {hook!r}")
 
     def patch(act: torch.Tensor, point) -> torch.Tensor:
         out = act.clone()
@@ -418,8 +425,15 @@ def swap_test(
                 out[i, list(a)] = (old + delta).to(act.dtype)
         return out
 
-    clean = hooked(base_ids, **base_kwargs)[:, position][:, tokens]
-    patched = hooked.run_with_hooks(base_ids, [(name, patch)], **base_kwargs)[:, position][:, tokens]
+    with eval_mode(hooked.model):
+        _, cache = hooked.run_with_cache(source_ids, [name], **source_kwargs)
+        donor = cache[name]
+        if donor.ndim != 3:
+            raise ValueError(
+                f"hook must name a residual-stream activation (batch, seq, d_model), got {hook!r}"
+            )
+        clean = hooked(base_ids, **base_kwargs)[:, position][:, tokens]
+        patched = hooked.run_with_hooks(base_ids, [(name, patch)], **base_kwargs)[:, position][:, tokens]
     predictions = patched.argmax(-1).cpu().numpy()
     return SwapResult(
         predictions=predictions,

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from icml_interp.hooks import wrap
+from icml_interp.validation import eval_mode
 
 
 def _as_ids(x, tokenizer, what: str, special: bool, vocab: int) -> list[int]:
@@ -40,10 +41,13 @@ def _as_ids(x, tokenizer, what: str, special: bool, vocab: int) -> list[int]:
 
 
 def token_nll(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """Next-token NLL of every token after the first: ``(batch, seq - 1)`` for ``(batch, seq)`` ids."""
+    """Next-token NLL of every token after the first: ``(batch, seq - 1)`` for ``(batch, seq)`` ids.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the NLLs would be one sample of it."""
     hooked = wrap(model)
     ids = hooked.token_ids(input_ids)
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         logp = torch.log_softmax(hooked(ids)[:, :-1].float(), dim=-1)
     return -logp.gather(-1, ids[:, 1:, None])[..., 0]
 
@@ -54,6 +58,8 @@ def split_perplexity(model, pairs: Sequence[tuple], tokenizer=None) -> dict:
 
     Returns ``{"prompt_ppl", "answer_ppl", "full_ppl", "items": [{"prompt_ppl", "answer_ppl",
     "answer_nll", ...} per pair]}``.
+
+    Runs the model in eval mode (:func:`token_nll`); every submodule's mode is restored.
     """
     hooked = wrap(model)
     if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Sequence):
@@ -108,7 +114,9 @@ def split_perplexity_over_checkpoints(
     models: Mapping[str, object] | Sequence, pairs: Sequence[tuple], tokenizer=None
 ) -> list[dict]:
     """:func:`split_perplexity` for each checkpoint (a ``{name: model}`` mapping or a list): one row per
-    checkpoint with ``checkpoint``, ``prompt_ppl``, ``answer_ppl``, ``full_ppl``."""
+    checkpoint with ``checkpoint``, ``prompt_ppl``, ``answer_ppl``, ``full_ppl``.
+
+    Runs each model in eval mode (:func:`token_nll`); every submodule's mode is restored."""
     if isinstance(models, (str, bytes)) or not isinstance(models, (Mapping, Sequence)):
         raise TypeError(
             f"models must be a {{name: model}} mapping or a list of models, got {type(models).__name__}"

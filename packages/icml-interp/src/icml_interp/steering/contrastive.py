@@ -38,6 +38,7 @@ from icml_interp.validation import (
     check_number,
     check_tensor,
     check_token_sequences,
+    eval_mode,
 )
 
 METHODS = ("mean", "pca", "probe")
@@ -66,19 +67,23 @@ def last_token_activations(
     model, sequences, layer: int, *, component: str = "resid_post", batch_size: int = 32
 ) -> torch.Tensor:
     """The activation at ``blocks.layer.hook_<component>`` of each sequence's last token, ``(n, d_model)``
-    float32. ``sequences``: a ``(batch, seq)`` LongTensor or a list of token-id sequences of any lengths."""
+    float32. ``sequences``: a ``(batch, seq)`` LongTensor or a list of token-id sequences of any lengths.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the activations it
+    gathers are compared (pairs, mean differences), where in training mode each pass would draw its own
+    dropout mask."""
     hooked = wrap(model)
     rows = check_token_sequences(sequences, hooked.d_vocab, "sequences")
     name = steering_hook_name(hooked, component, layer)
     check_int(batch_size, "batch_size", minimum=1)
     out = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        lengths = torch.tensor([len(s) for s in chunk])
-        batch, mask = right_padded(chunk, hooked.embed.weight.device)
-        with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            lengths = torch.tensor([len(s) for s in chunk])
+            batch, mask = right_padded(chunk, hooked.embed.weight.device)
             _, cache = hooked.run_with_cache(batch, [name], attention_mask=mask)
-        out.append(cache[name][torch.arange(len(chunk)), lengths - 1].float())
+            out.append(cache[name][torch.arange(len(chunk)), lengths - 1].float())
     return torch.cat(out)
 
 
@@ -86,7 +91,9 @@ def difference_vectors(
     model, positive, negative, layer: int, *, component: str = "resid_post", batch_size: int = 32
 ) -> torch.Tensor:
     """Per-pair differences ``act(positive[i]) - act(negative[i])`` at the last token, ``(n, d_model)``:
-    ``positive[i]`` carries the concept, ``negative[i]`` is the same sample without it."""
+    ``positive[i]`` carries the concept, ``negative[i]`` is the same sample without it.
+
+    Runs the model in eval mode (:func:`last_token_activations`); every submodule's mode is restored."""
     hooked = wrap(model)
     pos = check_token_sequences(positive, hooked.d_vocab, "positive")
     neg = check_token_sequences(negative, hooked.d_vocab, "negative")
@@ -199,7 +206,9 @@ def steering_vector(
 ) -> torch.Tensor:
     """A ``(d_model,)`` steering vector at ``blocks.layer.hook_<component>`` from sequences with (``positive``)
     and without (``negative``) the concept, read at their last tokens (see :func:`direction_from_activations`
-    for ``method``)."""
+    for ``method``).
+
+    Runs the model in eval mode (:func:`last_token_activations`); every submodule's mode is restored."""
     check_choice(method, "method", METHODS)
     hooked = wrap(model)
     kw: dict[str, Any] = {"component": component, "batch_size": batch_size}
@@ -234,7 +243,11 @@ def generate_steered(
     (e.g. :meth:`icml_interp.crh.Cylinder.penalty_vectors`). Greedy decoding unless ``generate_kwargs`` say
     otherwise; ``scale=0`` attaches no hook at all. With ``num_return_sequences=r`` the list holds ``r``
     continuations per prompt, prompt ``i``'s at ``i*r`` to ``i*r + r - 1`` (Hugging Face's order), each steered
-    by its prompt's vector (also under beam search)."""
+    by its prompt's vector (also under beam search).
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the continuations are
+    compared across scales and with the unsteered model, where in training mode every decoding pass would draw
+    its own dropout mask."""
     hooked = wrap(model)
     rows = check_token_sequences(prompts, hooked.d_vocab, "prompts")
     check_choice(positions, "positions", ("prefill", "all"))
@@ -283,7 +296,7 @@ def generate_steered(
             "pad_token_id": pad_token_id,
             **generate_kwargs,
         }
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(hooked.model):
             if scale == 0:
                 gen = hooked.generate(batch, **kwargs)
             else:
@@ -304,7 +317,9 @@ def scale_sweep(
     model, prompts, vector: torch.Tensor, layer: int, scales, **kwargs
 ) -> list[list[torch.Tensor]]:
     """:func:`generate_steered` at each of ``scales``: ``result[k][i]`` is prompt ``i``'s continuation at
-    ``scales[k]``."""
+    ``scales[k]``.
+
+    Runs the model in eval mode (:func:`generate_steered`); every submodule's mode is restored."""
     if isinstance(scales, torch.Tensor):
         scales = scales.tolist()
     if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence) or len(scales) == 0:

@@ -28,7 +28,7 @@ import torch
 from icml_interp.hooks import act_name, wrap
 from icml_interp.lens import mlp_value_lens
 from icml_interp.patching.result import check_metric, metric_value
-from icml_interp.validation import check_finite, check_int, check_number, check_tensor
+from icml_interp.validation import check_finite, check_int, check_number, check_tensor, eval_mode
 
 OVERLAP_WEIGHT = 10.0
 TOP_TOKENS = 10
@@ -49,6 +49,9 @@ def neuron_scores(
     ``answer_tokens[j]`` holds the answer's token ids for prompt ``j``. Returns ``{"score": (d_mlp,),
     "key": (n, d_mlp) keys at ``position``, "overlap": (n, d_mlp)}``; the score is the mean over prompts of
     ``|key| * (1 + 10 * overlap)``.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): in training mode the
+    pass would draw a dropout mask, and the keys and scores would be one sample of it.
     """
     hooked = wrap(model)
     ids = hooked.token_ids(input_ids)
@@ -73,7 +76,7 @@ def neuron_scores(
             f"answer_tokens must hold one non-empty set of token ids per prompt ({ids.shape[0]}), "
             f"got {len(answers)}"
         )
-    with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
         _, cache = hooked.run_with_cache(ids, [act_name("post", layer)])
     keys = cache["post", layer][:, position]  # (n, d_mlp)
     top, _ = mlp_value_lens(hooked, layer, top_k=top_tokens)  # (d_mlp, top_tokens)
@@ -247,6 +250,9 @@ def key_scaling_test(
     Returns ``{factor: KeyScalingTest}``; its ``p_lower`` / ``p_upper`` are the one-sided permutation p-values
     and ``quantile(q)`` the null's quantiles. Judge on a continuous metric (a logit margin) rather than on
     argmax accuracy, whose flips depend on which items sit at the decision boundary.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask.
     """
     hooked = wrap(model)
     ids = hooked.token_ids(input_ids)
@@ -274,11 +280,11 @@ def key_scaling_test(
         with torch.no_grad(), scale_mlp_keys(hooked, chosen, factor) as scaled:
             return metric_value(metric, scaled(ids))
 
-    with torch.no_grad():
-        base = metric_value(metric, hooked(ids))
     out = {}
-    for factor in scales:
-        observed = value(tested, factor) - base
-        null = torch.tensor([value(s, factor) - base for s in sets], dtype=torch.float64)
-        out[factor] = KeyScalingTest(factor=factor, base=base, observed=observed, null=null)
+    with torch.no_grad(), eval_mode(hooked.model):
+        base = metric_value(metric, hooked(ids))
+        for factor in scales:
+            observed = value(tested, factor) - base
+            null = torch.tensor([value(s, factor) - base for s in sets], dtype=torch.float64)
+            out[factor] = KeyScalingTest(factor=factor, base=base, observed=observed, null=null)
     return out

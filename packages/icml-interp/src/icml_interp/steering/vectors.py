@@ -8,7 +8,14 @@ from contextlib import contextmanager
 import torch
 
 from icml_interp.hooks import act_name, wrap
-from icml_interp.validation import check_choice, check_finite, check_int, check_number, check_token_ids
+from icml_interp.validation import (
+    check_choice,
+    check_finite,
+    check_int,
+    check_number,
+    check_token_ids,
+    eval_mode,
+)
 
 COMPONENTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
 
@@ -33,7 +40,10 @@ def difference_of_means(
     position: int = -1,
 ) -> torch.Tensor:
     """``mean(act | positive) - mean(act | negative)`` at ``blocks.layer.hook_<component>``, ``position``:
-    a ``(d_model,)`` steering vector. The two sets may differ in size and length."""
+    a ``(d_model,)`` steering vector. The two sets may differ in size and length.
+
+    Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
+    must see the same network, where in training mode each would draw its own dropout mask."""
     hooked = wrap(model)
     sets = [
         check_token_ids(positive_ids, hooked.d_vocab, "positive_ids"),
@@ -43,10 +53,10 @@ def difference_of_means(
     seq = min(ids.shape[1] for ids in sets)
     check_int(position, "position", minimum=-seq, maximum=seq - 1)
     means = []
-    for ids in sets:
-        with torch.no_grad():
+    with torch.no_grad(), eval_mode(hooked.model):
+        for ids in sets:
             _, cache = hooked.run_with_cache(ids, [name])
-        means.append(cache[name][:, position].float().mean(0))
+            means.append(cache[name][:, position].float().mean(0))
     return means[0] - means[1]
 
 
