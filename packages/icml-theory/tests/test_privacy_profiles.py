@@ -90,17 +90,19 @@ LAPLACE_ORDERS = [
 ]
 
 
-@pytest.mark.parametrize("scale", [1e-3, 1e-2, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("scale", [1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e4, 1e8])
 def test_laplace_matches_high_precision_reference(scale):
     """Regression: at scale 1e-3 the expm1 form next to tau = 1 cancelled to log1p(-1) = -inf, so the RDP was
     +inf at orders 0.8-0.95 (true value <= 1/scale), and expm1 overflow warnings leaked at large orders.
-    Measured worst relative error over these orders: 1.1e-13 (scale 10), 1.5e-16 (scale 1e-3)."""
+    Large scales (tiny RDP): both forms summed first-order terms ~ 1/scale to ~ tau / (2 scale^2), relative
+    error 6.3e-14 (scale 10), 4.8e-12 (100), 3.9e-8 (1e4), 0 or 7x the truth (1e8). Measured worst relative
+    error over these orders now: 5.4e-16 (scale 10), 2.5e-16 (scale 1e8)."""
     prof = LaplaceRDP(scale)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = prof(np.array(LAPLACE_ORDERS))
     expected = [laplace_rdp_reference(scale, t) for t in LAPLACE_ORDERS]
-    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    np.testing.assert_allclose(got, expected, rtol=2e-15, atol=0)
     assert np.all(got <= 1 / scale)  # bounded by the pure-DP epsilon
     grid = np.array(LAPLACE_ORDERS[:-1]).reshape(3, 5)  # 2-d orders (the order search passes them)
     np.testing.assert_array_equal(prof(grid), got[:-1].reshape(3, 5))
@@ -125,6 +127,26 @@ def test_randomized_response_is_bernoulli_divergence():
         expected = (2 * p - 1) * math.log(p / (1 - p)) if tau == 1 else math.log(s) / (tau - 1)
         assert rr(tau) == pytest.approx(2 * expected, rel=1e-12)
     assert rr(1e4) <= 2 * eps0  # bounded by the max divergence
+
+
+@pytest.mark.parametrize("eps0", [1e-8, 1e-6, 1e-4, 1e-2, 0.5, 20.0])
+def test_randomized_response_tiny_epsilon_matches_mpmath(eps0):
+    """Regression: D_tau(Bern(p) || Bern(1-p)) summed first-order terms ~ tau eps/2 to ~ tau eps^2 / 4 (and its
+    log-ratio log p - log(1-p) rounded to ~1e-16 absolute): 3.2e-8 relative at eps = 1e-8, 2.9e-12 at 1e-4.
+    Now S - 1 = -expm1(tau eps) expm1((1 - tau) eps) / (1 + e^eps), a product; KL eps tanh(eps / 2).
+    Measured worst relative error: 4.7e-16."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    taus = [0.5, 0.75, 0.99, 1.0, 1 + 1e-6, 1.01, 2.0, 10.0, 1e4]
+    got = RandomizedResponseRDP(eps0)(np.array(taus))
+    e = mp.mpf(eps0)
+    for t, value in zip(taus, got, strict=True):
+        tm = mp.mpf(t)
+        if t == 1:
+            expected = e * mp.tanh(e / 2)
+        else:
+            expected = mp.log((mp.exp(tm * e) + mp.exp((1 - tm) * e)) / (1 + mp.exp(e))) / (tm - 1)
+        assert value == pytest.approx(float(expected), rel=2e-15, abs=0)
 
 
 @pytest.mark.parametrize(
@@ -234,6 +256,76 @@ def test_subsampled_gaussian_kl_at_small_sigma_matches_quadrature():
     assert SubsampledGaussianRDP(0.01, 0.05)(1.0) == pytest.approx(
         subsampled_by_quad(0.01, 0.05, 1.0), rel=1e-12
     )
+
+
+# tiny per-step RDP (small q): mpmath (50 digits) of E_mu0[r^tau] = 1 + E_mu0[(1 + g)^tau - 1 - tau g],
+# g = r - 1 = q expm1((2z - 1) / (2 sigma^2)), by adaptive quadrature (it matches the binomial sum to 4e-41 at
+# integer orders), max of both directions; KL at tau = 1; replace-one: int P^tau Q^(1-tau) - Q - tau (P - Q).
+# The comment is the old code's relative error (-1: it returned 0)
+TINY_RDP_REFERENCE = [
+    ("add-remove", 1e-08, 0.8, 1.25, 2.356708088309224e-16),  # old code: -1.0e+00
+    ("add-remove", 1e-08, 0.8, 10.5, 1.9796363525403063e-15),  # old code: -8.2e-03
+    ("add-remove", 1e-08, 5.0, 2.5, 5.1013467751036385e-18),  # old code: -1.0e+00
+    ("add-remove", 1e-08, 20.0, 1.25, 1.5644547535925333e-19),  # old code: +2.8e+03
+    ("add-remove", 1e-08, 20.0, 10.5, 1.3141419933222575e-18),  # old code: +3.7e+02
+    ("add-remove", 1e-06, 0.8, 1.25, 2.356693197446343e-12),  # old code: +2.3e-04
+    ("add-remove", 1e-06, 0.8, 2.5, 4.7134365332271664e-12),  # old code: +2.7e-05
+    ("add-remove", 1e-06, 0.8, 10.5, 1.979778152527674e-11),  # old code: -2.1e-07
+    ("add-remove", 1e-06, 20.0, 1.25, 1.564454750682456e-15),  # old code: +1.3e+00
+    ("add-remove", 1e-06, 20.0, 10.5, 1.3141420210261734e-14),  # old code: +3.1e-03
+    ("add-remove", 0.0001, 0.8, 1.25, 2.355211602772601e-08),  # old code: +2.9e-08
+    ("add-remove", 0.0001, 0.8, 10.5, 2.001960127254041e-07),  # old code: -2.3e-09
+    ("add-remove", 0.0001, 5.0, 2.5, 5.101357323039289e-10),  # old code: -1.9e-07
+    ("add-remove", 0.0001, 20.0, 1.25, 1.5644544596845912e-11),  # old code: +1.8e-05
+    ("add-remove", 0.0001, 20.0, 10.5, 1.31414479113167e-10),  # old code: -1.4e-06
+    ("add-remove", 0.01, 0.8, 1.25, 0.00022418621164605658),  # old code: -7.8e-13
+    ("add-remove", 0.01, 0.8, 10.5, 3.1132392146906054),  # old code: -5.7e-16
+    ("add-remove", 0.01, 20.0, 1.25, 1.564425458495505e-07),  # old code: +1.1e-09
+    ("add-remove", 0.01, 20.0, 10.5, 1.314418938747169e-06),  # old code: -2.3e-12
+    ("add-remove", 1e-08, 0.8, 0.5, 9.426831751555055e-17),  # old code: -1.0e+00
+    ("add-remove", 1e-08, 0.8, 0.9, 1.6968297730413608e-16),  # old code: +7.6e-10
+    ("add-remove", 1e-08, 0.8, 1.0, 1.8853664305352505e-16),  # old code: -2.4e-08
+    ("add-remove", 1e-08, 5.0, 0.5, 1.0202693541766396e-18),  # old code: -1.0e+00
+    ("add-remove", 1e-08, 5.0, 0.9, 1.836484837821823e-18),  # old code: +6.4e-06
+    ("add-remove", 1e-08, 5.0, 1.0, 2.040538708775323e-18),  # old code: +5.7e-06
+    ("replace-one", 1e-08, 0.8, 0.5, 2.280560649284602e-16),  # old code: -1.0e+00
+    ("replace-one", 1e-08, 0.8, 1.0, 4.561121298569228e-16),  # old code: +1.5e-05
+    ("replace-one", 1e-08, 0.8, 2.5, 1.1402803246423981e-15),  # old code: +4.3e-01
+    ("replace-one", 1e-08, 5.0, 0.5, 4.001066750337065e-18),  # old code: -1.0e+00
+    ("replace-one", 1e-08, 5.0, 1.0, 8.00213350067413e-18),  # old code: +4.1e+00
+    ("replace-one", 1e-08, 5.0, 2.5, 2.0005333751685327e-17),  # old code: +2.1e+01
+    ("replace-one", 0.0001, 5.0, 0.5, 4.001050091989814e-10),  # old code: +1.8e-06
+]
+
+
+@pytest.mark.parametrize("relation, q, sigma, tau, expected", TINY_RDP_REFERENCE)
+def test_subsampled_gaussian_tiny_rdp_matches_high_precision(relation, q, sigma, tau, expected):
+    """Regression: the log-sum-exp of the moment rounded 1 + tiny (0 at q = 1e-8, 2.3e-4 relative at q = 1e-6,
+    sigma = 0.8, tau = 1.25; anti-conservative, 0 or -2.8e-5, at other orders), and the KL sums of p log r
+    cancelled. The moment is now 1 + a sum of one-signed terms. Measured worst relative error on these rows:
+    8.9e-16 (4 ulp; 8.7e-16 on the whole grid q in 1e-8..0.5, sigma in 0.5..20, tau in 0.5..1.1)."""
+    got = SubsampledGaussianRDP(q, sigma, relation=relation)(tau)
+    assert got == pytest.approx(expected, rel=4e-15, abs=0)
+
+
+@pytest.mark.parametrize("q", [1e-8, 1e-6, 1e-4, 0.1])
+@pytest.mark.parametrize("sigma", [0.8, 5.0, 20.0])
+def test_subsampled_gaussian_integer_orders_match_mpmath_binomial_sum(q, sigma):
+    """Integer orders: the binomial sum with 1 taken out of each exp factor, positive terms only (the full sum
+    rounded 1 + tiny: 0 at q = 1e-8, sigma = 5), and exact binomial coefficients (gammaln's differences cost
+    1.3e-13 at tau = 256, q = 0.01, sigma = 20). Measured worst relative error: 5.1e-15 (q = 0.1, sigma = 20, tau = 256; the
+    rounding of exponents ~60 in the log-space terms), 3.4e-16 for q <= 1e-4."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    orders = [2, 3, 10, 64, 256]
+    got = SubsampledGaussianRDP(q, sigma)(np.array(orders, dtype=float))
+    qm, s2 = mp.mpf(q), mp.mpf(sigma) ** 2
+    for t, value in zip(orders, got, strict=True):
+        a_minus_1 = mp.fsum(
+            mp.binomial(t, k) * (1 - qm) ** (t - k) * qm**k * mp.expm1(mp.mpf(k * k - k) / (2 * s2))
+            for k in range(2, t + 1)
+        )
+        assert value == pytest.approx(float(mp.log1p(a_minus_1) / (t - 1)), rel=2e-14, abs=0)
 
 
 def replace_by_quad(q, sigma, tau):
