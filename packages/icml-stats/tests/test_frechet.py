@@ -469,7 +469,7 @@ def test_global_regression_keeps_a_small_scale_feature_next_to_a_large_one(sd_sm
     design = np.column_stack([np.ones(200), (x - x.mean(0)) / x.std(0)])
     beta = np.linalg.lstsq(design, y, rcond=None)[0]
     ref = np.column_stack([np.ones(5), (xq - x.mean(0)) / x.std(0)]) @ beta
-    pred = GlobalFrechetRegressor("euclidean").fit(x, y).predict(xq)[:, 0]
+    pred = GlobalFrechetRegressor("euclidean").fit(x, y).predict(xq)
     np.testing.assert_allclose(pred, ref, rtol=1e-10)
 
 
@@ -478,7 +478,7 @@ def test_local_frechet_regression_with_the_euclidean_metric_is_the_local_linear_
     u, uq = rng.uniform(0, 1, 50), np.linspace(0.05, 0.95, 9)
     y = np.sin(6 * u) + 0.1 * rng.normal(size=50)
     h = 0.1
-    pred = LocalFrechetRegressor("euclidean", bandwidth=h).fit(u[:, None], y).predict(uq[:, None])[:, 0]
+    pred = LocalFrechetRegressor("euclidean", bandwidth=h).fit(u[:, None], y).predict(uq[:, None])
     for q, p in zip(uq, pred, strict=True):
         k = np.exp(-0.5 * ((u - q) / h) ** 2)
         design = np.stack([np.ones_like(u), u - q], 1)
@@ -603,6 +603,50 @@ def test_scikit_learn_contract(make, one_torch_thread):
     np.testing.assert_array_equal(again.predict(x), model.predict(x))
     with pytest.raises(ValueError, match="features"):
         model.predict(np.zeros((2, x.shape[1] + 1)))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GlobalFrechetRegressor("euclidean"),
+        lambda: LocalFrechetRegressor("euclidean", random_state=0),
+        lambda: DeSI("euclidean", epochs=10, n_init=1, random_state=0),
+    ],
+    ids=["global", "local", "desi"],
+)
+def test_a_1d_y_gives_1d_predictions_like_scikit_learn(make, one_torch_thread):
+    # 1-D y used to predict a column (k, 1) where LinearRegression gives (k,) (values equal to 1e-15)
+    rng = np.random.default_rng(15)
+    x = rng.uniform(size=(60, 1 if isinstance(make(), LocalFrechetRegressor) else 2))
+    y = 2 * x[:, 0] + 0.1 * rng.normal(size=60)
+    one = make().fit(x, y)
+    column = make().fit(x, y[:, None])
+    assert one.predict(x[:5]).shape == (5,)
+    assert column.predict(x[:5]).shape == (5, 1)  # a 2-D y of one column keeps its column
+    np.testing.assert_array_equal(one.predict(x[:5]), column.predict(x[:5])[:, 0])
+    assert one.score(x, y) == column.score(x, y[:, None]) == column.score(x, y)
+    if isinstance(one, GlobalFrechetRegressor):
+        ref = LinearRegression().fit(x, y)
+        np.testing.assert_allclose(one.predict(x[:5]), ref.predict(x[:5]), atol=1e-12)  # measured 1e-15
+        assert one.score(x, y) == pytest.approx(ref.score(x, y), rel=1e-12)
+
+
+def test_a_refit_drops_what_the_earlier_fit_learned(one_torch_thread):
+    # a fixed-bandwidth refit after a cross-validated one kept the old cv_losses_ and bandwidths_
+    rng = np.random.default_rng(16)
+    x = rng.uniform(size=(60, 1))
+    y = np.sin(6 * x[:, 0]) + 0.1 * rng.normal(size=60)
+    model = LocalFrechetRegressor(random_state=0).fit(x, y)
+    assert model.cv_losses_.shape == model.bandwidths_.shape == (15,)
+    model.set_params(bandwidth=0.2).fit(x, y)
+    fresh = LocalFrechetRegressor(bandwidth=0.2, random_state=0).fit(x, y)
+    fitted = sorted(k for k in vars(model) if k.endswith("_"))
+    assert fitted == sorted(k for k in vars(fresh) if k.endswith("_"))
+    assert "cv_losses_" not in fitted and model.bandwidth_ == 0.2
+    # and a 1-D fit after a 2-D one (and back) predicts in the layout of the latest y
+    model.fit(x, y[:, None])
+    assert model.predict(x[:3]).shape == (3, 1)
+    assert model.fit(x, y).predict(x[:3]).shape == (3,)
 
 
 # ------------------------------------------------------------------------------------------- bad input

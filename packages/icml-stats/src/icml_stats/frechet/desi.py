@@ -83,6 +83,7 @@ class DeSI(BaseFrechetRegressor):
             import torch
         except ImportError as err:  # pragma: no cover - the deep extra
             raise ImportError("DeSI needs torch: pip install 'icml-stats[deep]'") from err
+        self._reset()
         X = validate_features(self, X, ensure_min_samples=3)
         hidden = check_int(self.hidden, "hidden", 1, 100_000)
         epochs = check_int(self.epochs, "epochs", 1, 10_000_000)
@@ -162,9 +163,8 @@ class DeSI(BaseFrechetRegressor):
         X = validate_features(self, X, reset=False)
         return (X @ self.index_direction_)[:, None]
 
-    def predict(self, X) -> np.ndarray:
-        """Predicted objects ``(k, *object_shape)``: local Fréchet regression along the learned index."""
-        check_is_fitted(self)
+    def _predict_objects(self, X) -> np.ndarray:
+        # local Fréchet regression along the learned index (local_ was fitted on the checked, 2-D objects)
         return self.local_.predict(self.index(X))
 
 

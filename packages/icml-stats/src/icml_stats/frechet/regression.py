@@ -129,9 +129,31 @@ class BaseFrechetRegressor(BaseEstimator):
 
     space: Space | str
 
+    def _reset(self) -> None:
+        """Drop what an earlier ``fit`` learned (scikit-learn's convention: ``fit`` starts afresh), so that a
+        refit that sets fewer attributes (a fixed bandwidth after a cross-validated one kept the old
+        ``cv_losses_``) or fails part way (``n_features_in_`` of the new ``X`` beside the old ``X_fit_``)
+        leaves nothing of the old model behind."""
+        for key in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+            delattr(self, key)
+
     def _fit_space(self, y) -> np.ndarray:
         self.space_ = as_space(self.space)
-        return self.space_.check(y, "y")
+        yy = self.space_.check(y, "y")
+        # a 1-D y (Euclidean, one output) is checked as a column; predict gives it back 1-D, as
+        # scikit-learn's regressors do, while a 2-D y of one column keeps its column
+        self._y_1d = yy.ndim == 2 and np.ndim(y) == 1
+        return yy
+
+    def _predict_objects(self, X) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted objects ``(k, *object_shape)`` for the rows of ``X``; ``(k,)`` when the fitted ``y``
+        was 1-D (Euclidean, one output)."""
+        check_is_fitted(self)
+        pred = self._predict_objects(X)
+        return pred[:, 0] if getattr(self, "_y_1d", False) else pred  # False: fitted before the flag existed
 
     def _check_y(self, X, y):
         if len(y) != len(X):
@@ -146,7 +168,7 @@ class BaseFrechetRegressor(BaseEstimator):
             raise ValueError(
                 f"y must hold objects of shape {self.y_fit_.shape[1:]} like those fitted, got {yy.shape[1:]}"
             )
-        pred = self.predict(X)
+        pred = self._predict_objects(X)
         self._check_y(pred, yy)
         total = float(self.space_.dist2(yy, self.space_.mean(yy)[None]).sum())
         resid = float(self.space_.dist2(yy, pred).sum())
@@ -161,6 +183,7 @@ class GlobalFrechetRegressor(BaseFrechetRegressor):
         self.space = space
 
     def fit(self, X, y):
+        self._reset()
         X = validate_features(self, X, ensure_min_samples=2)
         yy = self._fit_space(y)
         self._check_y(X, yy)
@@ -177,9 +200,7 @@ class GlobalFrechetRegressor(BaseFrechetRegressor):
             raise ValueError("X is too large in magnitude (the regression weights overflow)")
         return w
 
-    def predict(self, X) -> np.ndarray:
-        """Predicted objects ``(k, *object_shape)`` for the rows of ``X``."""
-        check_is_fitted(self)
+    def _predict_objects(self, X) -> np.ndarray:
         return self.space_.means(self.y_fit_, self.weights(X))
 
 
@@ -210,6 +231,7 @@ class LocalFrechetRegressor(BaseFrechetRegressor):
         self.random_state = random_state
 
     def fit(self, X, y):
+        self._reset()
         X = validate_features(self, X, ensure_min_samples=3)
         if X.shape[1] != 1:
             raise ValueError(
@@ -284,7 +306,5 @@ class LocalFrechetRegressor(BaseFrechetRegressor):
             )
         return w
 
-    def predict(self, X) -> np.ndarray:
-        """Predicted objects ``(k, *object_shape)`` for the rows of ``X``."""
-        check_is_fitted(self)
+    def _predict_objects(self, X) -> np.ndarray:
         return self.space_.means(self.y_fit_, self.weights(X))
