@@ -73,7 +73,7 @@ def test_epsilon_at_small_noise_multiplier():
     "call, error, match",
     [
         (
-            lambda: OptimalRDPAccountant().step(noise_multiplier=0.0, sample_rate=0.1),
+            lambda: OptimalRDPAccountant().step(noise_multiplier=-1.0, sample_rate=0.1),
             ValueError,
             "noise_multiplier",
         ),

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from icml_theory.privacy import OptimalRDPAccountant, register_opacus
@@ -147,7 +148,7 @@ def test_dp_accounting_refuses_what_it_cannot_account():
     assert not acc.supports(dp_event.LaplaceDpEvent(1.0))
     assert not acc.supports(dp_event.PoissonSampledDpEvent(0.1, dp_event.LaplaceDpEvent(1.0)))
     with pytest.raises(dp_accounting.UnsupportedEventError):
-        acc.compose(dp_event.GaussianDpEvent(0.0))
+        acc.compose(dp_event.GaussianDpEvent(-1.0))
     with pytest.raises(ValueError, match="neighboring_relation"):
         OptimalRDPPrivacyAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
     replace = OptimalRDPPrivacyAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
@@ -155,3 +156,42 @@ def test_dp_accounting_refuses_what_it_cannot_account():
     with pytest.raises(ValueError, match="target_delta"):
         acc.get_epsilon(0.0)
     assert math.isfinite(replace.compose(dp_event.GaussianDpEvent(3.0)).get_epsilon(DELTA))
+
+
+def test_a_non_private_baseline_trains_and_reports_what_opacus_and_dp_accounting_report():
+    """opacus users train a baseline with ``make_private(noise_multiplier=0)``: opacus' "rdp" accountant
+    steps and reports epsilon = inf; ours raised ValueError from inside ``optimizer.step()`` (the hook).
+    dp_accounting's RdpAccountant / PLDAccountant compose a Gaussian of noise 0 to (inf, delta 1); ours
+    raised UnsupportedEventError."""
+    register_opacus()
+    reports = {}
+    for name in ("rdp", "optimal-rdp"):
+        engine = opacus.PrivacyEngine(accountant=name)
+        steps, _ = _train(engine, steps_wanted=3, sigma=0.0)
+        assert sum(n for *_, n in engine.accountant.history) == steps == 3  # opacus: len() counts entries
+        reports[name] = engine.get_epsilon(DELTA)
+        # then noisy steps: still no guarantee, and the state round-trips
+        engine.accountant.step(noise_multiplier=1.0, sample_rate=0.1)
+    assert reports == {"rdp": math.inf, "optimal-rdp": math.inf}
+    acc = (
+        OptimalRDPAccountant()
+        .step(noise_multiplier=1.0, sample_rate=0.1)
+        .step(noise_multiplier=0, sample_rate=0.1)
+    )
+    assert acc.get_epsilon(DELTA) == acc.get_epsilon(DELTA, method="cks") == math.inf
+    assert acc.get_delta(5.0) == 1.0 and acc.get_beta(0.1) == 0.0
+    assert acc.get_beta(np.array([0.0, 0.5])).tolist() == [0.0, 0.0]
+    loaded = OptimalRDPAccountant()
+    loaded.load_state_dict(acc.state_dict())
+    assert loaded.history == acc.history and loaded.get_epsilon(DELTA) == math.inf
+    with pytest.raises(ValueError, match="noise_multiplier=0"):
+        acc.tradeoff_curve([0.1])
+
+    from dp_accounting.rdp import RdpAccountant
+
+    event = dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(0.0))
+    ours, theirs = OptimalRDPPrivacyAccountant(), RdpAccountant()
+    for accountant in (ours, theirs):
+        accountant.compose(event, 2)
+    assert ours.get_epsilon(DELTA) == theirs.get_epsilon(DELTA) == math.inf
+    assert ours.get_delta(1.0) == theirs.get_delta(1.0) == 1.0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
+
+import numpy as np
 
 from icml_theory.privacy.conversions import OptimalConverter, cks_epsilon, mironov_epsilon
 from icml_theory.privacy.profiles import RELATIONS, ComposedRDP, SubsampledGaussianRDP
@@ -30,6 +33,11 @@ class OptimalRDPAccountant:
     ``relation`` is the neighbouring relation: ``"add-remove"`` (one record added or removed; opacus' and
     dp_accounting's default) or ``"replace-one"`` (one record replaced, e.g. one label changed under label
     DP; see :class:`~icml_theory.privacy.SubsampledGaussianRDP`).
+
+    A step with ``noise_multiplier=0`` (a non-private baseline, e.g. opacus' ``make_private(noise_multiplier=0)``)
+    is recorded as opacus' ``RDPAccountant`` records it: from then on ``get_epsilon`` is ``inf``, ``get_delta``
+    1 and ``get_beta`` 0 (what opacus' and dp_accounting's RDP accountants report), while ``profile`` and
+    ``tradeoff_curve`` raise (no finite RDP).
 
     opacus' ``IAccountant`` interface is complete (``mechanism()``, ``get_optimizer_hook_fn``,
     ``state_dict`` / ``load_state_dict``): after :func:`~icml_theory.privacy.register_opacus`,
@@ -80,7 +88,7 @@ class OptimalRDPAccountant:
                 raise ValueError(f"state_dict['history'][{i}] must be (noise_multiplier, sample_rate, steps)")
             history.append(
                 (
-                    check_real(entry[0], f"state_dict['history'][{i}] noise_multiplier", "(0, inf)"),
+                    check_real(entry[0], f"state_dict['history'][{i}] noise_multiplier", "[0, inf)"),
                     check_real(entry[1], f"state_dict['history'][{i}] sample_rate", "(0, 1]"),
                     check_int(entry[2], f"state_dict['history'][{i}] steps", 1),
                 )
@@ -94,7 +102,8 @@ class OptimalRDPAccountant:
         self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1
     ) -> OptimalRDPAccountant:
         """Record ``num_steps`` steps with noise multiplier ``noise_multiplier`` and sampling rate ``sample_rate``."""
-        sigma = check_real(noise_multiplier, "noise_multiplier", "(0, inf)")
+        # 0 allowed: opacus trains a non-private baseline with noise_multiplier=0 and steps its accountant
+        sigma = check_real(noise_multiplier, "noise_multiplier", "[0, inf)")
         q = check_real(sample_rate, "sample_rate", "(0, 1]")
         n = check_int(num_steps, "num_steps", 1, sys.maxsize - len(self))  # len() must stay an index
         if self.history and self.history[-1][:2] == (sigma, q):
@@ -107,11 +116,17 @@ class OptimalRDPAccountant:
     def __len__(self) -> int:
         return sum(n for _, _, n in self.history)
 
+    def _non_private(self) -> bool:
+        """Whether a step without noise was recorded (then no guarantee holds: epsilon is infinite)."""
+        return any(sigma == 0 for sigma, _, _ in self.history)
+
     @property
     def profile(self) -> ComposedRDP:
         """The RDP profile of everything recorded so far."""
         if not self.history:
             raise ValueError("no steps recorded: call step(noise_multiplier=..., sample_rate=...) first")
+        if self._non_private():
+            raise ValueError("a step with noise_multiplier=0 was recorded: no finite RDP profile")
         merged: dict[tuple[float, float], int] = {}
         for sigma, q, n in self.history:
             merged[(sigma, q)] = merged.get((sigma, q), 0) + n
@@ -127,7 +142,10 @@ class OptimalRDPAccountant:
     def get_epsilon(self, delta: float, method: str = "optimal") -> float:
         """Least ``epsilon`` with an ``(epsilon, delta)``-DP guarantee, by ``method`` (optimal, cks, mironov)."""
         delta = check_real(delta, "delta", "(0, 1)")
-        if check_choice(method, "method", METHODS) == "optimal":
+        method = check_choice(method, "method", METHODS)
+        if self.history and self._non_private():
+            return math.inf  # opacus' RDPAccountant and dp_accounting's accountants report inf too
+        if method == "optimal":
             return float(self._conv().epsilon([delta])[0])
         orders = DEFAULT_ORDERS[DEFAULT_ORDERS > 1]
         conv = cks_epsilon if method == "cks" else mironov_epsilon
@@ -135,12 +153,18 @@ class OptimalRDPAccountant:
 
     def get_delta(self, epsilon: float) -> float:
         """``delta(epsilon)`` of the optimal trade-off."""
-        return float(self._conv().delta([check_real(epsilon, "epsilon", "[0, inf)")])[0])
+        epsilon = check_real(epsilon, "epsilon", "[0, inf)")
+        if self.history and self._non_private():
+            return 1.0  # dp_accounting's RdpAccountant and PLDAccountant report 1 too
+        return float(self._conv().delta([epsilon])[0])
 
     def get_beta(self, alpha):
         """Least type II error of any test at type I error ``alpha`` (scalar or array)."""
         a = check_alphas(alpha, "alpha")
-        beta = self._conv().curve(a.ravel()).beta.reshape(a.shape)
+        if self.history and self._non_private():
+            beta = np.zeros_like(a, dtype=float)  # the trivial trade-off: a test can tell apart exactly
+        else:
+            beta = self._conv().curve(a.ravel()).beta.reshape(a.shape)
         return float(beta) if beta.ndim == 0 else beta
 
     def tradeoff_curve(self, alphas) -> TradeoffCurve:

@@ -56,8 +56,8 @@ class OptimalRDPPrivacyAccountant(PrivacyAccountant):
             return self.CompositionErrorDetails(
                 event, "supported: Gaussian and Poisson-sampled Gaussian events, self-composed or composed"
             )
-        if event.noise_multiplier <= 0:
-            return self.CompositionErrorDetails(event, "a noise multiplier of 0 is not private")
+        if event.noise_multiplier < 0:
+            return self.CompositionErrorDetails(event, "a noise multiplier must be >= 0")
         if do_compose and count > 0 and rate > 0:
             self.accountant.step(noise_multiplier=event.noise_multiplier, sample_rate=rate, num_steps=count)
         return None
