@@ -579,15 +579,16 @@ def test_desi_is_reproducible_with_a_seed(one_torch_thread):
 # ------------------------------------------------------------------------------- scikit-learn contract
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: GlobalFrechetRegressor("wasserstein"),
-        lambda: LocalFrechetRegressor("wasserstein", random_state=0),
-        lambda: DeSI("wasserstein", epochs=10, n_init=1, random_state=0),
-    ],
-    ids=["global", "local", "desi"],
-)
+def regressors(space: str) -> list:
+    """Makers of the three Fréchet regressors on ``space`` (small settings), for ``parametrize``."""
+    return [
+        lambda: GlobalFrechetRegressor(space),
+        lambda: LocalFrechetRegressor(space, random_state=0),
+        lambda: DeSI(space, epochs=10, n_init=1, random_state=0),
+    ]
+
+
+@pytest.mark.parametrize("make", regressors("wasserstein"), ids=["global", "local", "desi"])
 def test_scikit_learn_contract(make, one_torch_thread):
     rng = np.random.default_rng(14)
     model = make()
@@ -605,15 +606,7 @@ def test_scikit_learn_contract(make, one_torch_thread):
         model.predict(np.zeros((2, x.shape[1] + 1)))
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: GlobalFrechetRegressor("euclidean"),
-        lambda: LocalFrechetRegressor("euclidean", random_state=0),
-        lambda: DeSI("euclidean", epochs=10, n_init=1, random_state=0),
-    ],
-    ids=["global", "local", "desi"],
-)
+@pytest.mark.parametrize("make", regressors("euclidean"), ids=["global", "local", "desi"])
 def test_a_1d_y_gives_1d_predictions_like_scikit_learn(make, one_torch_thread):
     # 1-D y used to predict a column (k, 1) where LinearRegression gives (k,) (values equal to 1e-15)
     rng = np.random.default_rng(15)
