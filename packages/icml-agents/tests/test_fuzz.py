@@ -171,6 +171,7 @@ def test_grpo_loss(data):
             "beta": 0.1,
             "loss_type": loss_type,
             "max_completion_length": 4,
+            **({"num_items_in_batch": 5.0} if loss_type == "dapo" else {}),  # MASK holds 5 tokens
         },
         check=check,
         # a new shape of logp breaks its agreement with the other tensors, which then are named

@@ -13,6 +13,11 @@ conventions so numbers are comparable):
 * aggregation (:func:`grpo_loss`): ``"grpo"`` averages each sequence over its tokens, then the sequences;
   ``"dapo"`` averages over all tokens of the batch; ``"dr_grpo"`` sums and divides by
   ``batch * max_completion_length``. A categorical policy is the one-token case (``T = 1``).
+
+Gradient accumulation follows TRL: with ``"grpo"`` and ``"dr_grpo"`` divide each micro-batch's loss by the
+number of micro-batches (give ``"dr_grpo"`` ``max_completion_length``, as TRL's config does, when micro-batches
+are padded to different widths); with ``"dapo"`` pass ``num_items_in_batch`` (the completion tokens of the whole
+accumulated batch) and do not divide, so that the micro-batch gradients sum to the full batch's gradient.
 """
 
 from __future__ import annotations
@@ -123,6 +128,7 @@ def grpo_loss(
     beta: float = 0.0,
     loss_type: str = "dapo",
     max_completion_length: int | None = None,
+    num_items_in_batch=None,
 ):
     """The GRPO loss of a batch of completions and its statistics.
 
@@ -134,6 +140,15 @@ def grpo_loss(
     ``stats`` holds plain floats: ``kl`` (mean k3 over tokens), ``clip_ratio`` (fraction of tokens where the
     clip is active), ``mean_ratio``. Half precision (float16, bfloat16) is computed in float32; the loss is
     cast back to ``logp``'s dtype.
+
+    ``num_items_in_batch`` (``loss_type="dapo"`` only; a number or a one-element tensor, as TRL's
+    ``GRPOTrainer`` computes it): the number of completion tokens (the sum of ``mask``) over all the
+    micro-batches of one optimiser step. The loss is then ``sum(per_token * mask) / num_items_in_batch``
+    (the divisor clamped to at least 1), so that summing the micro-batch losses (not dividing them by their
+    number) gives the full batch's loss and gradient. Without it, each micro-batch is averaged over its own
+    tokens, and micro-batches with fewer tokens weigh more per token (TRL's ``"bnpo"``). Under data-parallel
+    training that averages gradients over ranks, pass the global count divided by the number of ranks, as TRL
+    does.
     """
     logp = check_tensor(logp, "logp", ndim=2, floating=True)  # (batch, tokens)
     old_logp = check_tensor(old_logp, "old_logp", logp.shape, floating=True)
@@ -150,6 +165,21 @@ def grpo_loss(
     beta = check_real(beta, "beta", "[0, inf)")
     if max_completion_length is not None:
         check_int(max_completion_length, "max_completion_length", 1)
+    n_items = None
+    if num_items_in_batch is not None:
+        if loss_type != "dapo":
+            raise ValueError(
+                f"num_items_in_batch applies to loss_type='dapo' only, got loss_type={loss_type!r}; for 'grpo' "
+                "and 'dr_grpo', divide each micro-batch's loss by the number of micro-batches (as TRL does)"
+            )
+        if isinstance(num_items_in_batch, torch.Tensor):
+            if num_items_in_batch.numel() != 1 or num_items_in_batch.is_complex():
+                raise ValueError(
+                    "num_items_in_batch must be a number in [0, inf) or a one-element real tensor, got a tensor "
+                    f"of shape {tuple(num_items_in_batch.shape)} and dtype {num_items_in_batch.dtype}"
+                )
+            num_items_in_batch = num_items_in_batch.item()
+        n_items = max(check_real(num_items_in_batch, "num_items_in_batch", "[0, inf)"), 1.0)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
     if ref_logp is not None:
@@ -184,7 +214,7 @@ def grpo_loss(
     if loss_type == "grpo":
         loss = (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)).mean()
     elif loss_type == "dapo":
-        loss = masked.sum() / mask.sum().clamp(min=1)
+        loss = masked.sum() / (mask.sum().clamp(min=1) if n_items is None else n_items)
     else:  # dr_grpo
         length = logp.shape[1] if max_completion_length is None else max_completion_length
         loss = masked.sum() / float(logp.shape[0] * length)  # a float: any int length converts
