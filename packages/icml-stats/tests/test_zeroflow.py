@@ -75,6 +75,29 @@ def test_linear_velocity_coefficients_match_the_closed_form():
     assert fitted.predict(m[:4]).shape == (4, 3)
 
 
+def test_a_refit_keeps_no_coefficients_of_an_earlier_linear_fit():
+    # was: set_params(model="kernel").fit(...) kept coef_ [[0.995, 2.012]] of the earlier linear fit, while a
+    # fresh "kernel" fit has no coef_ (scikit-learn resets such attributes: MLPRegressor's
+    # validation_scores_, StandardScaler's scale_ become None on a refit that does not use them)
+    rng = np.random.default_rng(0)
+    m = rng.normal(size=(200, 2))
+    d = m @ [[1.0], [2.0]] + 0.1 * rng.normal(size=(200, 1))
+    velocity = MidpointVelocity("linear").fit(m, d)
+    velocity.set_params(model="kernel", n_components=20, random_state=0).fit(m, 5 * d)
+    fresh = MidpointVelocity("kernel", n_components=20, random_state=0).fit(m, 5 * d)
+    assert not hasattr(velocity, "coef_") and not hasattr(velocity, "intercept_")
+    assert sorted(vars(velocity)) == sorted(vars(fresh))
+    np.testing.assert_array_equal(velocity.predict(m), fresh.predict(m))
+    # a refit that fails keeps the earlier model whole (was: an unfitted regressor_ beside the old coef_,
+    # predict raised NotFittedError), as LinearRegression keeps its model after a refused refit
+    linear = MidpointVelocity("linear").fit(m, d)
+    before = linear.predict(m)
+    with pytest.raises(ValueError, match="could not fit D"):
+        linear.set_params(model=Ridge(solver="lbfgs")).fit(m, d)  # lbfgs needs positive=True: refused
+    np.testing.assert_array_equal(linear.predict(m), before)
+    np.testing.assert_array_equal(linear.regressor_.coef_, linear.coef_)
+
+
 def test_midpoint_pairs_is_an_independent_coupling_of_the_given_rows():
     x0, x1 = np.arange(10.0)[:, None], 100 + np.arange(7.0)[:, None]
     m, d = midpoint_pairs(x0, x1, 0)

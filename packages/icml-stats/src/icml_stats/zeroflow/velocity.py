@@ -180,16 +180,22 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
         d = as_samples(D, "D", m.shape[0])
         check_magnitude("M", m)
         check_magnitude("D", d)
-        self.n_outputs_ = d.shape[1]
-        self.regressor_ = self._regressor(m)
+        regressor = self._regressor(m)
         try:
-            self.regressor_.fit(m, d)
+            regressor.fit(m, d)
         except ValueError as err:
             if isinstance(self.model, str):
                 raise
             raise ValueError(f"model {self.model!r} could not fit D of shape {d.shape}: {err}") from err
-        if isinstance(self.regressor_, LinearRegression):
-            self.coef_, self.intercept_ = self.regressor_.coef_, self.regressor_.intercept_
+        # the fitted state is stored only once the fit succeeded (a failed refit left an unfitted regressor_
+        # beside the old coef_), and coef_/intercept_ exist only for "linear": a refit with another model
+        # kept the old linear fit's coefficients, as scikit-learn's estimators reset such attributes
+        self.n_outputs_, self.regressor_ = d.shape[1], regressor
+        if isinstance(regressor, LinearRegression):
+            self.coef_, self.intercept_ = regressor.coef_, regressor.intercept_
+        else:
+            for attr in ("coef_", "intercept_"):
+                self.__dict__.pop(attr, None)
         return self
 
     def predict(self, M) -> np.ndarray:
