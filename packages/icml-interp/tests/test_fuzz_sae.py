@@ -201,7 +201,9 @@ def test_to_and_from_tokens(data):
 @SOME
 @given(st.data())
 def test_activation_source(data):
-    def take(module, inputs, layout, buffer_tokens, shuffle, seed, hook, input_batch_size, stop_early):
+    def take(
+        module, inputs, layout, buffer_tokens, shuffle, seed, hook, input_batch_size, stop_early, keep_mode
+    ):
         src = ActivationSource(
             module,
             inputs,
@@ -212,6 +214,7 @@ def test_activation_source(data):
             hook=hook,
             input_batch_size=input_batch_size,
             stop_early=stop_early,
+            keep_mode=keep_mode,
         )
         return src.take()
 
@@ -225,6 +228,7 @@ def test_activation_source(data):
         "hook": "output",
         "input_batch_size": 2,
         "stop_early": True,
+        "keep_mode": False,
     }
     fuzz_call(
         data,

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -396,6 +397,13 @@ SPLICED = {  # the target forms, each with the model's first block's output spli
     "hook name": lambda m: ((HookedModel(m), "blocks.0.hook_resid_post"), {}),
     "pair": lambda m: ((m, HookedModel(m).blocks[0]), {"loss_fn": _next_token_ce}),
     "module and forward": lambda m: (HookedModel(m).blocks[0], {"forward": m, "loss_fn": _next_token_ce}),
+    "module and hooked forward": lambda m: (
+        HookedModel(m).blocks[0],
+        {
+            "forward": HookedModel(m),
+            "loss_fn": lambda logits, ids: _next_token_ce(SimpleNamespace(logits=logits), ids),
+        },
+    ),
 }
 
 
@@ -407,7 +415,7 @@ def test_spliced_loss_of_a_model_in_training_mode_is_the_eval_mode_loss(zoo, mod
     # ones by up to 0.0072 (GPT-2) / 0.0090 (Qwen2), more than the spliced-clean difference (0.016 / 0.017),
     # and fraction_recovered was 0.14 / 1.66 for -0.23 / 1.46. Now the model (the target's, and forward's
     # where it is a module) runs in eval mode (bit-identical) and every submodule's mode comes back, also
-    # when a pass raises.
+    # when a pass raises. A HookedModel as forward was missed until 2026-12: fraction_recovered 0.84 / 1.39.
     sae = SAE(SAEConfig(d_in=64, d_sae=128, k=8, seed=0)).eval()
     ids = torch.randint(0, 256, (4, 10), generator=torch.Generator().manual_seed(7))
 
@@ -417,6 +425,57 @@ def test_spliced_loss_of_a_model_in_training_mode_is_the_eval_mode_loss(zoo, mod
 
     want, got = modes.train_vs_eval(getattr(zoo, arch)(), run)
     assert got == want
+
+
+SOURCES = {  # the target forms, each reading the model's last block's output (the zoo's models have two)
+    "hook name": lambda m: ((HookedModel(m), "blocks.1.hook_resid_post"), {}),
+    "pair": lambda m: ((m, HookedModel(m).blocks[1]), {}),
+    "module and forward": lambda m: (HookedModel(m).blocks[1], {"forward": m}),
+    "module and hooked forward": lambda m: (HookedModel(m).blocks[1], {"forward": HookedModel(m)}),
+}
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("target", list(SOURCES))
+def test_activations_of_a_model_in_training_mode_are_the_eval_mode_activations(
+    zoo, modes, arch, target, one_torch_thread
+):
+    # ActivationSource ran the model in its mode: left in training mode (GPT-2's dropout 0.1, Qwen2's attention
+    # dropout 0.1) the activations it handed to train_sae / evaluate_sae had dropout, a fresh mask each read:
+    # off the eval-mode ones by up to 0.084 (GPT-2) / 0.070 (Qwen2), and evaluate_sae(sae, source)'s fvu off
+    # by 0.012 / 0.0057. SAELens reads activations without dropout (a TransformerLens model has none). Now the
+    # model runs in eval mode (bit-identical) and every submodule's mode comes back, also when a pass raises.
+    sae = SAE(SAEConfig(d_in=64, d_sae=128, k=8, seed=0)).eval()
+    ids = torch.randint(0, 256, (4, 10), generator=torch.Generator().manual_seed(7))
+
+    def run(model):
+        where, kwargs = SOURCES[target](model)
+        src = ActivationSource(where, ids, input_batch_size=2, shuffle=False, **kwargs)
+        return src.take(), evaluate_sae(sae, src)
+
+    model = modes.fine_tuning(getattr(zoo, arch)()).eval()
+    want_acts, want_eval = run(model)
+    modes.fine_tuning(model)
+    before = modes.flags(model)
+    got_acts, got_eval = run(model)
+    assert modes.flags(model) == before
+    assert torch.equal(got_acts, want_acts)
+    assert got_eval == want_eval
+    with modes.failing(HookedModel(model).blocks[0]), pytest.raises(ValueError, match="boom"):
+        run(model)  # the pass fails before the hooked block
+    assert modes.flags(model) == before
+
+
+def test_keep_mode_collects_activations_in_the_models_own_mode(zoo, modes, one_torch_thread):
+    model = modes.fine_tuning(zoo.gpt2())
+    flags = modes.flags(model)
+    ids = torch.randint(0, 256, (4, 10), generator=torch.Generator().manual_seed(7))
+    src = ActivationSource((HookedModel(model), "blocks.0.hook_resid_post"), ids, keep_mode=True)
+    first, second = src.take(), src.take()
+    assert not torch.equal(first, second)  # dropout on: a fresh mask each read
+    assert modes.flags(model) == flags
+    with pytest.raises(TypeError, match="keep_mode"):
+        ActivationSource(model, ids, keep_mode="yes")
 
 
 # ---------------------------------------------------------------------------------------------- save / load

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 
 import torch
-from torch import nn
 
 from icml_interp.sae.model import SAE
 from icml_interp.sae.source import ActivationSource, HookTarget, splice, to_tokens
@@ -135,21 +134,6 @@ def evaluate_sae(
     }
 
 
-def _models(tgt: HookTarget) -> list[nn.Module]:
-    """The modules a pass of ``tgt`` runs, as far as they can be known: the target's model, and the module
-    behind its ``forward`` (the module itself or the owner of a bound method; a HookedModel's model)."""
-    from icml_interp.hooks import HookedModel
-
-    model = tgt.hooked.model if tgt.hooked is not None else tgt.model
-    found = [model] if isinstance(model, nn.Module) else []
-    owner = tgt.forward if isinstance(tgt.forward, nn.Module) else getattr(tgt.forward, "__self__", None)
-    if isinstance(owner, HookedModel):
-        owner = owner.model
-    if isinstance(owner, nn.Module) and all(owner is not m for m in found):
-        found.append(owner)
-    return found
-
-
 def _next_token_ce(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(
         logits[:, :-1].reshape(-1, logits.shape[-1]).float(), input_ids[:, 1:].reshape(-1)
@@ -177,7 +161,8 @@ def spliced_loss(
     Runs the model in eval mode; every submodule's mode is restored (also on a raise): the passes it compares
     must see the same network, where in training mode each would draw its own dropout mask. The model is the
     target's (the ``HookedModel``'s model, the pair's model or the bare module) and, where ``forward`` is a
-    module or one of its bound methods, that module; what another ``forward`` runs keeps its mode.
+    module or one of its bound methods, that module (a ``HookedModel`` or its method: its model); what another
+    ``forward`` runs keeps its mode.
     """
     from icml_interp.hooks import HookedModel
 
@@ -206,7 +191,7 @@ def spliced_loss(
     tgt = HookTarget(target, forward, "output", "target")
     clean = spliced = zero = 0.0
     with ExitStack() as modes:
-        for model in _models(tgt):
+        for model in tgt.models():
             modes.enter_context(eval_mode(model))
         for inp in inputs:
             clean += float(loss_fn(tgt.run(inp), inp))

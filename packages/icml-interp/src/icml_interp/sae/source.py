@@ -25,13 +25,13 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
-from icml_interp.validation import check_bool, check_choice, check_inputs, check_int, check_type
+from icml_interp.validation import check_bool, check_choice, check_inputs, check_int, check_type, eval_mode
 
 LAYOUTS = ("auto", "nd", "btd", "bchw", "bhwc")
 
@@ -148,6 +148,25 @@ class HookTarget:
             )
         self.forward = forward
 
+    def models(self) -> list[nn.Module]:
+        """The modules a pass runs, as far as they can be known: the target's model (a HookedModel's model), and
+        the module behind ``forward`` (the module itself or the owner of a bound method; a HookedModel's model,
+        also where ``forward`` is the HookedModel).
+        What another ``forward`` runs is unknown here."""
+        from icml_interp.hooks import HookedModel
+
+        model = self.hooked.model if self.hooked is not None else self.model
+        found = [model] if isinstance(model, nn.Module) else []
+        forward = self.forward
+        owner = (
+            forward if isinstance(forward, (nn.Module, HookedModel)) else getattr(forward, "__self__", None)
+        )
+        if isinstance(owner, HookedModel):
+            owner = owner.model
+        if isinstance(owner, nn.Module) and all(owner is not m for m in found):
+            found.append(owner)
+        return found
+
     def run(self, inp):
         if self.forward is not None:
             return self.forward(inp)
@@ -196,6 +215,15 @@ class ActivationSource:
     token, whose residual norm is an outlier in most LMs): the first real tokens of its ``attention_mask``
     where a dict input has one (left or right padding alike), else the first positions. The shuffling buffer
     holds ``buffer_tokens`` tokens and hands out the older half, shuffled, each time it is full.
+
+    The model runs in eval mode (as SAELens' ``ActivationsStore`` reads a TransformerLens model, which has no
+    dropout, or a Hugging Face model as ``from_pretrained`` leaves it), with every submodule's mode restored
+    after each pass, also when it raises: a model left in training mode (built from a config, or after
+    ``.train()``) would otherwise hand out activations with dropout, a fresh mask each read. The modules put
+    in eval mode are the target's model and, where ``forward`` is a module or one of its bound methods, that
+    module (a ``HookedModel`` or its method: its model); what another ``forward`` runs keeps its mode.
+    ``keep_mode=True`` runs the model in the mode it is in (e.g. to collect activations under dropout on
+    purpose).
     """
 
     def __init__(
@@ -212,6 +240,7 @@ class ActivationSource:
         input_batch_size: int = 8,
         drop_first_tokens: int = 0,
         stop_early: bool = True,
+        keep_mode: bool = False,
     ):
         self._target = None if module is None else HookTarget(module, forward, hook)
         check_inputs(inputs)
@@ -222,6 +251,8 @@ class ActivationSource:
         check_int(seed, "seed")
         check_bool(shuffle, "shuffle")
         check_bool(stop_early, "stop_early")
+        check_bool(keep_mode, "keep_mode")
+        self.keep_mode = bool(keep_mode)
         self.inputs, self.layout, self.buffer_tokens = inputs, layout, buffer_tokens
         self.shuffle, self.seed, self.input_batch_size = bool(shuffle), seed, input_batch_size
         self.drop_first_tokens, self.stop_early = drop_first_tokens, bool(stop_early)
@@ -298,7 +329,10 @@ class ActivationSource:
             if self.stop_early:
                 raise _Captured
 
-        with torch.no_grad(), target.patch(grab):
+        with torch.no_grad(), target.patch(grab), ExitStack() as modes:
+            if not self.keep_mode:
+                for model in target.models():
+                    modes.enter_context(eval_mode(model))
             try:
                 target.run(inp)
             except _Captured:
