@@ -346,14 +346,43 @@ def test_load_pruned_applies_from_pretrained_arguments_on_both_routes(tmp_path):
     ragged = tmp_path / "ragged-float32"
     with pytest.raises(TypeError, match=r"output_attentions.*revision"):
         load_pruned(ragged, revision="main", output_attentions=True)
-    for device_map in ("auto", "sequential", "disk", "meta", -1, {"model": "cpu", "lm_head": "disk"}):
-        with pytest.raises(ValueError, match="device_map must name one device"):
+    for device_map in ("disk", "meta", -1, "autox", {"model": "cpu", "lm_head": "disk"}):
+        with pytest.raises(ValueError, match=r"device_map for a checkpoint with per-layer expert counts"):
             load_pruned(ragged, device_map=device_map)
     # "float" names torch.float (float32), as from_pretrained reads it
     assert load_pruned(ragged, dtype="float").dtype == torch.float32
     for dtype in (torch.int8, "nn", {"": torch.float32}):
         with pytest.raises(ValueError, match=r"dtype must be a floating torch\.dtype"):
             load_pruned(ragged, dtype=dtype)
+
+
+def test_load_pruned_resolves_device_map_strategies_as_from_pretrained(tmp_path, one_torch_thread):
+    """``device_map="auto"`` (and the other strategies, with ``max_memory``) is the usual way to call
+    ``from_pretrained``; on this CPU-only machine ``from_pretrained`` puts the uniform checkpoint on the CPU and
+    its logits equal the in-memory pruned model's. The per-layer route raised ``ValueError: device_map must
+    name one device ...`` for each of them, so a RaGEP checkpoint (rank budgets) failed where the uniform one
+    loaded. Both routes must now give their in-memory model's logits bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    base = tiny_moe("mixtral")
+    plans = {"uniform": {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}, "ragged": {0: [1, 3, 4, 6, 7], 1: [0, 5, 2]}}
+    for name, plan in plans.items():
+        pruned = prune_experts(copy.deepcopy(base), plan)
+        expected = pruned(IDS).logits
+        saved = save_pruned(pruned, tmp_path / name)
+        for kwargs in (
+            {"device_map": "auto"},
+            {"device_map": "balanced"},
+            {"device_map": "balanced_low_0"},
+            {"device_map": "sequential"},
+            {"device_map": "auto", "max_memory": {"cpu": "1GiB"}},
+        ):
+            if name == "uniform":  # what from_pretrained itself does with the argument
+                reference = AutoModelForCausalLM.from_pretrained(saved, **kwargs)
+                assert reference.device.type == "cpu" and torch.equal(reference(IDS).logits, expected)
+            loaded = load_pruned(saved, **kwargs)
+            assert (loaded.device.type, loaded.training) == ("cpu", False), (name, kwargs)
+            assert torch.equal(loaded(IDS).logits, expected), (name, kwargs)
 
 
 def test_a_failed_save_leaves_the_earlier_save_and_a_file_path_is_refused(tmp_path, monkeypatch):

@@ -297,6 +297,7 @@ _LOAD_OPTIONS = (
     "dtype",
     "torch_dtype",
     "device_map",
+    "max_memory",
     "low_cpu_mem_usage",
     "attn_implementation",
     "experts_implementation",
@@ -318,9 +319,11 @@ def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
       ``"auto"`` (the default: the config's ``dtype``, else the checkpoint's);
     - ``device_map``: one device (``"cpu"``, ``"cuda:1"``, a ``torch.device``, an accelerator index, or a
       dict whose values all name that device, e.g. ``{"": "cuda:0"}``): the model is read on the CPU and
-      moved there. ``"auto"``, the other strategies, maps over several devices and ``"disk"`` (which
-      ``from_pretrained`` hands to accelerate's hooks) raise ValueError: load on one device and dispatch
-      the model yourself (``accelerate.dispatch_model``);
+      moved there. A strategy (``"auto"``, ``"balanced"``, ``"balanced_low_0"``, ``"sequential"``, with
+      ``max_memory``) is resolved by transformers' accelerate integration on the model as built, as
+      ``from_pretrained`` resolves it (on a machine without accelerators: the CPU); a map over several devices
+      is dispatched with accelerate's hooks, as ``from_pretrained`` dispatches it. ``"disk"`` and ``"meta"``
+      entries (disk offload needs ``offload_folder``, which this route does not take) raise ValueError;
     - ``attn_implementation``, ``experts_implementation``: as ``from_pretrained``;
     - ``low_cpu_mem_usage``: accepted and ignored, as transformers 5 ignores it.
 
@@ -343,7 +346,9 @@ def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
             f"load_pruned got keyword arguments {unknown} that a checkpoint with per-layer expert counts "
             f"({path}) cannot take; it takes the from_pretrained arguments {list(_LOAD_OPTIONS)}"
         )
-    device = _single_device(kwargs.get("device_map"))
+    device_map = kwargs.get("device_map")
+    if device_map is not None and not (isinstance(device_map, str) and device_map in _STRATEGIES):
+        _devices(device_map)  # a bad map is refused before anything is read
     state = _read_state(path)
     dtype = kwargs.get("dtype")
     dtype = _load_dtype(kwargs.get("torch_dtype") if dtype is None else dtype, config, state)
@@ -360,8 +365,8 @@ def load_pruned(path: str | os.PathLike, **kwargs) -> PreTrainedModel:
         )
     model.tie_weights()
     load_generation_config(model, path, ValueError)  # from_config does not read it: from_pretrained does
-    if device is not None:
-        model.to(device)
+    if device_map is not None:
+        _place(model, device_map, kwargs.get("max_memory"))
     return model.eval()
 
 
@@ -381,32 +386,73 @@ def _load_dtype(dtype: Any, config: Any, state: dict[str, torch.Tensor]) -> torc
     return dtype
 
 
-def _single_device(device_map: Any) -> torch.device | None:
-    """The one device a ``from_pretrained`` ``device_map`` names (``None``: none given), as transformers reads
-    it (``"cuda"`` is this process's ``LOCAL_RANK``, an int an accelerator index); a map that spreads the
-    model over devices, offloads it or leaves the choice to accelerate raises ValueError."""
-    if device_map is None:
-        return None
+# the device_map strategies from_pretrained resolves with accelerate
+_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def _devices(device_map: Any) -> set[torch.device]:
+    """The devices a ``from_pretrained`` ``device_map`` (not a strategy) names, as transformers reads it
+    (``"cuda"`` is this process's ``LOCAL_RANK``, an int an accelerator index); an entry that is no device
+    (``"disk"``, ``"meta"``, a negative index, an unknown strategy) raises ValueError naming ``device_map``."""
     entries = device_map.values() if isinstance(device_map, dict) else [device_map]
-    devices: set[torch.device | None] = set()
+    devices: set[torch.device] = set()
     for entry in entries:
         if isinstance(entry, str) and entry == "cuda":
             entry = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        if isinstance(entry, bool) or (isinstance(entry, int) and entry < 0):
-            devices.add(None)  # not a device (from_pretrained refuses a negative index too)
-            continue
-        try:
-            devices.add(torch.device(entry))
-        except (RuntimeError, TypeError):  # "auto", "disk", ...
-            devices.add(None)
-    if len(devices) != 1 or None in devices or torch.device("meta") in devices:
-        raise ValueError(
-            "device_map must name one device for a checkpoint with per-layer expert counts ('cpu', 'cuda:0', a "
-            "torch.device, an accelerator index or a dict whose values all name it, e.g. {'': 'cuda:0'}), got "
-            f"{device_map!r:.120}: 'auto', the other strategies and maps over several devices or 'disk' are not "
-            "supported (load on one device, then dispatch with accelerate.dispatch_model)"
+        device = None
+        if not isinstance(entry, bool) and not (isinstance(entry, int) and entry < 0):
+            try:
+                device = torch.device(entry)
+            except (RuntimeError, TypeError):  # "disk", an unknown strategy, ...
+                device = None
+        if device is None or device.type == "meta":
+            raise ValueError(
+                f"device_map for a checkpoint with per-layer expert counts must be a strategy {list(_STRATEGIES)}, "
+                "a device ('cpu', 'cuda:0', a torch.device, an accelerator index) or a dict of module names to "
+                f"devices, got {device_map!r:.120}: entry {entry!r} is not a device ('disk' offload needs "
+                "offload_folder, which load_pruned does not take on this route)"
+            )
+        devices.add(device)
+    if not devices:
+        raise ValueError(f"device_map must name at least one device, got {device_map!r:.120}")
+    return devices
+
+
+def _place(model: Any, device_map: Any, max_memory: Any) -> None:
+    """Put the model (built and loaded on the CPU) where ``from_pretrained(..., device_map=device_map,
+    max_memory=max_memory)`` puts it: a strategy is resolved on the model by transformers' accelerate
+    integration (the functions ``from_pretrained`` calls), one device is a ``.to``, several are dispatched with
+    accelerate's hooks (``hf_device_map`` set)."""
+    if isinstance(device_map, str) and device_map in _STRATEGIES:
+        from transformers.integrations.accelerate import (
+            get_balanced_memory,
+            get_max_memory,
+            infer_auto_device_map,
         )
-    return devices.pop()
+
+        no_split = model._no_split_modules
+        if device_map == "sequential":
+            memory = get_max_memory(max_memory)
+        else:
+            memory = get_balanced_memory(
+                model,
+                max_memory=max_memory,
+                no_split_module_classes=no_split,
+                low_zero=device_map == "balanced_low_0",
+            )
+        device_map = infer_auto_device_map(
+            model,
+            max_memory=memory,
+            no_split_module_classes=no_split,
+            no_placement_params=getattr(model, "_no_placement_params", None),
+        )
+    devices = _devices(device_map)
+    if len(devices) == 1:
+        model.to(devices.pop())
+        return
+    from transformers.integrations.accelerate import accelerate_dispatch
+
+    accelerate_dispatch(model, None, dict(device_map), None, None, False)
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
