@@ -14,11 +14,23 @@ import numpy as np
 from icml_theory.privacy.conversions import OptimalConverter, cks_epsilon, mironov_epsilon
 from icml_theory.privacy.profiles import RELATIONS, ComposedRDP, SubsampledGaussianRDP
 from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, TradeoffCurve
-from icml_theory.validation import check_alphas, check_choice, check_int, check_real
+from icml_theory.validation import check_alphas, check_choice, check_int, check_orders, check_real
 
 METHODS = ("optimal", "cks", "mironov")
 MECHANISM = "optimal-rdp"  # the name opacus' registry knows it by (see icml_theory.privacy.register_opacus)
 MIN_NOISE = 0.01  # get_noise_multiplier searches no lower: epsilon there is in the thousands
+
+
+def _check_scalar(value, name: str, interval: str) -> float:
+    """:func:`check_real`, also for a 0-d torch tensor or numpy array (what opacus' noise schedulers and users
+    hand to ``step``: ``LambdaNoise`` with a torch lambda sets a tensor ``noise_multiplier``, and opacus'
+    ``RDPAccountant`` takes it). A bool or complex element is still refused; larger tensors are not scalars."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        try:
+            value = value.item()
+        except (RuntimeError, ValueError, TypeError):  # e.g. a tensor on the "meta" device holds no value
+            raise TypeError(f"{name} must be a real number in {interval}, got {value!r}") from None
+    return check_real(value, name, interval)
 
 
 class OptimalRDPAccountant:
@@ -60,7 +72,7 @@ class OptimalRDPAccountant:
     def get_optimizer_hook_fn(self, sample_rate: float) -> Callable[[Any], None]:
         """A hook for opacus' ``DPOptimizer.attach_step_hook``: one :meth:`step` per optimizer step, at
         ``sample_rate`` times the optimizer's accumulated iterations (opacus' own rule)."""
-        check_real(sample_rate, "sample_rate", "(0, 1]")
+        sample_rate = _check_scalar(sample_rate, "sample_rate", "(0, 1]")
 
         def hook_fn(optim: Any) -> None:
             self.step(
@@ -88,8 +100,8 @@ class OptimalRDPAccountant:
                 raise ValueError(f"state_dict['history'][{i}] must be (noise_multiplier, sample_rate, steps)")
             history.append(
                 (
-                    check_real(entry[0], f"state_dict['history'][{i}] noise_multiplier", "[0, inf)"),
-                    check_real(entry[1], f"state_dict['history'][{i}] sample_rate", "(0, 1]"),
+                    _check_scalar(entry[0], f"state_dict['history'][{i}] noise_multiplier", "[0, inf)"),
+                    _check_scalar(entry[1], f"state_dict['history'][{i}] sample_rate", "(0, 1]"),
                     check_int(entry[2], f"state_dict['history'][{i}] steps", 1),
                 )
             )
@@ -101,10 +113,12 @@ class OptimalRDPAccountant:
     def step(
         self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1
     ) -> OptimalRDPAccountant:
-        """Record ``num_steps`` steps with noise multiplier ``noise_multiplier`` and sampling rate ``sample_rate``."""
+        """Record ``num_steps`` steps with noise multiplier ``noise_multiplier`` and sampling rate ``sample_rate``
+        (Python or numpy numbers, or 0-d torch tensors / numpy arrays, as opacus' ``RDPAccountant`` takes them;
+        ``history`` holds them as floats)."""
         # 0 allowed: opacus trains a non-private baseline with noise_multiplier=0 and steps its accountant
-        sigma = check_real(noise_multiplier, "noise_multiplier", "[0, inf)")
-        q = check_real(sample_rate, "sample_rate", "(0, 1]")
+        sigma = _check_scalar(noise_multiplier, "noise_multiplier", "[0, inf)")
+        q = _check_scalar(sample_rate, "sample_rate", "(0, 1]")
         n = check_int(num_steps, "num_steps", 1, sys.maxsize - len(self))  # len() must stay an index
         if self.history and self.history[-1][:2] == (sigma, q):
             self.history[-1] = (sigma, q, self.history[-1][2] + n)
@@ -132,22 +146,42 @@ class OptimalRDPAccountant:
             merged[(sigma, q)] = merged.get((sigma, q), 0) + n
         return ComposedRDP([SubsampledGaussianRDP(q, s, n, self.relation) for (s, q), n in merged.items()])
 
-    def _conv(self) -> OptimalConverter:
+    def _conv(self, orders=None) -> OptimalConverter:
+        if orders is not None:  # a caller's own orders, and only those: a converter for this query
+            return OptimalConverter(self.profile, orders, refine=False)
         # keyed by the history itself: opacus' get_noise_multiplier assigns ``history`` directly
         if self._converter is None or self._converted != self.history:
             self._converter = OptimalConverter(self.profile)
             self._converted = list(self.history)
         return self._converter
 
-    def get_epsilon(self, delta: float, method: str = "optimal") -> float:
-        """Least ``epsilon`` with an ``(epsilon, delta)``-DP guarantee, by ``method`` (optimal, cks, mironov)."""
+    def get_epsilon(self, delta: float, method: str = "optimal", *, alphas=None) -> float:
+        """Least ``epsilon`` with an ``(epsilon, delta)``-DP guarantee, by ``method`` (optimal, cks, mironov).
+
+        ``alphas``: the RDP orders to use, as in opacus' ``RDPAccountant.get_epsilon(delta, alphas=...)``.
+        Given, every method uses the RDP values at these orders only (the optimal rule then does not refine
+        between them), so the optimal value is never above the Balle/CKS value of the same orders, which is
+        opacus' conversion (``method="cks"`` uses the orders above 1.01, as dp_accounting). Default: the
+        optimal rule searches :data:`DEFAULT_ORDERS` and refines between them; cks/mironov use its orders > 1.
+        """
         delta = check_real(delta, "delta", "(0, 1)")
+        if not isinstance(method, str):  # opacus' second positional argument is ``alphas``
+            raise TypeError(
+                f"method must be one of {METHODS}, got {type(method).__name__} {method!r} "
+                "(RDP orders go in alphas=...)"
+            )
         method = check_choice(method, "method", METHODS)
+        orders = None if alphas is None else np.unique(check_orders(alphas, "alphas").ravel())
+        if orders is not None and orders.size == 0:
+            raise ValueError("alphas must hold at least one Rényi order >= 0.5, got none")
         if self.history and self._non_private():
             return math.inf  # opacus' RDPAccountant and dp_accounting's accountants report inf too
         if method == "optimal":
-            return float(self._conv().epsilon([delta])[0])
-        orders = DEFAULT_ORDERS[DEFAULT_ORDERS > 1]
+            return float(self._conv(orders).epsilon([delta])[0])
+        orders = DEFAULT_ORDERS if orders is None else orders
+        orders = orders[orders > 1]
+        if orders.size == 0:
+            raise ValueError(f"alphas must include an order > 1 for method={method!r}, got {alphas!r}")
         conv = cks_epsilon if method == "cks" else mironov_epsilon
         return conv(orders, self.profile(orders), delta)[0]
 

@@ -45,24 +45,38 @@ from icml_theory.privacy.tradeoff import (
     order_grid,
     rdp_values,
 )
-from icml_theory.validation import as_array, as_rdp_table, check_alphas, check_profile, check_real
+from icml_theory.validation import (
+    as_array,
+    as_rdp_table,
+    check_alphas,
+    check_bool,
+    check_profile,
+    check_real,
+)
 
 COARSE_ALPHAS = np.concatenate([[0.0], np.geomspace(1e-40, 0.5, 201)])
 ALPHA_ROUNDS = 18
 
 
 class OptimalConverter:
-    """Optimal-rule conversions for one profile, caching the coarse curve between queries."""
+    """Optimal-rule conversions for one profile, caching the coarse curve between queries.
 
-    def __init__(self, profile, orders=None):
+    ``orders``: the global grid (default :data:`DEFAULT_ORDERS`); ``refine``: search between neighbouring grid
+    orders per alpha (:func:`optimal_tradeoff`). With ``refine=False`` only the RDP values at ``orders`` are
+    used: the same information a classical conversion of those orders has.
+    """
+
+    def __init__(self, profile, orders=None, *, refine: bool = True):
         self.profile = check_profile(profile)
         self.grid = order_grid(orders)
+        self.refine = check_bool(refine, "refine")
         self.rho_grid = rdp_values(profile, self.grid)  # evaluated once per converter
         self.coarse = self.curve(COARSE_ALPHAS)
 
     def curve(self, alphas) -> TradeoffCurve:
         """The optimal trade-off at ``alphas`` (see :func:`optimal_tradeoff`)."""
-        return optimal_from_grid(self.profile, check_alphas(alphas).ravel(), self.grid, self.rho_grid, True)
+        a = check_alphas(alphas).ravel()
+        return optimal_from_grid(self.profile, a, self.grid, self.rho_grid, self.refine)
 
     def _power(self, alphas):
         """``1 - f(alpha)`` at full relative precision (from ``log beta``)."""
