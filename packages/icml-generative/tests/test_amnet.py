@@ -442,6 +442,18 @@ def test_present_mask_is_per_sample_missing():
 
 
 @torch.no_grad()
+def test_layerwise_casting_runs_as_the_rounded_model():
+    # enable_layerwise_casting (bfloat16 storage, float32 compute): the input check wanted bfloat16 frames
+    # ("frames must have the model's dtype torch.bfloat16, got torch.float32"); now the rounded model's
+    # output, bit for bit (measured: 0.0)
+    cast = tiny_amnet()
+    cast.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=torch.float32)
+    rounded = tiny_amnet()
+    rounded.load_state_dict({k: v.float() for k, v in cast.state_dict().items()})
+    with torch.no_grad():
+        assert torch.equal(cast(*window_inputs()).sample, rounded(*window_inputs()).sample)
+
+
 def test_without_translators_missing_features_are_zeros():
     frames, events, infrared = window_inputs()
     model = tiny_amnet(translators=False)

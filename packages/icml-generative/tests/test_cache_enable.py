@@ -282,6 +282,90 @@ def test_plain_torch_modules_get_no_enable_cache_and_still_use_apply_navicache()
     assert not hasattr(model, "enable_cache")
 
 
+# -- diffusers' memory options: pipe.enable_model_cpu_offload() -----------------------------------------------
+def _wan_pipeline():
+    """A ``WanPipeline`` around a fresh tiny Wan (offloading puts accelerate hooks on it); ``generate()``
+    returns the latents and the block forwards run."""
+    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
+    pytest.importorskip("accelerate")  # enable_model_cpu_offload needs it
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    pipe = WanPipeline(
+        tokenizer=None,
+        text_encoder=None,
+        vae=None,
+        transformer=helpers.tiny_wan().eval(),
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
+    pipe.set_progress_bar_config(disable=True)
+    cond = helpers.class_tokens(torch.tensor([1]))
+
+    def generate():
+        with count_block_forwards(pipe.transformer) as counter:
+            frames = pipe(
+                prompt_embeds=cond,
+                negative_prompt_embeds=torch.zeros_like(cond),
+                height=64,
+                width=64,
+                num_frames=13,
+                num_inference_steps=STEPS,
+                guidance_scale=4.0,
+                output_type="latent",
+                generator=torch.Generator().manual_seed(0),
+            ).frames
+        return frames, counter.blocks
+
+    return pipe, generate
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("offload_first", [True, False])
+@pytest.mark.parametrize("level", ["blocks", "model"])
+def test_caches_keep_working_under_enable_model_cpu_offload(level, offload_first, monkeypatch):
+    # enable_model_cpu_offload puts an accelerate hook on the transformer, and the pipeline's end-of-call
+    # maybe_free_model_hooks removes it (module.forward = module._old_forward) and adds it again. The old code
+    # registered its hooks on the transformer over accelerate's: with the offload first, that removal dropped
+    # them after the first generation (level="model": the second one ran all 24 forwards of 3 blocks instead
+    # of 12 (72 blocks instead of 36), output 0.179 away from the first, get_cache_stats still reporting the
+    # first run's 6 skips); with the cache first, disable_cache() set the forward past accelerate's hook, so
+    # the next generation never called it (0 of 24 CpuOffload.pre_forward calls: on CUDA the offloaded
+    # transformer is not moved to the GPU). On CPU the offload is the identity: everything is bit for bit.
+    from accelerate.hooks import CpuOffload
+
+    config = NaviCacheConfig(threshold=0.2 if level == "model" else 0.5, alignment_steps=2, level=level)
+    pipe, generate = _wan_pipeline()
+    uncached, uncached_blocks = generate()
+    pipe.transformer.enable_cache(config)  # the same pipeline without offload: what each generation gives
+    expected, expected_blocks = generate()
+    expected_stats = get_cache_stats(pipe.transformer).as_dict()
+    pipe.transformer.disable_cache()
+    assert uncached_blocks == 2 * STEPS * 3 and 0 < expected_blocks < uncached_blocks
+    if offload_first:
+        pipe.enable_model_cpu_offload(device="cpu")
+    pipe.transformer.enable_cache(config)
+    if not offload_first:
+        pipe.enable_model_cpu_offload(device="cpu")
+    for _ in range(3):  # each generation ends with maybe_free_model_hooks: remove, offload, add again
+        frames, blocks = generate()
+        assert blocks == expected_blocks and torch.equal(frames, expected)
+        assert get_cache_stats(pipe.transformer).as_dict() == expected_stats
+    offload_calls = []
+    pre_forward = CpuOffload.pre_forward
+
+    def counting(self, module, *args, **kwargs):
+        if module is pipe.transformer:
+            offload_calls.append(1)
+        return pre_forward(self, module, *args, **kwargs)
+
+    monkeypatch.setattr(CpuOffload, "pre_forward", counting)
+    pipe.transformer.disable_cache()
+    for _ in range(2):  # accelerate's hook runs on every forward again, and the cache stays off
+        offload_calls.clear()
+        frames, blocks = generate()
+        assert len(offload_calls) == 2 * STEPS and blocks == uncached_blocks and torch.equal(frames, uncached)
+    assert not pipe.transformer.is_cache_enabled and not pipe.transformer._diffusers_hook.hooks
+
+
 # -- plot_cache_stats ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stats(wan):

@@ -399,6 +399,50 @@ def test_diffusers_callback_runs_in_a_stable_diffusion_pipeline(schedule):
     assert torch.isfinite(cfg).all()
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("storage", [torch.bfloat16, torch.float8_e4m3fn])
+def test_diffusers_callback_under_layerwise_casting_guides_as_the_rounded_model(storage):
+    # unet.enable_layerwise_casting (weights stored in bfloat16 / float8, computed in float32) casts the weights
+    # back after each forward, in place (param.data): the guidance's backward through the unet found them in
+    # the storage dtype and raised "expected scalar type Float but found BFloat16" (Float8_e4m3fn). It now
+    # guides exactly as a hook-free unet holding the same rounded weights in float32 (measured: 0.0 apart, the
+    # guidance moving the latents by 4.6).
+    cast = _tiny_sd_pipeline()
+    cast.unet.enable_layerwise_casting(storage_dtype=storage, compute_dtype=torch.float32)
+    rounded = _tiny_sd_pipeline()
+    rounded.unet.load_state_dict({k: v.to(torch.float32) for k, v in cast.unet.state_dict().items()})
+    embeds = torch.randn(1, 4, 16, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(1)
+    enc = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 6), torch.nn.Tanh())
+
+    def run(pipe, guided):
+        extra = (
+            {
+                "callback_on_step_end": JEPAGuidance(enc, eta=0.5, top_k=3).diffusers_callback(),
+                "callback_on_step_end_tensor_inputs": ["latents", "prompt_embeds"],
+            }
+            if guided
+            else {}
+        )
+        return pipe(
+            prompt_embeds=embeds,
+            negative_prompt_embeds=torch.zeros_like(embeds),
+            num_inference_steps=5,
+            guidance_scale=3.0,
+            height=64,
+            width=64,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(0),
+            **extra,
+        ).images
+
+    plain = run(rounded, False)
+    assert torch.equal(run(cast, False), plain)  # the pipeline alone: the rounded model, bit for bit
+    guided = run(rounded, True)
+    assert torch.equal(run(cast, True), guided) and (guided - plain).abs().max() > 1.0
+    assert all(p.dtype == storage for p in cast.unet.conv_in.parameters())  # still stored rounded
+
+
 @pytest.mark.parametrize("scheduler", ["DDIMScheduler", "DPMSolverMultistepScheduler"])
 def test_diffusers_callback_in_img2img_guides_at_the_timestep_denoised_next(scheduler):
     # img2img with strength 0.5 runs the last 5 of 10 timesteps: the callback read timesteps[i + 1] of the

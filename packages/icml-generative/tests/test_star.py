@@ -280,6 +280,28 @@ def tiny_vae(**kw):
     return STARVAE(**{**cfg, **kw})
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("storage", [torch.bfloat16, torch.float8_e4m3fn])
+def test_vae_under_layerwise_casting_runs_as_the_rounded_model(storage):
+    # diffusers' enable_layerwise_casting stores the weights in bfloat16 / float8 and computes in float32: the
+    # input check wanted the storage dtype (float32 audio: "audio must have the model's dtype torch.bfloat16"),
+    # and audio in the storage dtype then failed in the first convolution (bias float). The VAE now takes
+    # audio in the compute dtype and equals a hook-free VAE holding the same rounded weights (measured: 0.0).
+    torch.manual_seed(0)
+    cast = tiny_vae(mamba_layers=1).eval()
+    cast.enable_layerwise_casting(storage_dtype=storage, compute_dtype=torch.float32)
+    rounded = tiny_vae(mamba_layers=1).eval()
+    rounded.load_state_dict({k: v.float() for k, v in cast.state_dict().items()})
+    audio = torch.randn(2, 1, 400, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = cast(audio, sample_posterior=False)
+        expected = rounded(audio, sample_posterior=False)
+    assert torch.equal(out.sample, expected.sample) and torch.equal(out.latents, expected.latents)
+    assert cast.encoder_in.weight.dtype == storage  # still stored rounded
+    with pytest.raises(TypeError, match=r"audio must have the model's dtype torch.float32, got"):
+        cast(audio.to(storage))  # the storage dtype is not what it computes in
+
+
 @pytest.mark.parametrize("mamba_layers", [0, 1])
 def test_vae_shapes_training_step_and_save_load(tmp_path, mamba_layers):
     torch.manual_seed(0)

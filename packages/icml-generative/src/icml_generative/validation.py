@@ -179,14 +179,30 @@ def check_model_input(
     value: Any, name: str, module: torch.nn.Module, shape: Sequence[int | str] | None = None
 ) -> torch.Tensor:
     """A finite, non-empty floating-point tensor (of ``shape`` if given, as :func:`check_tensor`) in the dtype
-    of ``module``'s parameters (``TypeError`` otherwise: torch would fail deep inside the first layer)."""
+    ``module`` computes in (``TypeError`` otherwise: torch would fail deep inside the first layer): its first
+    parameter's, or under diffusers' ``enable_layerwise_casting`` the compute dtype of the layer holding it
+    (the weights are stored in, e.g., bfloat16 or float8 and cast to the compute dtype for each forward)."""
     check_tensor(value, name, shape, floating=True, finite=True)
     if value.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
-    param = next(module.parameters(), None)
-    if param is not None and value.dtype != param.dtype:
-        raise TypeError(f"{name} must have the model's dtype {param.dtype}, got {value.dtype}")
+    first = next(module.named_parameters(), None)
+    if first is not None:
+        dtype = _compute_dtype(module, *first)
+        if value.dtype != dtype:
+            raise TypeError(f"{name} must have the model's dtype {dtype}, got {value.dtype}")
     return value
+
+
+def _compute_dtype(module: torch.nn.Module, param_name: str, param: torch.Tensor) -> torch.dtype:
+    """The dtype ``param`` (named ``param_name`` in ``module``) computes in: the ``compute_dtype`` of a
+    diffusers hook on the layer holding it (``LayerwiseCastingHook``), else its own."""
+    owner = module.get_submodule(param_name.rpartition(".")[0])
+    registry = getattr(owner, "_diffusers_hook", None)
+    for hook in getattr(registry, "hooks", {}).values():
+        dtype = getattr(hook, "compute_dtype", None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+    return param.dtype
 
 
 def check_trainable_dtype(module: torch.nn.Module, name: str, method: str) -> None:

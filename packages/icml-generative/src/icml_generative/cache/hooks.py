@@ -28,7 +28,8 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -479,6 +480,30 @@ def find_transformer_blocks(
     return blocks
 
 
+@contextmanager
+def _beneath_accelerate(module: torch.nn.Module) -> Iterator[None]:
+    """Register or remove hooks of ``module``'s own registry beneath an accelerate hook on it, if any.
+
+    ``pipe.enable_model_cpu_offload()`` puts an accelerate hook on the transformer (``module.forward`` its
+    wrapper, ``module._old_forward`` what it wraps) and, at the end of every generation
+    (``maybe_free_model_hooks``), removes it with ``remove_hook_from_module``, which sets
+    ``module.forward = module._old_forward``, and adds it again. A diffusers hook registered on the module
+    after the accelerate hook wraps accelerate's wrapper and was dropped by that removal: the model-level
+    cache ran once and then no more, and ``disable_cache()`` set ``module.forward`` past accelerate's hook.
+    Here the registry works on ``_old_forward`` instead, so our hooks sit beneath accelerate's, where its
+    removal keeps them and its hook stays outermost."""
+    outer = vars(module).get("forward")
+    if outer is None or not hasattr(module, "_hf_hook") or "_old_forward" not in vars(module):
+        yield
+        return
+    setattr(module, "forward", vars(module)["_old_forward"])  # noqa: B010 (mypy: a method is not assignable)
+    try:
+        yield
+    finally:
+        setattr(module, "_old_forward", vars(module)["forward"])  # noqa: B010
+        setattr(module, "forward", outer)  # noqa: B010
+
+
 def _has_cache(module: torch.nn.Module) -> bool:
     registry = getattr(module, "_diffusers_hook", None)
     return registry is not None and (HEAD_HOOK in registry.hooks or BLOCK_HOOK in registry.hooks)
@@ -541,12 +566,13 @@ def apply_stack_cache(
     registry = HookRegistry.check_if_exists_or_initialize(module)  # lets cache_context reach the block hooks
     state_manager, shared = StateManager(ContextState), _SharedState()
     policy.shared = shared
-    if level == "model":
-        registry.register_hook(
-            StackCacheHook(policy, state_manager, shared, True, True, _ModelIO()), HEAD_HOOK
-        )
-    if isinstance(module, ModelMixin):  # registered last: runs before the model-level head decides
-        registry.register_hook(_ModelTimestepHook(shared), TIMESTEP_HOOK)
+    with _beneath_accelerate(module):  # kept by enable_model_cpu_offload's end-of-call hook removal
+        if level == "model":
+            registry.register_hook(
+                StackCacheHook(policy, state_manager, shared, True, True, _ModelIO()), HEAD_HOOK
+            )
+        if isinstance(module, ModelMixin):  # registered last: runs before the model-level head decides
+            registry.register_hook(_ModelTimestepHook(shared), TIMESTEP_HOOK)
     last = len(blocks) - 1
     for i, (_, block) in enumerate(blocks):
         hook = StackCacheHook(policy, state_manager, shared, is_head=i == 0, is_tail=i == last)
@@ -568,9 +594,10 @@ def remove_stack_cache(module: torch.nn.Module, method: str) -> None:
     for sub in module.modules():
         registry = getattr(sub, "_diffusers_hook", None)
         if registry is not None:
-            registry.remove_hook(HEAD_HOOK, recurse=False)
-            registry.remove_hook(BLOCK_HOOK, recurse=False)
-            registry.remove_hook(TIMESTEP_HOOK, recurse=False)
+            with _beneath_accelerate(sub) if sub is module else nullcontext():
+                registry.remove_hook(HEAD_HOOK, recurse=False)
+                registry.remove_hook(BLOCK_HOOK, recurse=False)
+                registry.remove_hook(TIMESTEP_HOOK, recurse=False)
     registry = getattr(module, "_diffusers_hook", None)
     if registry is not None:
         registry.invalidate_child_registries_cache()

@@ -153,6 +153,21 @@ def minority_score(
     return score
 
 
+def _keep_parameter(t: torch.Tensor) -> torch.Tensor:
+    """Save a parameter for backward as it is now (an alias of its storage), not as the parameter object.
+
+    Memory options swap a parameter's data after each forward: diffusers' ``enable_layerwise_casting`` casts
+    the weights back to their storage dtype (``module.to``, which sets ``param.data``), leaf group offloading
+    moves them back to the offload device. Autograd saved the parameter object itself (a convolution's
+    weight), so the backward through the denoiser found bfloat16 / float8 weights ("expected scalar type Float
+    but found BFloat16"). An alias keeps the weights the forward used, without a copy."""
+    return t.detach() if isinstance(t, torch.nn.Parameter) else t
+
+
+def _unpacked(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
 class TweedieGuidance:
     """Gradient descent on ``objective(preprocess(x̂0(z_t)))`` at the active steps of a sampler (module
     docstring). ``objective`` maps a batch to one value per sample, ``(n,)``, the quantity to lower.
@@ -213,7 +228,7 @@ class TweedieGuidance:
         if not self.is_active(step, num_steps) or self.eta == 0.0:
             return z
         self.current_step = step
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_keep_parameter, _unpacked):
             zg = z.detach().requires_grad_(True)
             x0 = x0_fn(zg)
             if not isinstance(x0, torch.Tensor):
