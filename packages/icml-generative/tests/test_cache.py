@@ -420,6 +420,55 @@ def test_dit_modulated_input_is_the_first_self_attention_input():
     assert torch.equal(dit_modulated_input(torch.nn.Linear(2, 2), x, (x,), {}), x)  # other blocks: the input
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_count_block_forwards_does_not_depend_on_fused_qkv_projections():
+    """diffusers' ``fuse_qkv_projections()`` makes Wan's attention call ``to_qkv`` / ``to_kv`` instead of
+    ``to_q``, ``to_k``, ``to_v``; the counter watched ``attn1.to_q`` and counted 0 blocks on the fused model
+    (measured: 0 instead of 72 uncached, 0 instead of 24 with NaviCache, 0 instead of 28 with diffusers'
+    First-Block Cache). The count is now that of the unfused model, and that of the blocks whose attention ran."""
+    noise, cond, uncond = _inputs()
+    caches = {
+        "uncached": (lambda m: None, lambda m: None),
+        "navicache": (
+            lambda m: apply_navicache(m, NaviCacheConfig(threshold=0.5, alignment_steps=2)),
+            remove_navicache,
+        ),
+        "first-block-cache": (
+            lambda m: m.enable_cache(FirstBlockCacheConfig(threshold=0.5)),
+            lambda m: m.disable_cache(),
+        ),
+    }
+    counts = {}
+    for fused in (False, True):
+        model = tiny_wan().eval()
+        if fused:
+            model.fuse_qkv_projections()
+            assert all(b.attn1.fused_projections and b.attn2.fused_projections for b in model.blocks)
+        for name, (apply, remove) in caches.items():
+            ran = [0]  # the blocks whose self-attention really ran
+            handles = [
+                b.attn1.register_forward_hook(lambda *_, ran=ran: ran.__setitem__(0, ran[0] + 1))
+                for b in model.blocks
+            ]
+            apply(model)
+            try:
+                with count_block_forwards(model) as counter:
+                    out = sample_flow_euler(model, noise, cond, uncond, 3.0, STEPS)
+            finally:
+                remove(model)
+                for h in handles:
+                    h.remove()
+            assert counter.blocks == ran[0], (name, fused)
+            counts[name, fused] = counter.blocks, out
+    for name in caches:
+        (unfused, a), (fused, b) = counts[name, False], counts[name, True]
+        assert fused == unfused, name
+        torch.testing.assert_close(b, a)  # the same computation, fused or not
+    assert counts["uncached", False][0] == 2 * STEPS * 3
+    assert 0 < counts["navicache", False][0] < 2 * STEPS * 3
+    assert 0 < counts["first-block-cache", False][0] < 2 * STEPS * 3
+
+
 def test_plain_torch_dit_with_navicache_and_diffusers_first_block_cache():
     torch.manual_seed(0)
     model = TinyDiT().eval()

@@ -8,8 +8,9 @@ needs per-model magnitude ratios; diffusers' ``calibrate=True`` mode prints them
 residual is that of the stack's hidden states (the image / video tokens), read where each block class
 takes and returns them (diffusers' block registry, as the cache hooks do): Flux, SD3 and HunyuanVideo
 blocks return ``(encoder_hidden_states, hidden_states)``, whose text stream is not the residual.
-:func:`count_block_forwards` counts the transformer blocks actually evaluated, so that every method's
-cost is measured the same way (a First-Block-Cache skip still runs its first block).
+:func:`count_block_forwards` counts the transformer blocks actually evaluated (a block call in which any of
+its ``Linear`` layers runs), so that every method's cost is measured the same way (a First-Block-Cache skip
+still runs its first block), fused QKV projections or not.
 """
 
 from __future__ import annotations
@@ -111,23 +112,40 @@ def _counted_linears(block: torch.nn.Module):
 
 @contextmanager
 def count_block_forwards(model: torch.nn.Module):
-    """Count the blocks of ``model`` that really run (a hook on the first ``Linear`` inside each block, which a
-    skipped block never reaches), whatever cache is applied.
+    """Count the blocks of ``model`` that really run, whatever cache is applied: a block is counted once per
+    call in which any ``Linear`` inside it runs (a skipped block, whose call returns a cached output, runs
+    none).
 
-    Linears inside a block's normalisation modules (``norm*``: adaLN conditioning embeddings, which
-    ``DiTTransformer2DModel`` also calls from its output head through ``transformer_blocks[0].norm1.emb``)
-    and inside ``torch.nn.MultiheadAttention`` (whose projections are used without calling them) are passed
-    over."""
+    Every ``Linear`` of the block is watched, not a fixed one, so the count does not depend on which
+    projections the block uses: after diffusers' ``fuse_qkv_projections()`` the attention calls ``to_qkv``
+    (``to_kv`` for cross-attention) and no longer ``to_q``. Linears inside a block's normalisation modules
+    (``norm*``: adaLN conditioning embeddings, which ``DiTTransformer2DModel`` also calls from its output
+    head through ``transformer_blocks[0].norm1.emb``) and inside ``torch.nn.MultiheadAttention`` (whose
+    projections are used without calling them) are passed over, and a Linear counts only while its block is
+    being called."""
     blocks = find_transformer_blocks(model, "count_block_forwards", "model")
     counter = BlockCounter(len(blocks))
     handles = []
     for name, block in blocks:
-        linear = next((m for m in _counted_linears(block) if isinstance(m, torch.nn.Linear)), None)
-        if linear is None:
+        linears = [m for m in _counted_linears(block) if isinstance(m, torch.nn.Linear)]
+        if not linears:
             raise ValueError(f"count_block_forwards: block {name} of model has no torch.nn.Linear to count")
-        handles.append(
-            linear.register_forward_pre_hook(lambda *_: setattr(counter, "blocks", counter.blocks + 1))
-        )
+        armed = [False]  # the block is being called and none of its Linears has run yet
+
+        def arm(*_, armed=armed):
+            armed[0] = True
+
+        def disarm(*_, armed=armed):
+            armed[0] = False
+
+        def ran(*_, armed=armed):
+            if armed[0]:
+                armed[0] = False
+                counter.blocks += 1
+
+        handles.append(block.register_forward_pre_hook(arm))
+        handles.append(block.register_forward_hook(disarm, always_call=True))
+        handles.extend(linear.register_forward_pre_hook(ran) for linear in linears)
     try:
         yield counter
     finally:
