@@ -507,6 +507,62 @@ def test_epanechnikov_windows_without_data_are_reported():
         model.predict([[2.5]])
 
 
+def _normal_predictor(seed, n=60):
+    """A standard-normal predictor with a Euclidean response sin(2u) + noise and a sphere response."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal(n)
+    y = np.sin(2 * u) + 0.3 * rng.standard_normal(n)
+    a = 0.5 * u + 0.1 * rng.standard_normal(n)
+    ys = np.stack([np.cos(a), np.sin(a), np.full(n, 0.2)], 1)
+    return u, y, ys / np.linalg.norm(ys, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 13, 14])
+def test_epanechnikov_default_bandwidths_fit_a_gaussian_predictor(seed):
+    # these are the seeds of 0-19 whose fit raised "bandwidths must include a bandwidth that leaves every
+    # held-out point two distinct neighbours" before the fix (5 of 20 at n = 60; 42 of 100 at n = 30): a
+    # held-out extreme point had no training neighbour within sd, the largest default candidate
+    u, y, ys = _normal_predictor(seed)
+    gaps = np.diff(np.sort(u))
+    nearest = np.minimum(np.r_[np.inf, gaps], np.r_[gaps, np.inf]).max()
+    # measured training R^2 on these seeds: euclidean 0.671-0.864, sphere 0.950-0.972
+    for space, objects, r2_min in [("euclidean", y, 0.55), ("sphere", ys, 0.9)]:
+        model = LocalFrechetRegressor(space, kernel="epanechnikov", random_state=seed).fit(
+            u[:, None], objects
+        )
+        # the grid starts where every training point has a neighbour in its window, so the chosen model
+        # predicts at all of them (measured: every one of the 15 candidates has a finite loss)
+        assert model.bandwidths_[0] == pytest.approx(max(1.1 * nearest, 0.01 * u.std()))
+        assert np.isfinite(model.cv_losses_).all()
+        assert model.score(u[:, None], objects) > r2_min
+
+
+def test_epanechnikov_default_bandwidths_do_not_span_the_gap_between_clusters():
+    # frechet's SetBwRange starts its grid at 1.1 x the largest gap, here the gap between the clusters
+    # (mean squared error 0.0128 -> 0.0480 at n = 30); the grid starts at the nearest-neighbour distance.
+    # Measured over seeds 0-4: bandwidths_[0] / gap 0.067-0.159, bandwidth_ / gap 0.153-0.628
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        u = np.concatenate([rng.normal(0, 0.2, 30), rng.normal(3, 0.2, 30)])
+        y = np.sin(2 * u) + 0.3 * rng.standard_normal(60)
+        model = LocalFrechetRegressor(kernel="epanechnikov", random_state=seed).fit(u[:, None], y)
+        gap = np.diff(np.sort(u)).max()
+        assert model.bandwidths_[0] < 0.25 * gap
+        assert model.bandwidth_ < 0.8 * gap
+
+
+def test_explicit_bandwidths_still_score_every_held_out_point():
+    # the fix changes only the default grid: the same values given explicitly still fail on seed 0, where a
+    # held-out extreme point has no training neighbour within any of them
+    u, y, _ = _normal_predictor(0)
+    grid = np.std(u) * np.geomspace(0.01, 1.0, 15)
+    with pytest.raises(ValueError, match="bandwidths must include"):
+        LocalFrechetRegressor(kernel="epanechnikov", bandwidths=grid, random_state=0).fit(u[:, None], y)
+    # and the gaussian kernel's default grid is still these values
+    model = LocalFrechetRegressor(random_state=0).fit(u[:, None], y)
+    np.testing.assert_allclose(model.bandwidths_, grid)
+
+
 def test_cross_validated_bandwidth_tracks_the_signal():
     rng = np.random.default_rng(9)
     u = rng.uniform(0, 1, 300)
