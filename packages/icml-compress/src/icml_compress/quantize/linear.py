@@ -22,6 +22,12 @@ product up to float rounding, slower on the CPU, see ``docs/proteus-models.md``,
 While any of ``alpha``, ``beta``, ``su``, ``sv`` requires grad (distillation) the product is the
 differentiable ``alpha * (x @ raw^T) + beta * sum(x)`` of the cached raw code values, between the
 rotations, on either device. The packed words never change after quantization.
+
+Under ``torch.compile`` (``fullgraph=True`` included) no cache is read or written: the cache keys read
+storage addresses and version counters, which dynamo cannot guard on (it raised ``Unsupported: Data
+pointer comparison``). The compiled forward decodes the weight inside the graph on every call (as torchao
+and HQQ dequantize inside theirs) through the registered ops, on the rotated path the CUDA forward takes:
+the eager product up to float rounding. :class:`RTNLinear` likewise unpacks its codes inside the graph.
 """
 
 from __future__ import annotations
@@ -36,6 +42,11 @@ from icml_compress.validation import check_bool, check_int
 from icml_kernels.trellis import TrellisFormat, trellis_decode_op, trellis_gemv_op
 
 NO_MULBAL = (1, 0, 8)  # the ops' (a, b, m) for the codes that take none
+
+
+def compiling() -> bool:
+    """True while ``torch.compile`` (dynamo) traces the caller: the decoded-weight caches are bypassed."""
+    return torch.compiler.is_compiling()
 
 
 def tensors_key(*tensors: torch.Tensor) -> tuple:
@@ -135,15 +146,22 @@ class ProteusLinear(nn.Module):
         """``alpha * raw + beta`` in the rotated basis, ``(out, in)`` float32."""
         return self.raw_weight() * self.alpha + self.beta
 
+    def _decode_weight(self) -> torch.Tensor:
+        """The weight in the original basis, decoded now (no cache)."""
+        A = unrotate(self.rotated_weight())  # rows: R_in^T
+        W = unrotate(A.T.contiguous()).T * self.sv.detach()[:, None] * self.su.detach()[None, :]
+        return W.contiguous()
+
     def dequantized_weight(self) -> torch.Tensor:
         """The weight this module applies, ``(out, in)`` float32, in the original basis (cached while the
-        packed words, ``alpha``, ``beta``, ``su`` and ``sv`` are unchanged)."""
+        packed words, ``alpha``, ``beta``, ``su`` and ``sv`` are unchanged; decoded on every call, without
+        the cache, under ``torch.compile``)."""
+        if compiling():
+            return self._decode_weight()
         tensors = (self.packed, self.alpha, self.beta, self.su, self.sv)
         key = tensors_key(*tensors)
         if self._cache is None or self._cache[1] != key:
-            A = unrotate(self.rotated_weight())  # rows: R_in^T
-            W = unrotate(A.T.contiguous()).T * self.sv.detach()[:, None] * self.su.detach()[None, :]
-            self._cache = (tensors, key, W.contiguous())  # holds the tensors: their ids stay theirs
+            self._cache = (tensors, key, self._decode_weight())  # holds the tensors: their ids stay theirs
         return self._cache[2]
 
     def clear_cache(self) -> None:
@@ -151,14 +169,15 @@ class ProteusLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         training = any(p.requires_grad for p in (self.alpha, self.beta, self.su, self.sv))
-        if training or x.is_cuda:
+        traced = compiling()  # decode inside the graph, between the rotations: no cache
+        if training or x.is_cuda or traced:
             xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
-            if training:
+            if training and not traced:
                 raw = getattr(self, "_raw", None)  # a plain attribute: .to() does not move it
                 if raw is None or raw.device != self.packed.device:
                     raw = self._raw = self.raw_weight()
                 z = xs @ raw.T  # no (out, in) temporary
-            elif xs.numel() == self.in_features:
+            elif xs.numel() == self.in_features and not training:  # the op has no backward
                 z = trellis_gemv_op(xs, self.packed, *self._op_args())
             else:  # decoded per call: GPU memory stays at the packed size
                 z = xs @ self.raw_weight().T
@@ -240,16 +259,24 @@ class RTNLinear(nn.Module):
         shifts = torch.arange(per, dtype=torch.int32, device=c.device) * self.bits
         self.codes.copy_((c << shifts).sum(-1).to(torch.uint8))
 
+    def _decode_weight(self) -> torch.Tensor:
+        """The weight unpacked now (no cache)."""
+        per = 8 // self.bits
+        shifts = torch.arange(per, dtype=torch.int32, device=self.codes.device) * self.bits
+        c = ((self.codes.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << self.bits) - 1)).float()
+        c = c.reshape(self.out_features, -1, self.group_size)  # (out, groups, g)
+        w = self.offset.float().unsqueeze(-1) + self.scale.float().unsqueeze(-1) * c
+        return w.reshape(self.out_features, self.in_features)
+
     def dequantized_weight(self) -> torch.Tensor:
+        """The weight this module applies, ``(out, in)`` float32 (cached while the codes, scales and offsets
+        are unchanged; unpacked on every call, without the cache, under ``torch.compile``)."""
+        if compiling():
+            return self._decode_weight()
         tensors = (self.codes, self.scale, self.offset)
         key = tensors_key(*tensors)
         if self._cache is None or self._cache[1] != key:
-            per = 8 // self.bits
-            shifts = torch.arange(per, dtype=torch.int32, device=self.codes.device) * self.bits
-            c = ((self.codes.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << self.bits) - 1)).float()
-            c = c.reshape(self.out_features, -1, self.group_size)  # (out, groups, g)
-            w = self.offset.float().unsqueeze(-1) + self.scale.float().unsqueeze(-1) * c
-            self._cache = (tensors, key, w.reshape(self.out_features, self.in_features))
+            self._cache = (tensors, key, self._decode_weight())
         return self._cache[2]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
