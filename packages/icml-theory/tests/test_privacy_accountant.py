@@ -87,7 +87,12 @@ def test_epsilon_at_small_noise_multiplier():
             ValueError,
             "sample_rate",
         ),
-        (lambda: OptimalRDPAccountant().get_epsilon(1e-5), ValueError, "no steps"),
+        (
+            lambda: OptimalRDPAccountant().profile,
+            ValueError,
+            "no steps",
+        ),  # get_epsilon is 0: see integrations
+        (lambda: OptimalRDPAccountant().get_epsilon(1e-5, alphas=[0.1]), ValueError, "alphas"),
         (
             lambda: OptimalRDPAccountant().step(noise_multiplier=1.0, sample_rate=0.1).get_epsilon(0.0),
             ValueError,

@@ -357,3 +357,54 @@ def test_dp_accounting_non_private_and_sampled_compositions_as_rdp_accountant():
     assert (
         OptimalRDPPrivacyAccountant().compose(zero).get_epsilon(DELTA) == math.inf
     )  # theirs: ZeroDivisionError
+
+
+def test_epsilon_before_the_first_step_is_zero_as_with_opacus_rdp(one_torch_thread):
+    """Users log epsilon at epoch 0: opacus' "rdp" accountant reports 0 before the first optimizer step, and
+    dp_accounting's RdpAccountant / PLDAccountant report epsilon 0 and delta 0 on an empty ledger; ours
+    raised ``ValueError: no steps recorded`` from ``PrivacyEngine.get_epsilon``."""
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    register_opacus()
+    before, after = {}, {}
+    for name in ("rdp", "optimal-rdp"):
+        engine = opacus.PrivacyEngine(accountant=name)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 1)
+        data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+        model, optimizer, loader = engine.make_private(
+            module=model,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+            data_loader=torch.utils.data.DataLoader(data, batch_size=16),
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+        )
+        before[name] = engine.get_epsilon(DELTA)  # epoch 0, nothing trained yet
+        x, y = next(iter(loader))
+        if len(x):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        after[name] = engine.get_epsilon(DELTA)
+    assert before == {"rdp": 0, "optimal-rdp": 0}
+    assert 0 < after["optimal-rdp"] < after["rdp"]  # and steps count from there as usual
+
+    acc = OptimalRDPAccountant()
+    for method in ("optimal", "cks", "mironov"):
+        assert acc.get_epsilon(DELTA, method) == 0.0
+        assert acc.get_epsilon(DELTA, method, alphas=[2.0, 8.0]) == 0.0
+    theirs = [RdpAccountant(), PLDAccountant()]
+    assert acc.get_delta(0.0) == acc.get_delta(1.0) == 0.0
+    assert [t.get_epsilon(DELTA) for t in theirs] == [0, 0]
+    assert [t.get_delta(1.0) for t in theirs] == [0, 0]
+    ours = OptimalRDPPrivacyAccountant()
+    assert ours.get_epsilon(DELTA) == ours.get_delta(1.0) == 0.0
+    # the identity trade-off: no test beats random guessing
+    assert acc.get_beta(0.1) == 0.9 and acc.get_beta(np.array([0.0, 1.0])).tolist() == [1.0, 0.0]
+    curve = acc.tradeoff_curve([0.0, 0.25, 1.0])
+    assert curve.beta.tolist() == [1.0, 0.75, 0.0] and np.isnan(curve.order).all()
+    assert curve.log_beta.tolist() == [0.0, math.log(0.75), -math.inf]
+    with pytest.raises(ValueError, match="delta"):  # arguments are still checked
+        acc.get_epsilon(0.0)
+    with pytest.raises(ValueError, match="no steps"):  # no RDP profile without steps
+        _ = acc.profile

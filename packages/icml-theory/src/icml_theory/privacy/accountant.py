@@ -51,6 +51,11 @@ class OptimalRDPAccountant:
     1 and ``get_beta`` 0 (what opacus' and dp_accounting's RDP accountants report), while ``profile`` and
     ``tradeoff_curve`` raise (no finite RDP).
 
+    Before the first step (empty ``history``, e.g. ``PrivacyEngine.get_epsilon`` logged at epoch 0) nothing
+    has been released: ``get_epsilon`` is 0 (every method), ``get_delta`` 0 and ``get_beta`` / ``tradeoff_curve``
+    the identity trade-off ``1 - alpha`` (order NaN: every order attains it), as opacus' ``RDPAccountant``
+    and dp_accounting's ``RdpAccountant`` / ``PLDAccountant`` report; ``profile`` raises (no steps to profile).
+
     opacus' ``IAccountant`` interface is complete (``mechanism()``, ``get_optimizer_hook_fn``,
     ``state_dict`` / ``load_state_dict``): after :func:`~icml_theory.privacy.register_opacus`,
     ``PrivacyEngine(accountant="optimal-rdp")`` uses it, ``make_private_with_epsilon`` included; or assign
@@ -177,11 +182,13 @@ class OptimalRDPAccountant:
         if self.history and self._non_private():
             return math.inf  # opacus' RDPAccountant and dp_accounting's accountants report inf too
         if method == "optimal":
-            return float(self._conv(orders).epsilon([delta])[0])
+            return float(self._conv(orders).epsilon([delta])[0]) if self.history else 0.0
         orders = DEFAULT_ORDERS if orders is None else orders
         orders = orders[orders > 1]
         if orders.size == 0:
             raise ValueError(f"alphas must include an order > 1 for method={method!r}, got {alphas!r}")
+        if not self.history:
+            return 0.0  # nothing released yet: opacus' RDPAccountant and dp_accounting's report 0 too
         conv = cks_epsilon if method == "cks" else mironov_epsilon
         return conv(orders, self.profile(orders), delta)[0]
 
@@ -190,6 +197,8 @@ class OptimalRDPAccountant:
         epsilon = check_real(epsilon, "epsilon", "[0, inf)")
         if self.history and self._non_private():
             return 1.0  # dp_accounting's RdpAccountant and PLDAccountant report 1 too
+        if not self.history:
+            return 0.0  # nothing released yet (dp_accounting's accountants: 0 too)
         return float(self._conv().delta([epsilon])[0])
 
     def get_beta(self, alpha):
@@ -197,12 +206,19 @@ class OptimalRDPAccountant:
         a = check_alphas(alpha, "alpha")
         if self.history and self._non_private():
             beta = np.zeros_like(a, dtype=float)  # the trivial trade-off: a test can tell apart exactly
+        elif not self.history:
+            beta = 1.0 - np.asarray(a, dtype=float)  # nothing released: no test beats random guessing
         else:
             beta = self._conv().curve(a.ravel()).beta.reshape(a.shape)
         return float(beta) if beta.ndim == 0 else beta
 
     def tradeoff_curve(self, alphas) -> TradeoffCurve:
-        """The optimal trade-off curve at ``alphas`` with the maximizing order per point."""
+        """The optimal trade-off curve at ``alphas`` with the maximizing order per point (before the first
+        step the identity trade-off ``1 - alpha``, order NaN)."""
+        if not self.history:
+            a = np.asarray(check_alphas(alphas), dtype=float).ravel()
+            with np.errstate(divide="ignore"):  # alpha = 1: log beta = -inf
+                return TradeoffCurve(a, 1.0 - a, np.full(a.shape, np.nan), np.log1p(-a))
         return self._conv().curve(alphas)
 
 
