@@ -114,7 +114,9 @@ def test_enable_cache_skips_like_apply_and_disable_cache_restores_exact_outputs(
     assert torch.equal(sample(wan), reference)
 
 
-def test_enable_cache_inside_a_diffusers_wan_pipeline(wan):
+def _wan_pipeline(transformer):
+    """A ``WanPipeline`` around ``transformer``; ``generate()`` returns the latents (64x64 pixels, 13 frames
+    -> (1, 3, 4, 8, 8); CFG: "cond" and "uncond") and the block forwards run."""
     pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
     from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
 
@@ -122,24 +124,35 @@ def test_enable_cache_inside_a_diffusers_wan_pipeline(wan):
         tokenizer=None,
         text_encoder=None,
         vae=None,
-        transformer=wan,
+        transformer=transformer,
         scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
     )
     pipe.set_progress_bar_config(disable=True)
     cond = helpers.class_tokens(torch.tensor([1]))
 
-    def generate():  # 64x64 pixels, 13 frames -> latents (1, 3, 4, 8, 8); CFG: "cond" and "uncond"
-        return pipe(
-            prompt_embeds=cond,
-            negative_prompt_embeds=torch.zeros_like(cond),
-            height=64,
-            width=64,
-            num_frames=13,
-            num_inference_steps=STEPS,
-            guidance_scale=4.0,
-            output_type="latent",
-            generator=torch.Generator().manual_seed(0),
-        ).frames
+    def generate():
+        with count_block_forwards(pipe.transformer) as counter:
+            frames = pipe(
+                prompt_embeds=cond,
+                negative_prompt_embeds=torch.zeros_like(cond),
+                height=64,
+                width=64,
+                num_frames=13,
+                num_inference_steps=STEPS,
+                guidance_scale=4.0,
+                output_type="latent",
+                generator=torch.Generator().manual_seed(0),
+            ).frames
+        return frames, counter.blocks
+
+    return pipe, generate
+
+
+def test_enable_cache_inside_a_diffusers_wan_pipeline(wan):
+    pipe, generate_counted = _wan_pipeline(wan)
+
+    def generate():
+        return generate_counted()[0]
 
     uncached = generate()
     pipe.transformer.enable_cache(NaviCacheConfig(threshold=0.5, alignment_steps=2))  # steps from the context
@@ -283,41 +296,6 @@ def test_plain_torch_modules_get_no_enable_cache_and_still_use_apply_navicache()
 
 
 # -- diffusers' memory options: pipe.enable_model_cpu_offload() -----------------------------------------------
-def _wan_pipeline():
-    """A ``WanPipeline`` around a fresh tiny Wan (offloading puts accelerate hooks on it); ``generate()``
-    returns the latents and the block forwards run."""
-    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
-    pytest.importorskip("accelerate")  # enable_model_cpu_offload needs it
-    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
-
-    pipe = WanPipeline(
-        tokenizer=None,
-        text_encoder=None,
-        vae=None,
-        transformer=helpers.tiny_wan().eval(),
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-    )
-    pipe.set_progress_bar_config(disable=True)
-    cond = helpers.class_tokens(torch.tensor([1]))
-
-    def generate():
-        with count_block_forwards(pipe.transformer) as counter:
-            frames = pipe(
-                prompt_embeds=cond,
-                negative_prompt_embeds=torch.zeros_like(cond),
-                height=64,
-                width=64,
-                num_frames=13,
-                num_inference_steps=STEPS,
-                guidance_scale=4.0,
-                output_type="latent",
-                generator=torch.Generator().manual_seed(0),
-            ).frames
-        return frames, counter.blocks
-
-    return pipe, generate
-
-
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("offload_first", [True, False])
 @pytest.mark.parametrize("level", ["blocks", "model"])
@@ -333,7 +311,8 @@ def test_caches_keep_working_under_enable_model_cpu_offload(level, offload_first
     from accelerate.hooks import CpuOffload
 
     config = NaviCacheConfig(threshold=0.2 if level == "model" else 0.5, alignment_steps=2, level=level)
-    pipe, generate = _wan_pipeline()
+    pytest.importorskip("accelerate")  # enable_model_cpu_offload needs it
+    pipe, generate = _wan_pipeline(helpers.tiny_wan().eval())
     uncached, uncached_blocks = generate()
     pipe.transformer.enable_cache(config)  # the same pipeline without offload: what each generation gives
     expected, expected_blocks = generate()

@@ -38,6 +38,20 @@ def _train(engine, steps_wanted=6, sigma=1.1, batch=16, n=128):
     return steps, batch / n
 
 
+def _make_private(engine):
+    """A linear model on 64 random rows, batches of 16, noise 1: ``engine.make_private``'s triple."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    return engine.make_private(
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=torch.utils.data.DataLoader(data, batch_size=16),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+    )
+
+
 @pytest.mark.parametrize("how", ["registered name", "assigned instance"])
 def test_privacy_engine_reports_the_standalone_epsilon(how):
     if how == "registered name":
@@ -208,16 +222,7 @@ def test_tensor_noise_multipliers_train_and_load_as_with_opacus_rdp(one_torch_th
     histories = {}
     for name in ("rdp", "optimal-rdp"):
         engine = opacus.PrivacyEngine(accountant=name)
-        torch.manual_seed(0)
-        model = torch.nn.Linear(4, 1)
-        data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-        model, optimizer, loader = engine.make_private(
-            module=model,
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-            data_loader=torch.utils.data.DataLoader(data, batch_size=16),
-            noise_multiplier=1.0,
-            max_grad_norm=1.0,
-        )
+        model, optimizer, loader = _make_private(engine)
         scheduler = LambdaNoise(optimizer, noise_lambda=lambda epoch: torch.exp(torch.tensor(-0.1 * epoch)))
         for _ in range(2):
             for x, y in loader:
@@ -370,16 +375,7 @@ def test_epsilon_before_the_first_step_is_zero_as_with_opacus_rdp(one_torch_thre
     before, after = {}, {}
     for name in ("rdp", "optimal-rdp"):
         engine = opacus.PrivacyEngine(accountant=name)
-        torch.manual_seed(0)
-        model = torch.nn.Linear(4, 1)
-        data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-        model, optimizer, loader = engine.make_private(
-            module=model,
-            optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-            data_loader=torch.utils.data.DataLoader(data, batch_size=16),
-            noise_multiplier=1.0,
-            max_grad_norm=1.0,
-        )
+        model, optimizer, loader = _make_private(engine)
         before[name] = engine.get_epsilon(DELTA)  # epoch 0, nothing trained yet
         x, y = next(iter(loader))
         if len(x):
