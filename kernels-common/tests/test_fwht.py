@@ -82,6 +82,22 @@ def test_torch_library_registration():
     torch.library.opcheck(op, (torch.randn(2, 8, dtype=torch.float64, requires_grad=True), 1.0))
 
 
+@pytest.mark.parametrize(
+    ("shape", "dims"),
+    [((16, 3), (1, 0)), ((8, 3, 2), (1, 2, 0)), ((2, 1, 3), (2, 0, 1))],  # transposed, permuted, n = 1
+)
+def test_registered_op_returns_contiguous_output_as_its_fake_says(shape, dims):
+    # The fake took x's strides while the op returns a contiguous tensor (and, with n = 1, the reference
+    # kept a permuted x's layout): torch.compile's inductor then failed its output assertion on a transposed
+    # x ("expected size 4==4, stride 8==1"). The fake and the op now both give a contiguous result.
+    x = torch.randn(shape, dtype=torch.float64).permute(dims)
+    assert not x.is_contiguous()
+    y = torch.ops.icml_kernels.fwht(x, 0.5)
+    assert y.is_contiguous()
+    torch.testing.assert_close(y, 0.5 * x @ hadamard_matrix(x.shape[-1]), rtol=0, atol=1e-12)
+    torch.library.opcheck(torch.ops.icml_kernels.fwht.default, (x, 0.5), test_utils=("test_faketensor",))
+
+
 def test_compiles_through_the_fake_implementation():
     fn = torch.compile(lambda t: fwht(t) * 2, backend="eager", fullgraph=True)
     x = torch.randn(4, 64)

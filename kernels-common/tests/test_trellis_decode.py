@@ -89,6 +89,19 @@ def test_registered_ops_and_fake_tensors():
         assert y.shape == (1, 4)
 
 
+def test_decode_of_a_transposed_packed_is_contiguous_as_the_fake_says():
+    # The reference kept the permuted layout of a transposed packed (strides (64, 192, 1)) while the fake
+    # says contiguous (320, 64, 1): torch.compile's inductor failed its output assertion on it.
+    packed = random_packed(3, 5, 4).transpose(0, 1)  # (5, 3, 4) tiles of K*T/32 = 4 words
+    args = ("1mad", 12, 2, 1, 64, 0.01, 0.0, 1, 0, 8, None)
+    w = torch.ops.icml_kernels.trellis_decode(packed, *args)
+    assert w.is_contiguous()
+    assert torch.equal(w, decode_reference(packed.contiguous(), "1mad", 12, 2, 1, 64, alpha=0.01, beta=0.0))
+    torch.library.opcheck(
+        torch.ops.icml_kernels.trellis_decode.default, (packed, *args), test_utils=("test_faketensor",)
+    )
+
+
 def test_bad_input_raises():
     packed = random_packed(2, 16)
     mb = {"mulbal": (3, 0, 8)}

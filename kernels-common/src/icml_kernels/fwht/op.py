@@ -45,7 +45,9 @@ def fwht_op(x: torch.Tensor, scale: float) -> torch.Tensor:
 @fwht_op.register_fake
 def _fwht_fake(x: torch.Tensor, scale: float) -> torch.Tensor:
     _check(x)
-    return torch.empty_like(x)
+    # the real op returns a contiguous tensor whatever the layout of x (a transposed view included); a fake
+    # with x's strides made torch.compile's inductor fail its stride assertion
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _setup_context(ctx, inputs, output) -> None:

@@ -137,9 +137,10 @@ def code_values(
 def decode_reference(
     packed: torch.Tensor, code: str, L: int, K: int, V: int, T: int, **params
 ) -> torch.Tensor:
-    """Weights ``(..., T)`` float32 of packed tiles ``(..., K*T/32)`` (``params``: see :func:`code_values`)."""
-    states = unpack_states(packed, L, K, V, T)  # (..., T/V)
-    return code_values(states, code, L, V, **params).reshape(*states.shape[:-1], T)
+    """Weights ``(..., T)`` float32 of packed tiles ``(..., K*T/32)`` (``params``: see :func:`code_values`),
+    contiguous (like the kernel's output and the registered op's fake) whatever the layout of ``packed``."""
+    states = unpack_states(packed, L, K, V, T)  # (..., T/V); a transposed packed gives permuted strides
+    return code_values(states, code, L, V, **params).reshape(*states.shape[:-1], T).contiguous()
 
 
 def gemv_reference(
