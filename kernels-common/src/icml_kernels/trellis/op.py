@@ -111,6 +111,27 @@ def _gemv_fake(x, packed, code, L, K, V, T, alpha, beta, a, b, m, table):
     return x.new_empty((*x.shape[:-1], packed.shape[0]))
 
 
+def _gemv_setup_context(ctx, inputs, output) -> None:
+    x, packed, *args, table = inputs
+    ctx.save_for_backward(packed, table)
+    ctx.args, ctx.x_dtype = tuple(args), x.dtype
+
+
+def _gemv_backward(ctx, grad: torch.Tensor):
+    """The gradient for ``x``: ``grad @ W_hat`` (float32, as the forward accumulates), ``W_hat`` decoded by
+    :func:`trellis_decode_op`; the packed words and the code's parameters take none."""
+    packed, table = ctx.saved_tensors
+    if ctx.needs_input_grad[-1]:
+        raise ValueError("trellis_gemv has no gradient for table: decode it with a differentiable torch path")
+    w = trellis_decode_op(packed, *ctx.args, table).reshape(packed.shape[0], -1)  # (m, n)
+    return ((grad.float() @ w).to(ctx.x_dtype),) + (None,) * 12
+
+
+# a gradient for x: a quantized layer's fused one-row path (ProteusLinear on CUDA) under input saliency or
+# attribution backpropagates through it
+trellis_gemv_op.register_autograd(_gemv_backward, setup_context=_gemv_setup_context)
+
+
 def trellis_decode(
     packed: torch.Tensor,
     code: str,

@@ -177,7 +177,7 @@ class ProteusLinear(nn.Module):
                 if raw is None or raw.device != self.packed.device:
                     raw = self._raw = self.raw_weight()
                 z = xs @ raw.T  # no (out, in) temporary
-            elif xs.numel() == self.in_features and not training:  # the op has no backward
+            elif xs.numel() == self.in_features and not training:  # distillation traced: the product below
                 z = trellis_gemv_op(xs, self.packed, *self._op_args())
             else:  # decoded per call: GPU memory stays at the packed size
                 z = xs @ self.raw_weight().T
