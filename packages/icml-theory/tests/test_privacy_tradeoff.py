@@ -192,3 +192,65 @@ def test_subsampled_structure(q, sigma, steps):
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_fused_violation_is_bit_identical_to_the_reference():
+    # _Violation (the bisection's hoisted form, 2026-12 speed-up) must give the same bits as _violation,
+    # including the KL order tau = 1, tiny alphas, u on both sides of -log 2, and beta = 1e-300
+    from icml_theory.privacy.tradeoff import LOG_BETA_MIN, _Violation, _violation
+
+    rng = np.random.default_rng(0)
+    alpha = np.concatenate([[1e-40, 1e-12, 0.3, 0.5], rng.uniform(1e-6, 0.9, 60)])[:, None]
+    tau = np.array([0.5, 0.8, 1.0, 1.01, 2.0, 37.5, 1e4])[None, :]
+    a, t = np.broadcast_arrays(alpha, tau)
+    rho = np.broadcast_to(rng.uniform(0.0, 5.0, t.shape[1])[None, :], t.shape)
+    la, la1 = np.log(a), np.log1p(-a)
+    fused = _Violation(a, la, la1, t, rho)
+    with np.errstate(all="ignore"):
+        for u in (np.full(a.shape, LOG_BETA_MIN), np.full(a.shape, -0.1), -rng.uniform(1e-9, 50, a.shape)):
+            np.testing.assert_array_equal(fused(u), _violation(a, la, la1, u, t, rho))
+
+
+@pytest.mark.parametrize(
+    "sigma, q, steps, relation, delta, expected",
+    [
+        # computed by the code before the speed-up (git HEAD of 2026-12-07, tradeoff.py without _Violation,
+        # the early exit and the de-duplicated refinement orders): the speed-up left these bits unchanged
+        (1.1, 0.01, 1000, "add-remove", 1e-5, 1.7115112484987458),
+        (1.1, 0.01, 1000, "add-remove", 1e-9, 2.7470298136624525),
+        (1.1, 0.125, 10, "add-remove", 1e-5, 3.36023478004655),
+        (1.1, 0.01, 1000, "replace-one", 1e-5, 2.700288834348531),
+        (5.0, 0.001, 1, "add-remove", 1e-5, 0.0008443519586394606),
+    ],
+)
+def test_optimal_epsilon_pinned_to_the_values_before_the_speed_up(sigma, q, steps, relation, delta, expected):
+    from icml_theory.privacy.accountant import OptimalRDPAccountant
+
+    acc = OptimalRDPAccountant(relation).step(noise_multiplier=sigma, sample_rate=q, num_steps=steps)
+    # bit-identical on the machine that computed them; 1e-12 relative leaves room for other CPUs' libm
+    assert acc.get_epsilon(delta) == pytest.approx(expected, rel=1e-12, abs=0)
+
+
+def test_optimal_delta_pinned_to_the_values_before_the_speed_up():
+    from icml_theory.privacy.accountant import OptimalRDPAccountant
+
+    acc = OptimalRDPAccountant().step(noise_multiplier=1.1, sample_rate=0.01, num_steps=1000)
+    # computed by the code before the speed-up (as above)
+    assert acc.get_delta(1.0) == pytest.approx(0.002577396708002222, rel=1e-12, abs=0)
+    assert acc.get_delta(0.1) == pytest.approx(0.13779699602250778, rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [SubsampledGaussianRDP(0.01, 1.1, 1000), SubsampledGaussianRDP(0.3, 0.5, 5), GaussianRDP(0.3)],
+)
+def test_grid_search_with_early_exits_is_bit_identical_to_the_full_grid(profile):
+    # _grid_best drops (order, alpha) pairs that are settled or beaten; argmax and value must equal the full grid's
+    from icml_theory.privacy.tradeoff import DEFAULT_ORDERS, _grid_best, _single_log
+
+    a = np.concatenate([[0.0, 1.0, 1e-300, 1e-40], np.geomspace(1e-30, 0.999, 40)])
+    rho = profile(DEFAULT_ORDERS)
+    full = _single_log(a[None, :], DEFAULT_ORDERS[:, None], rho[:, None])
+    best, value = _grid_best(a, DEFAULT_ORDERS, rho)
+    np.testing.assert_array_equal(best, np.argmax(full, axis=0))
+    np.testing.assert_array_equal(value, full[best, np.arange(a.size)])

@@ -1,9 +1,9 @@
 """Benchmark ``rdp-fdp-optimal``: time to compute a trade-off curve and an epsilon for DP-SGD.
 
 Rows: the optimal-rule curve (``optimal_tradeoff``, 200 alphas by default), the accountant's
-``get_epsilon(1e-5)``, and as baseline the Balle/CKS ``(eps, delta)`` family turned into a curve on the same
-alphas. Correctness comes first: the optimal curve must lie above the CKS-implied curve (1e-9) and never
-exceed 1 - alpha; otherwise the ratio is left empty.
+``get_epsilon(1e-5)`` and ``get_delta(1.0)``, and as baseline the Balle/CKS ``(eps, delta)`` family turned
+into a curve on the same alphas. Correctness comes first: the optimal curve must lie above the CKS-implied
+curve (1e-9) and never exceed 1 - alpha; otherwise the ratio is left empty.
 """
 
 from __future__ import annotations
@@ -48,6 +48,13 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
                 .get_epsilon(1e-5)
             )
         )
+        t_delta = _median_ms(
+            lambda s=steps: (
+                OptimalRDPAccountant()
+                .step(noise_multiplier=1.0, sample_rate=0.01, num_steps=s)
+                .get_delta(1.0)
+            )
+        )
         common = {"n_alpha": n_alpha, "steps": steps, "correct": correct}
         rows.append(
             {
@@ -70,6 +77,14 @@ def run(budget: str = "quick", seed: int = 0) -> list[dict]:
                 **common,
                 "impl": "OptimalRDPAccountant.get_epsilon(1e-5)",
                 "median_ms": round(t_eps, 2),
+                "ratio_to_cks_curve": None,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "impl": "OptimalRDPAccountant.get_delta(1.0)",
+                "median_ms": round(t_delta, 2),
                 "ratio_to_cks_curve": None,
             }
         )

@@ -71,6 +71,51 @@ def _violation(a, la, la1, u, tau, rho):
     return np.maximum(d1, d2) - rho
 
 
+class _Violation:
+    """:func:`_violation` for fixed ``a, tau, rho`` and many ``u`` (the bisection's 65 calls): the same operations
+    in the same order (bit-identical), with what does not depend on ``u`` formed once and the exponentials
+    both divergences share (``e^u``, ``1 - beta``) formed once per call."""
+
+    def __init__(self, a, la, la1, tau, rho):
+        self.a, self.la, self.la1, self.rho = a, la, la1, rho
+        self.p, self.p1 = np.exp(la), np.exp(la1)  # alpha, 1 - alpha as bernoulli_renyi_from_logs forms them
+        self.p_half, self.p_two = 0.5 * self.p, 2 * self.p
+        self.p1_half, self.p1_two = 0.5 * self.p1, 2 * self.p1
+        self.t1 = tau - 1.0
+        self.at_one = self.t1 == 0
+        self.any_one = bool(np.any(self.at_one))
+        self.denom = np.where(self.at_one, 1.0, self.t1) if self.any_one else self.t1
+
+    def _finish(self, lp, lp1, p, p1, a, b):
+        """The tail of :func:`bernoulli_renyi_from_logs` once ``a``, ``b`` (after their corrections) are known."""
+        t1 = self.t1
+        ta, tb = t1 * a, t1 * b
+        far = np.logaddexp(lp + ta, lp1 + tb)
+        s_minus_1 = p * np.expm1(ta) + p1 * np.expm1(tb)
+        near = np.log1p(s_minus_1)
+        logs = np.where(np.isfinite(near) & (np.abs(s_minus_1) <= 0.5), near, far)
+        if self.any_one:
+            kl = np.where(p > 0, p * a, 0.0) + np.where(p1 > 0, p1 * b, 0.0)
+            return np.where(self.at_one, kl, logs / self.denom)
+        return logs / t1
+
+    def __call__(self, u):
+        la, la1, p, p1 = self.la, self.la1, self.p, self.p1
+        e_u, em1 = np.exp(u), np.expm1(u)
+        lb1 = np.where(u > -math.log(2), np.log(-em1), np.log1p(-e_u))  # _log1mexp(u)
+        diff = -em1 - self.a
+        e_lb1 = np.exp(lb1)
+        # D(P'||Q'): p = alpha, q = 1 - beta (bernoulli_renyi_from_logs(tau, la, la1, lb1, u, diff=-diff))
+        a1 = np.where((p >= 0.5 * e_lb1) & (p <= 2 * e_lb1), np.log1p(-diff / e_lb1), la - lb1)
+        b1 = np.where((p1 >= 0.5 * e_u) & (p1 <= 2 * e_u), np.log1p(diff / e_u), la1 - u)
+        d1 = self._finish(la, la1, p, p1, a1, b1)
+        # D(Q'||P') (bernoulli_renyi_from_logs(tau, lb1, u, la, la1, diff=diff))
+        a2 = np.where((e_lb1 >= self.p_half) & (e_lb1 <= self.p_two), np.log1p(diff / p), lb1 - la)
+        b2 = np.where((e_u >= self.p1_half) & (e_u <= self.p1_two), np.log1p(-diff / p1), u - la1)
+        d2 = self._finish(lb1, u, e_lb1, e_u, a2, b2)
+        return np.maximum(d1, d2) - self.rho
+
+
 def _log_single_order(a, tau, rho):
     """``log f_{tau,rho}(alpha)`` (the sound end of the bracket); ``-inf`` when ``beta = 0`` is feasible.
 
@@ -81,14 +126,19 @@ def _log_single_order(a, tau, rho):
     a, tau, rho = (np.broadcast_to(x, shape) for x in (a, tau, rho))
     la, la1 = np.log(a), np.log1p(-a)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        violation = _Violation(a, la, la1, tau, rho)
         lo = np.log(-la1)  # beta = 1 - alpha: always feasible
         hi = np.full(shape, math.log(-LOG_BETA_MIN))  # beta = 1e-300
-        zero_ok = _violation(a, la, la1, np.full(shape, LOG_BETA_MIN), tau, rho) <= 0
-        for _ in range(BISECTION_STEPS):
+        zero_ok = violation(np.full(shape, LOG_BETA_MIN)) <= 0
+        for step in range(BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
-            ok = _violation(a, la, la1, -np.exp(mid), tau, rho) <= 0
-            lo = np.where(ok, mid, lo)
-            hi = np.where(ok, hi, mid)
+            ok = violation(-np.exp(mid)) <= 0
+            new_lo, new_hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+            # a step that changes no bracket end is a fixed point (the next one repeats it exactly: same mid,
+            # same test), so the remaining steps would return the same bits; usually from step ~55 of 64
+            if step >= 40 and np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
+                break
+            lo, hi = new_lo, new_hi
         u = -np.exp(hi)  # the infeasible end: never above the true root
     u = np.where(zero_ok | (rho == np.inf), -np.inf, u)
     return np.where(np.isnan(rho), -np.inf, u)
@@ -167,13 +217,68 @@ def order_grid(orders=None) -> np.ndarray:
 
 def optimal_from_grid(profile, a, grid, rho_grid, refine) -> TradeoffCurve:
     """:func:`optimal_tradeoff` on checked inputs, with the profile already evaluated on the grid."""
-    log_grid = _single_log(a[None, :], grid[:, None], rho_grid[:, None])  # (k, n) log beta
-    best = np.argmax(log_grid, axis=0)  # (n,)
-    log_beta = log_grid[best, np.arange(a.size)]
+    best, log_beta = _grid_best(a, grid, rho_grid)
     order = grid[best]
     if refine and grid.size > 1:
         log_beta, order = _refine(profile, a, grid, best, log_beta, order)
     return TradeoffCurve(a, np.exp(log_beta), order, log_beta)
+
+
+def _grid_best(a, grid, rho_grid):
+    """``argmax_k log f_{grid[k], rho_grid[k]}(a)`` per alpha and its value: the argmax and maximum of
+    ``_single_log(a[None, :], grid[:, None], rho_grid[:, None])``, bit for bit, for less work.
+
+    The bisection of :func:`_log_single_order` runs on every (order, alpha) pair, but a pair leaves it once its
+    outcome is settled: (i) a step that changes neither bracket end is a fixed point (the pair's later steps
+    repeat it exactly), and (ii) a pair whose best possible value ``-exp(lo)`` lies strictly below the worst
+    possible value ``-exp(hi)`` of another pair of its alpha (one that is not overridden to ``-inf``) cannot be
+    the argmax, nor tie with it: it is dropped (value ``-inf`` here). Every pair still in the running is
+    computed exactly as there, so the first maximum and its value are the same.
+    """
+    k, n = grid.size, a.size
+    interior = (a > 0) & (a < 1)
+    safe = np.where(interior, a, 0.5)
+    a2, tau, rho = (
+        np.ascontiguousarray(x) for x in np.broadcast_arrays(safe[None, :], grid[:, None], rho_grid[:, None])
+    )
+    vals = np.full((k, n), -np.inf)
+    la, la1 = np.log(a2), np.log1p(-a2)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        lo = np.log(-la1)
+        hi = np.full((k, n), math.log(-LOG_BETA_MIN))
+        zero_ok = _Violation(a2, la, la1, tau, rho)(np.full((k, n), LOG_BETA_MIN)) <= 0
+        dead = zero_ok | (rho == np.inf) | np.isnan(rho)  # -inf whatever the bisection gives
+        dropped = dead | ~interior[None, :]  # edge columns take their exact edge values below
+        settled = dropped.copy()
+        flat = (a2.ravel(), la.ravel(), la1.ravel(), tau.ravel(), rho.ravel())
+        lo_f, hi_f, settled_f, dropped_f = lo.ravel(), hi.ravel(), settled.ravel(), dropped.ravel()
+        act = np.flatnonzero(~settled_f)
+        violation = _Violation(*(x[act] for x in flat))
+        for _ in range(BISECTION_STEPS):
+            if act.size == 0:
+                break
+            lo_a, hi_a = lo_f[act], hi_f[act]
+            mid = 0.5 * (lo_a + hi_a)
+            ok = violation(-np.exp(mid)) <= 0
+            new_lo, new_hi = np.where(ok, mid, lo_a), np.where(ok, hi_a, mid)
+            fixed = (new_lo == lo_a) & (new_hi == hi_a)  # False for NaN: such pairs run all steps
+            lo_f[act], hi_f[act] = new_lo, new_hi
+            ref = np.where(dead, np.inf, hi).min(axis=0)  # (n,) the best guaranteed end per alpha
+            beaten = np.exp(lo) > np.exp(ref)[None, :]
+            dropped |= beaten & ~dead
+            settled_f[act[fixed]] = True
+            settled |= dropped
+            keep = ~settled_f[act]
+            if not np.all(keep):
+                act = act[keep]
+                violation = _Violation(*(x[act] for x in flat))
+        live = ~dropped_f
+        vals.ravel()[live] = -np.exp(hi_f[live])
+    if not np.all(interior):
+        with np.errstate(divide="ignore"):
+            vals[:, ~interior] = np.log(_edge_values(a[None, :], tau, rho))[:, ~interior]
+    best = np.argmax(vals, axis=0)
+    return best, vals[best, np.arange(n)]
 
 
 def rdp_values(profile, tau) -> np.ndarray:
@@ -205,7 +310,10 @@ def _refine(profile, a, grid, best, log_beta, order):
     for _ in range(REFINE_ROUNDS):
         x = lo[:, None] + frac[None, :] * (hi - lo)[:, None]  # (n, m) log tau
         tau = np.exp(x)
-        f = _single_log(np.broadcast_to(aw, x.shape), tau, rdp_values(profile, tau))  # (n, m) log beta
+        # neighbouring alphas often share their brackets: the profile is evaluated once per distinct order
+        distinct, where = np.unique(tau, return_inverse=True)
+        rho = rdp_values(profile, distinct)[where.ravel()].reshape(tau.shape)
+        f = _single_log(np.broadcast_to(aw, x.shape), tau, rho)  # (n, m) log beta
         j = np.argmax(f, axis=1)
         better = f[rows, j] > top
         top = np.where(better, f[rows, j], top)
