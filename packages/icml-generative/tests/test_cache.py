@@ -323,7 +323,9 @@ def test_no_cache_context_raises_a_clear_error(wan):
         remove_navicache(wan)
 
 
-def test_works_inside_a_diffusers_wan_pipeline(wan):
+def wan_pipeline(transformer):
+    """A ``WanPipeline`` around ``transformer``; ``generate()`` returns the latents (64x64 pixels, 13 frames
+    -> (1, 3, 4, 8, 8); CFG: "cond" and "uncond") and the block forwards run."""
     pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
     from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
 
@@ -331,24 +333,35 @@ def test_works_inside_a_diffusers_wan_pipeline(wan):
         tokenizer=None,
         text_encoder=None,
         vae=None,
-        transformer=wan,
+        transformer=transformer,
         scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
     )
     pipe.set_progress_bar_config(disable=True)
     cond = class_tokens(torch.tensor([1]))
 
-    def generate():  # 64x64 pixels and 13 frames -> latents (1, 3, 4, 8, 8); CFG: "cond" and "uncond" contexts
-        return pipe(
-            prompt_embeds=cond,
-            negative_prompt_embeds=torch.zeros_like(cond),
-            height=64,
-            width=64,
-            num_frames=13,
-            num_inference_steps=STEPS,
-            guidance_scale=4.0,
-            output_type="latent",
-            generator=torch.Generator().manual_seed(0),
-        ).frames
+    def generate():
+        with count_block_forwards(pipe.transformer) as counter:
+            frames = pipe(
+                prompt_embeds=cond,
+                negative_prompt_embeds=torch.zeros_like(cond),
+                height=64,
+                width=64,
+                num_frames=13,
+                num_inference_steps=STEPS,
+                guidance_scale=4.0,
+                output_type="latent",
+                generator=torch.Generator().manual_seed(0),
+            ).frames
+        return frames, counter.blocks
+
+    return pipe, generate
+
+
+def test_works_inside_a_diffusers_wan_pipeline(wan):
+    _, generate_counted = wan_pipeline(wan)
+
+    def generate():
+        return generate_counted()[0]
 
     reference = generate()
     apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))  # steps come from the context

@@ -114,42 +114,8 @@ def test_enable_cache_skips_like_apply_and_disable_cache_restores_exact_outputs(
     assert torch.equal(sample(wan), reference)
 
 
-def _wan_pipeline(transformer):
-    """A ``WanPipeline`` around ``transformer``; ``generate()`` returns the latents (64x64 pixels, 13 frames
-    -> (1, 3, 4, 8, 8); CFG: "cond" and "uncond") and the block forwards run."""
-    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
-    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline
-
-    pipe = WanPipeline(
-        tokenizer=None,
-        text_encoder=None,
-        vae=None,
-        transformer=transformer,
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-    )
-    pipe.set_progress_bar_config(disable=True)
-    cond = helpers.class_tokens(torch.tensor([1]))
-
-    def generate():
-        with count_block_forwards(pipe.transformer) as counter:
-            frames = pipe(
-                prompt_embeds=cond,
-                negative_prompt_embeds=torch.zeros_like(cond),
-                height=64,
-                width=64,
-                num_frames=13,
-                num_inference_steps=STEPS,
-                guidance_scale=4.0,
-                output_type="latent",
-                generator=torch.Generator().manual_seed(0),
-            ).frames
-        return frames, counter.blocks
-
-    return pipe, generate
-
-
 def test_enable_cache_inside_a_diffusers_wan_pipeline(wan):
-    pipe, generate_counted = _wan_pipeline(wan)
+    pipe, generate_counted = helpers.wan_pipeline(wan)
 
     def generate():
         return generate_counted()[0]
@@ -312,7 +278,7 @@ def test_caches_keep_working_under_enable_model_cpu_offload(level, offload_first
 
     config = NaviCacheConfig(threshold=0.2 if level == "model" else 0.5, alignment_steps=2, level=level)
     pytest.importorskip("accelerate")  # enable_model_cpu_offload needs it
-    pipe, generate = _wan_pipeline(helpers.tiny_wan().eval())
+    pipe, generate = helpers.wan_pipeline(helpers.tiny_wan().eval())
     uncached, uncached_blocks = generate()
     pipe.transformer.enable_cache(config)  # the same pipeline without offload: what each generation gives
     expected, expected_blocks = generate()
