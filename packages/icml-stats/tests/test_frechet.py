@@ -14,7 +14,9 @@ from scipy.linalg import expm, logm
 from scipy.optimize import lsq_linear
 from scipy.stats import norm
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression
+from sklearn.utils.validation import check_is_fitted
 
 from icml_stats.frechet import (
     SPD,
@@ -696,6 +698,31 @@ def test_a_refit_drops_what_the_earlier_fit_learned(one_torch_thread):
     model.fit(x, y[:, None])
     assert model.predict(x[:3]).shape == (3, 1)
     assert model.fit(x, y).predict(x[:3]).shape == (3,)
+
+
+@pytest.mark.parametrize("make", regressors("euclidean"), ids=["global", "local", "desi"])
+def test_a_refused_refit_keeps_the_earlier_fit_whole(make, one_torch_thread):
+    # was: fit dropped the old model, then refused y; n_features_in_ and space_ were left, so
+    # check_is_fitted passed while predict raised AttributeError ("no attribute 'y_fit_'" / 'local_'),
+    # where LinearRegression keeps its model after a refused refit and predicts as before
+    rng = np.random.default_rng(17)
+    model = make()
+    p = 1 if isinstance(model, LocalFrechetRegressor) else 2
+    x = rng.uniform(size=(40, p))
+    y = np.sin(3 * x[:, 0]) + 0.1 * rng.normal(size=40)
+    model.fit(x, y)
+    before, attrs = model.predict(x[:5]), dict(vars(model))
+    with pytest.raises(ValueError, match=r"y must hold one object per row|X must have one column"):
+        model.fit(rng.uniform(size=(40, p + 1)), y[:10])  # more features and too few objects
+    assert vars(model).keys() == attrs.keys() and all(vars(model)[k] is v for k, v in attrs.items())
+    check_is_fitted(model)
+    np.testing.assert_array_equal(model.predict(x[:5]), before)
+    # and a first fit that is refused leaves the estimator unfitted (it passed check_is_fitted)
+    fresh = make()
+    with pytest.raises(ValueError, match="y must hold one object per row of X"):
+        fresh.fit(x, y[:10])
+    with pytest.raises(NotFittedError):
+        check_is_fitted(fresh)
 
 
 # ------------------------------------------------------------------------------------------- bad input

@@ -96,6 +96,12 @@ def test_a_refit_keeps_no_coefficients_of_an_earlier_linear_fit():
         linear.set_params(model=Ridge(solver="lbfgs")).fit(m, d)  # lbfgs needs positive=True: refused
     np.testing.assert_array_equal(linear.predict(m), before)
     np.testing.assert_array_equal(linear.regressor_.coef_, linear.coef_)
+    # nor does a refit refused for its D after M of more columns was taken (was: n_features_in_ became 3
+    # beside the 2-feature model, and predict refused M of 2 columns: "expecting 3 features")
+    with pytest.raises(ValueError, match="D must have one row per sample"):
+        linear.fit(rng.normal(size=(200, 3)), d[:10])
+    assert linear.n_features_in_ == 2
+    np.testing.assert_array_equal(linear.predict(m), before)
 
 
 def test_midpoint_pairs_is_an_independent_coupling_of_the_given_rows():

@@ -16,6 +16,8 @@ MAPIE's ``(n, n_classes, 1)`` booleans, ``y`` the column index of the true class
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -121,6 +123,21 @@ def validate_features(estimator, X, **kwargs) -> np.ndarray:
             raise
         kind = TypeError if isinstance(err, TypeError) else ValueError
         raise kind(f"X (the features) is not valid: {err}") from err
+
+
+@contextmanager
+def keep_state_on_failure(estimator) -> Iterator[None]:
+    """Run a ``fit`` body; if it raises, put every attribute of ``estimator`` back as it was, so that a
+    refused refit leaves the earlier model whole (as scikit-learn's ``LinearRegression`` keeps its model
+    when a refit is refused) rather than half-replaced (``n_features_in_`` of the new ``X`` beside the old
+    model, or a reset estimator that ``check_is_fitted`` passes but cannot predict)."""
+    saved = dict(vars(estimator))
+    try:
+        yield
+    except BaseException:
+        vars(estimator).clear()
+        vars(estimator).update(saved)
+        raise
 
 
 def check_cv(cv, n: int, name: str = "cv"):

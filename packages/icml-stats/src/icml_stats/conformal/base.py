@@ -23,7 +23,13 @@ from sklearn.base import BaseEstimator, is_classifier
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from icml_stats.validation import as_array, as_confidence_levels, check_bool, check_regressor
+from icml_stats.validation import (
+    as_array,
+    as_confidence_levels,
+    check_bool,
+    check_regressor,
+    keep_state_on_failure,
+)
 
 
 def conformal_rank(n: int, level: float) -> int:
@@ -73,6 +79,18 @@ def check_regression_model(model, name: str = "estimator"):
     return model
 
 
+def check_fit_params(fit_params) -> dict:
+    """MAPIE's ``fit_params``: None or a dict of keyword arguments (str keys) for the models' ``fit``."""
+    if fit_params is None:
+        return {}
+    if not isinstance(fit_params, dict) or not all(isinstance(key, str) for key in fit_params):
+        raise TypeError(
+            f"fit_params must be None or a dict of keyword arguments of the model's fit, e.g. "
+            f"{{'sample_weight': w}}, got {fit_params!r}"
+        )
+    return dict(fit_params)
+
+
 def check_trained(model, name: str) -> None:
     """With ``prefit=True``, ``model`` must be trained already (scikit-learn's ``check_is_fitted``)."""
     try:
@@ -86,23 +104,28 @@ def check_trained(model, name: str) -> None:
 class ConformalPredictor(BaseEstimator):
     """The MAPIE v1 life cycle shared by the regressors and the classifier (see the module doc).
 
-    Subclasses define ``_train(X, y, what)`` (fit clones of their models), ``_take_prefit()`` (check and
-    take the trained models), ``_scores(X, y, what)`` (calibration scores ``(n,)``) and their predictions.
+    Subclasses define ``_train(X, y, what, params)`` (fit clones of their models, ``params`` the keyword
+    arguments of their ``fit``), ``_take_prefit()`` (check and take the trained models),
+    ``_scores(X, y, what)`` (calibration scores ``(n,)``) and their predictions.
     ``what`` names the data in error messages, so that the deprecated one-shot functions can keep
     their argument names.
     """
 
     _n_levels: int | None = None  # a fixed number of confidence levels (CQR: 1), or any
 
-    def fit(self, X_train, y_train):
-        """Train clones of the model(s) on ``(X_train, y_train)``; returns self. Only with ``prefit=False``."""
+    def fit(self, X_train, y_train, fit_params: dict | None = None):
+        """Train clones of the model(s) on ``(X_train, y_train)``; returns self. Only with ``prefit=False``.
+
+        ``fit_params``: keyword arguments of every model's ``fit``, e.g. ``{"sample_weight": w}`` (one weight
+        per row of ``X_train``; a Pipeline's ``{"ridge__sample_weight": w}``), as MAPIE's ``fit_params``.
+        """
         if check_bool(self.prefit, "prefit"):
             raise ValueError(
                 "fit must be skipped when prefit=True (the model is already trained): call conformalize "
                 "directly, or pass prefit=False to train the model here"
             )
         self._levels()
-        return self._fit(X_train, y_train, ("X_train", "y_train"))
+        return self._fit(X_train, y_train, ("X_train", "y_train"), check_fit_params(fit_params))
 
     def conformalize(self, X_conformalize, y_conformalize):
         """Score the calibration set ``(X_conformalize, y_conformalize)`` (data the model never saw) and
@@ -141,18 +164,28 @@ class ConformalPredictor(BaseEstimator):
             return X
         return as_array(X, name, (f"n_{name}", "n_features" if n_features is None else n_features))
 
-    def _fit(self, X, y, names: tuple[str, str]):
+    def _fit(self, X, y, names: tuple[str, str], params: dict | None = None):
+        with keep_state_on_failure(self):  # a refused refit keeps the earlier models and calibration
+            return self._fit_models(X, y, names, params or {})
+
+    def _fit_models(self, X, y, names: tuple[str, str], params: dict):
         X = self._features(X, names[0])
         y = self._targets(y, names[1], X.shape[0], names[0])
         # a refit makes a new model: the thresholds calibrated for the old one no longer hold for it
         for attr in ("conformity_scores_", "confidence_levels_", "thresholds_"):
             self.__dict__.pop(attr, None)
-        self._train(X, y, ", ".join(names))
+        self._train(X, y, ", ".join(names), params)
         self.n_features_in_ = X.shape[1]
         self.is_trained_ = True
         return self
 
     def _conformalize(self, X, y, names: tuple[str, str], what: str):
+        # a refused calibration keeps the earlier one whole: with prefit=True the model given is taken
+        # before the data are checked, and was left beside the thresholds of the model it replaced
+        with keep_state_on_failure(self):
+            return self._calibrate(X, y, names, what)
+
+    def _calibrate(self, X, y, names: tuple[str, str], what: str):
         levels = self._levels()
         if check_bool(self.prefit, "prefit"):
             self._take_prefit()

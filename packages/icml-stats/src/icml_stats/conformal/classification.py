@@ -94,9 +94,9 @@ class SplitConformalClassifier(ClassifierMixin, ConformalPredictor):
         scores = self._class_scores(proba, self._uniforms(proba.shape[0]))  # (n, n_classes)
         return scores[:, :, None] <= self.thresholds_  # (n, n_classes, n_levels)
 
-    def _train(self, X, y, what: str) -> None:
+    def _train(self, X, y, what: str, params: dict) -> None:
         template = LogisticRegression() if self.estimator is None else self.estimator
-        self.estimator_ = fit_clone(check_classifier(template, "estimator"), X, y, what)
+        self.estimator_ = fit_clone(check_classifier(template, "estimator"), X, y, what, params)
 
     def _take_prefit(self) -> None:
         if self.estimator is None:

@@ -81,7 +81,7 @@ class NormalizedConformalRegressor(RegressorMixin, ConformalRegressor):
             return check_real(self.sigma_floor, "sigma_floor", "(0, inf)")
         return SIGMA_FLOOR * max(float(np.mean(residual)), np.finfo(float).tiny)
 
-    def _train(self, X, y, what: str) -> None:
+    def _train(self, X, y, what: str, params: dict) -> None:
         mean = LinearRegression() if self.estimator is None else check_regression_model(self.estimator)
         scale = (
             mean
@@ -89,12 +89,12 @@ class NormalizedConformalRegressor(RegressorMixin, ConformalRegressor):
             else check_regression_model(self.scale_estimator, "scale_estimator")
         )
         cv = check_cv(self.cv, X.shape[0])
-        self.estimator_ = fit_clone(mean, X, y, what)
-        try:
-            residual = np.abs(y - cross_val_predict(clone(mean), X, y, cv=cv))  # (n_train,)
+        self.estimator_ = fit_clone(mean, X, y, what, params)
+        try:  # params: per-sample ones (sample_weight) are split with the folds
+            residual = np.abs(y - cross_val_predict(clone(mean), X, y, cv=cv, params=params))  # (n_train,)
         except ValueError as err:
             raise ValueError(f"cross-fitting the estimator on {what} failed: {err}") from err
-        self.scale_estimator_ = fit_clone(scale, X, residual, what)
+        self.scale_estimator_ = fit_clone(scale, X, residual, what, params)
         self.sigma_floor_ = self._floor(residual)
 
     def _take_prefit(self) -> None:
@@ -155,7 +155,7 @@ class ConformalizedQuantileRegressor(RegressorMixin, ConformalRegressor):
         self.confidence_level = confidence_level
         self.prefit = prefit
 
-    def _train(self, X, y, what: str) -> None:
+    def _train(self, X, y, what: str, params: dict) -> None:
         (level,) = self._levels()
         models = []
         for model, name, quantile in (
@@ -165,8 +165,8 @@ class ConformalizedQuantileRegressor(RegressorMixin, ConformalRegressor):
             if model is None:
                 model = HistGradientBoostingRegressor(loss="quantile", quantile=quantile, random_state=0)
             models.append(check_regression_model(model, name))
-        self.lower_estimator_ = fit_clone(models[0], X, y, what)
-        self.upper_estimator_ = fit_clone(models[1], X, y, what)
+        self.lower_estimator_ = fit_clone(models[0], X, y, what, params)
+        self.upper_estimator_ = fit_clone(models[1], X, y, what, params)
 
     def _take_prefit(self) -> None:
         for model, name in (

@@ -52,13 +52,20 @@ def conformal_quantile(scores, alpha: float) -> float:
     return float(np.partition(s, rank - 1)[rank - 1])
 
 
-def fit_clone(estimator, X, y, what: str = "X_fit, y_fit"):
-    """A fitted clone of ``estimator``; a fit that fails on the data (e.g. values near the float limit
-    overflow inside it) raises a ValueError naming the data."""
+def fit_clone(estimator, X, y, what: str = "X_fit, y_fit", params: dict | None = None):
+    """A clone of ``estimator`` fitted with the keyword arguments ``params`` (``fit_params``); a fit that
+    fails on the data (e.g. values near the float limit overflow inside it) raises a ValueError naming the
+    data, one that refuses ``params`` a TypeError naming ``fit_params``."""
     try:
-        return clone(estimator).fit(X, y)
+        return clone(estimator).fit(X, y, **(params or {}))
     except ValueError as err:
         raise ValueError(f"fitting {type(estimator).__name__} on {what} failed: {err}") from err
+    except TypeError as err:
+        if not params:
+            raise
+        raise TypeError(
+            f"fit_params {sorted(params)} are not accepted by {type(estimator).__name__}.fit: {err}"
+        ) from err
 
 
 def finite_scores(scores, what: str = "X_fit, y_fit, X_calib and y_calib") -> np.ndarray:
@@ -101,9 +108,9 @@ class SplitConformalRegressor(RegressorMixin, ConformalRegressor):
         self.confidence_level = confidence_level
         self.prefit = prefit
 
-    def _train(self, X, y, what: str) -> None:
+    def _train(self, X, y, what: str, params: dict) -> None:
         template = LinearRegression() if self.estimator is None else check_regression_model(self.estimator)
-        self.estimator_ = fit_clone(template, X, y, what)
+        self.estimator_ = fit_clone(template, X, y, what, params)
 
     def _take_prefit(self) -> None:
         if self.estimator is None:

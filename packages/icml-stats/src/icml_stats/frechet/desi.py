@@ -78,12 +78,11 @@ class DeSI(BaseFrechetRegressor):
         self.cv = cv
         self.random_state = random_state
 
-    def fit(self, X, y):
+    def _fit(self, X, y) -> None:
         try:
             import torch
         except ImportError as err:  # pragma: no cover - the deep extra
             raise ImportError("DeSI needs torch: pip install 'icml-stats[deep]'") from err
-        self._reset()
         X = validate_features(self, X, ensure_min_samples=3)
         hidden = check_int(self.hidden, "hidden", 1, 100_000)
         epochs = check_int(self.epochs, "epochs", 1, 10_000_000)
@@ -155,7 +154,6 @@ class DeSI(BaseFrechetRegressor):
             self.space_, self.bandwidth, self.kernel, self.bandwidths, self.cv, self.random_state
         ).fit(self.index(X), yy)
         self.bandwidth_ = self.local_.bandwidth_
-        return self
 
     def index(self, X) -> np.ndarray:
         """The learned index ``X @ index_direction_`` as a column ``(k, 1)``."""

@@ -31,6 +31,7 @@ from icml_stats.validation import (
     check_cv,
     check_real,
     check_seed,
+    keep_state_on_failure,
     validate_features,
 )
 
@@ -132,10 +133,22 @@ class BaseFrechetRegressor(BaseEstimator):
     def _reset(self) -> None:
         """Drop what an earlier ``fit`` learned (scikit-learn's convention: ``fit`` starts afresh), so that a
         refit that sets fewer attributes (a fixed bandwidth after a cross-validated one kept the old
-        ``cv_losses_``) or fails part way (``n_features_in_`` of the new ``X`` beside the old ``X_fit_``)
-        leaves nothing of the old model behind."""
+        ``cv_losses_``) leaves nothing of the old model behind. A refit that raises puts the earlier fit
+        back whole (``fit``): a reset model with only ``n_features_in_`` and ``space_`` passed
+        ``check_is_fitted`` while ``predict`` raised AttributeError."""
         for key in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
             delattr(self, key)
+
+    def fit(self, X, y):
+        """Fit on ``X`` ``(n, p)`` and the objects ``y`` of the space; returns self. A fit that raises
+        leaves the estimator as it was (an earlier fit whole, still predicting as before)."""
+        with keep_state_on_failure(self):
+            self._reset()
+            self._fit(X, y)
+        return self
+
+    def _fit(self, X, y) -> None:
+        raise NotImplementedError
 
     def _fit_space(self, y) -> np.ndarray:
         self.space_ = as_space(self.space)
@@ -182,13 +195,11 @@ class GlobalFrechetRegressor(BaseFrechetRegressor):
     def __init__(self, space: Space | str = "euclidean"):
         self.space = space
 
-    def fit(self, X, y):
-        self._reset()
+    def _fit(self, X, y) -> None:
         X = validate_features(self, X, ensure_min_samples=2)
         yy = self._fit_space(y)
         self._check_y(X, yy)
         self.X_fit_, self.y_fit_ = X, yy
-        return self
 
     def weights(self, X) -> np.ndarray:
         """The regression weights ``(k, n_train)`` for the query rows ``X``."""
@@ -242,8 +253,7 @@ class LocalFrechetRegressor(BaseFrechetRegressor):
         self.cv = cv
         self.random_state = random_state
 
-    def fit(self, X, y):
-        self._reset()
+    def _fit(self, X, y) -> None:
         X = validate_features(self, X, ensure_min_samples=3)
         if X.shape[1] != 1:
             raise ValueError(
@@ -264,7 +274,7 @@ class LocalFrechetRegressor(BaseFrechetRegressor):
         self.X_fit_, self.y_fit_ = X, yy
         if self.bandwidth is not None:
             self.bandwidth_ = check_real(self.bandwidth, "bandwidth", "(0, inf)")
-            return self
+            return
         grid = self._grid(u)
         # a compact kernel's default grid scores only some held-out points (frechet's bwCV); else all
         restrict = self.bandwidths is None and self.kernel != "gaussian"
@@ -309,7 +319,6 @@ class LocalFrechetRegressor(BaseFrechetRegressor):
         self.bandwidths_ = grid
         self.cv_losses_ = losses / (n_scored if restrict else len(u))  # len(u): as before this fix
         self.bandwidth_ = float(grid[int(np.argmin(losses))])
-        return self
 
     def _grid(self, u) -> np.ndarray:
         if self.bandwidths is None:

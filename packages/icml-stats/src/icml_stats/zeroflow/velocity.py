@@ -37,6 +37,7 @@ from icml_stats.validation import (
     check_int,
     check_real,
     check_seed,
+    keep_state_on_failure,
     validate_features,
 )
 
@@ -175,7 +176,12 @@ class MidpointVelocity(RegressorMixin, BaseEstimator):
         return model.set_params(**{name: int(rs.randint(2**31)) for name in names}) if names else model
 
     def fit(self, M, D):
-        """Fit ``E[D | M]`` on matched rows of ``M`` ``(n, k)`` and ``D`` ``(n, d)`` (a 1-D array is one column)."""
+        """Fit ``E[D | M]`` on matched rows of ``M`` ``(n, k)`` and ``D`` ``(n, d)`` (a 1-D array is one column).
+        A fit that raises leaves the estimator as it was (an earlier fit whole, still predicting as before)."""
+        with keep_state_on_failure(self):  # validate_named sets n_features_in_ before D is checked
+            return self._fit(M, D)
+
+    def _fit(self, M, D):
         m = validate_named(self, M, "M", reset=True)
         d = as_samples(D, "D", m.shape[0])
         check_magnitude("M", m)
