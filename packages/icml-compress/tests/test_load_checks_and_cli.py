@@ -189,6 +189,58 @@ def test_save_is_atomic_and_flushed(ids, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q"]
 
 
+def test_a_failed_final_rename_puts_the_earlier_save_back(saved, ids, tmp_path, monkeypatch):
+    """Replacing an earlier save takes two renames (the earlier save aside, the new one into place). Before,
+    when the second failed (simulated: ``os.replace`` raising ``OSError`` on its second call) ``path`` was
+    left missing, the earlier save hidden as ``.q.old-<pid>``. The earlier save must be back at ``path``,
+    whole and loadable, with nothing left beside it."""
+    import icml_compress.quantize.model as qm
+
+    path = copy_of(saved, tmp_path)
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    expected = load_quantized(path)(ids[None, :24]).logits
+    real_replace, calls = qm.os.replace, []
+
+    def second_rename_fails(a, b):
+        calls.append((a, b))
+        if len(calls) == 2:
+            raise OSError("simulated: rename failed")
+        return real_replace(a, b)
+
+    monkeypatch.setattr(qm.os, "replace", second_rename_fails)
+    model = quantize_model(tiny(seed=1), QuantConfig(**RTN), ids, progress=False)
+    with pytest.raises(OSError, match="simulated"):
+        save_quantized(model, path)
+    monkeypatch.undo()
+    assert path.is_dir(), sorted(p.name for p in tmp_path.iterdir())
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert len(calls) == 3  # aside, into place (failed), back
+    assert torch.equal(load_quantized(path)(ids[None, :24]).logits, expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]  # no temporary or set-aside directory
+
+
+def test_a_save_without_the_tokenizer_keeps_the_one_saved_before(saved, ids, tmp_path):
+    """``save_pretrained`` leaves a directory's other files when it overwrites it; ``save_quantized`` did not:
+    saving again without ``tokenizer=`` (a re-quantized model, say) deleted the tokenizer saved the first
+    time, and a model card. They are kept; the earlier weights are not."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(256)}, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0")
+    path = tmp_path / "q"
+    save_quantized(load_quantized(saved), path, tokenizer=tokenizer)
+    (path / "README.md").write_text("model card")
+    model = quantize_model(tiny(seed=1), QuantConfig(**RTN), ids, progress=False)
+    save_quantized(model, path)
+    names = {p.name for p in path.iterdir()}
+    assert {"README.md", "tokenizer.json", "tokenizer_config.json"} <= names, sorted(names)
+    assert AutoTokenizer.from_pretrained(path)("w3 w5")["input_ids"] == [3, 5]
+    x = ids[None, :24]
+    assert torch.equal(load_quantized(path)(x).logits, model(x).logits)  # the new weights
+
+
 # --- quantize_model: calibration token ids ---------------------------------------------------------------
 @pytest.mark.parametrize("bad, match", [(256, "0..255"), (-1, "0..255"), (10**6, "0..255")])
 def test_calibration_ids_and_tile_length_are_checked_up_front(ids, bad, match, monkeypatch):

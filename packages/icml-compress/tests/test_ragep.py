@@ -411,6 +411,57 @@ def test_a_failed_save_leaves_the_earlier_save_and_a_file_path_is_refused(tmp_pa
     assert f.read_text() == "precious"
 
 
+def _tiny_tokenizer():
+    """A word-level fast tokenizer over the tiny models' vocabulary, built offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0")
+
+
+def test_a_save_over_an_earlier_one_keeps_what_save_pretrained_keeps(tmp_path, one_torch_thread):
+    """Saving over an earlier checkpoint keeps the files saved beside it, as ``save_pretrained`` does when it
+    overwrites a directory: the tokenizer (``save_pruned`` takes none, so users save it with
+    ``tokenizer.save_pretrained(path)``), a model card, a ``.git`` folder (a Hub clone). Before, the directory
+    was replaced whole: ``save_pruned`` over ``save_pretrained`` + tokenizer + README + ``.git`` lost
+    ``.git``, ``README.md``, ``tokenizer.json`` and ``tokenizer_config.json`` (``AutoTokenizer.from_pretrained``
+    then raised), where ``save_pretrained`` lost none. Stale weights (the earlier save's shards and index) are
+    not carried over: the new save loads alone and exactly."""
+    from transformers import AutoTokenizer
+
+    base = tiny_moe("mixtral", layers=2)
+    first = prune_experts(copy.deepcopy(base), {0: [0, 1, 2, 3], 1: [0, 1, 2, 3]})
+    second = prune_experts(copy.deepcopy(base), {0: [0, 1, 2, 3, 4], 1: [0, 1, 2]})
+    dirs = {}
+    for name in ("save_pretrained", "save_pruned"):
+        d = tmp_path / name
+        first.save_pretrained(d, max_shard_size="40KB")  # sharded: model-0000k-of-0000n + index
+        assert (d / "model.safetensors.index.json").is_file()
+        _tiny_tokenizer().save_pretrained(d)
+        (d / "README.md").write_text("model card")
+        (d / ".git").mkdir()
+        (d / ".git" / "HEAD").write_text("ref: refs/heads/main")
+        if name == "save_pretrained":  # the reference: transformers overwriting the directory
+            second.save_pretrained(d)
+        else:
+            save_pruned(second, d)
+        dirs[name] = d
+    kept = {n: {p.name for p in d.iterdir()} for n, d in dirs.items()}
+    user_files = {".git", "README.md", "tokenizer.json", "tokenizer_config.json"}
+    assert user_files <= kept["save_pretrained"]
+    assert user_files <= kept["save_pruned"], sorted(user_files - kept["save_pruned"])
+    d = dirs["save_pruned"]
+    assert (d / ".git" / "HEAD").read_text() == "ref: refs/heads/main"
+    assert (d / "README.md").read_text() == "model card"
+    assert AutoTokenizer.from_pretrained(d)("w3 w5")["input_ids"] == [3, 5]
+    # no stale shard or index: only the new weights, which load exactly
+    assert sorted(p.name for p in d.glob("*.safetensors*")) == ["model.safetensors"]
+    assert torch.equal(load_pruned(d)(IDS).logits, second(IDS).logits)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["save_pretrained", "save_pruned"]  # no leftovers
+
+
 def test_every_method_plans_and_ragep_budgets_differ_by_layer():
     model = tiny_moe("mixtral", layers=2)
     cal = calibrate(model, IDS, keep_inputs=32, route_all=True)

@@ -352,7 +352,8 @@ def save_shared(model: nn.Module, path, *, tokenizer=None, extra: dict | None = 
     shared basis and tied tensor once), ``sharing.json`` (the record ``icml_sharing``, the model's Hugging
     Face config and class, ``extra``), the model's ``generation_config.json`` (``load_shared`` restores it,
     so ``generate`` keeps its defaults) and the tokenizer if given. Atomic: a failed save leaves ``path`` as
-    it was."""
+    it was; files saved beside an earlier save (a tokenizer, a model card) are kept, as ``save_pretrained``
+    keeps them."""
     from safetensors.torch import save_model
 
     check_instance(model, "model", nn.Module, "torch.nn.Module")

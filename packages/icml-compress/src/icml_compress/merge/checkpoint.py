@@ -129,7 +129,8 @@ def combine_checkpoints(
     and every other file of the CPT directory (config, tokenizer, generation config): it loads with
     ``from_pretrained``. It is written to a temporary directory and renamed into place: a failed merge
     leaves no partial output, and an existing ``out`` is replaced only with ``overwrite=True`` and only if
-    it is an earlier output of this function (kept whole until the new one is complete). ``dry_run=True``
+    it is an earlier output of this function (kept whole until the new one is complete; files added to it
+    that the merge does not write are carried over, its weights are not). ``dry_run=True``
     reads only the headers and writes nothing. Tied weights stored once (``tie_word_embeddings``) are
     matched to the tensor they are tied to. Returns the report.
     """

@@ -515,7 +515,8 @@ def save_quantized(model: nn.Module, path, *, tokenizer=None, extra: dict | None
     Atomic: everything is written to a temporary directory beside ``path``, flushed to disk (fsync) and
     moved into place at the end (``os.replace``); a failure leaves ``path`` as it was, and a crash cannot
     leave a renamed directory whose files are still unwritten. An existing ``path`` must be empty or an
-    earlier save.
+    earlier save; files saved beside the earlier save (a tokenizer not given this time, a model card) are
+    kept, as ``save_pretrained`` keeps them (:func:`write_directory`).
     """
     from safetensors.torch import save_model
 
@@ -587,12 +588,41 @@ def check_save_extras(tokenizer: Any, extra: Any) -> None:
         raise TypeError(f"extra must be a dict (saved as a JSON object) or None, got {type(extra).__name__}")
 
 
+# the files of an earlier save that describe its model: a new save writes its own (or the model has none), so
+# they are never carried over into it (a stale one would describe another model, weights another model's)
+_MODEL_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "quantization.json",  # save_quantized
+        "sharing.json",  # save_shared
+        "icml_merge.json",  # combine_checkpoints
+    }
+)
+
+
+def _is_model_file(name: str) -> bool:
+    """Whether the file ``name`` of an earlier save holds or describes its model (weights, their index, a
+    :data:`_MODEL_FILES` name): :func:`write_directory` does not carry it over into a new save."""
+    return (
+        name in _MODEL_FILES
+        or name.endswith((".safetensors", ".safetensors.index.json"))
+        or (name.startswith("pytorch_model") and ".bin" in name)
+    )
+
+
 def write_directory(path: Path, write: Callable[[Path], None], marker: str, what: str) -> Path:
     """Write the directory ``path`` atomically: ``write(tmp)`` fills a temporary directory beside ``path``,
     which is flushed to disk (fsync) and moved into place at the end (``os.replace``); a failure leaves
-    ``path`` as it was, and a crash cannot leave a renamed directory whose files are still unwritten. An
-    existing ``path`` must be empty or an earlier save (a directory holding the file ``marker``; ``what``
-    names the saving function in the error)."""
+    ``path`` as it was (also when the last rename fails: the earlier save is put back), and a crash cannot
+    leave a renamed directory whose files are still unwritten. An existing ``path`` must be empty or an
+    earlier save (a directory holding the file ``marker``; ``what`` names the saving function in the error).
+
+    Replacing an earlier save keeps what ``save_pretrained`` keeps when it overwrites a directory: every
+    entry of the earlier one that the new save does not write and that is not a model file
+    (:func:`_is_model_file`: weights, their index, config files) is carried over (hard-linked where the
+    file system allows, else copied), so a tokenizer, a model card or a ``.git`` saved beside the model
+    survive. Stale weights are not carried over (``save_pretrained`` deletes stale shards too)."""
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
         raise ValueError(f"path {path} exists and is not an earlier {what} directory; not overwriting")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -601,9 +631,18 @@ def write_directory(path: Path, write: Callable[[Path], None], marker: str, what
         write(tmp)
         _fsync_tree(tmp)
         if path.exists():
+            written = {p.name for p in tmp.iterdir()}
+            for entry in sorted(path.iterdir()):
+                if entry.name not in written and not _is_model_file(entry.name):
+                    _link_or_copy(entry, tmp / entry.name)
+            _fsync_dir(tmp)
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)  # the earlier save back in place
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
@@ -611,6 +650,26 @@ def write_directory(path: Path, write: Callable[[Path], None], marker: str, what
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """``src`` (a file, a directory or a symbolic link) at ``dst``: files hard-linked (no copy of a large
+    file), copied with their metadata where the file system has no hard links; links recreated as links."""
+
+    def file(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+            with open(b, "rb") as fh:  # a copy is new data: flushed before the rename, as the save's files
+                os.fsync(fh.fileno())
+
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    elif src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, copy_function=file)
+    else:
+        file(str(src), str(dst))
 
 
 def model_config(model: nn.Module) -> dict | None:

@@ -276,7 +276,9 @@ def save_pruned(model: nn.Module, path: str | os.PathLike) -> Path:
     Atomic, as :func:`icml_compress.save_quantized`: the checkpoint is written to a temporary directory beside
     ``path`` and moved into place at the end, so a failure leaves ``path`` as it was. An existing ``path``
     must be an empty directory or an earlier save (a directory holding ``config.json``); anything else (a
-    file, say) raises ValueError.
+    file, say) raises ValueError. Files saved beside an earlier save (the tokenizer saved with
+    ``tokenizer.save_pretrained(path)``, a model card) are kept, as ``save_pretrained`` keeps them; its
+    weights are not.
     """
     path = check_path(path)
     if path.exists() and not path.is_dir():
