@@ -351,7 +351,16 @@ def test_train_sae(data):
     fuzz_call(
         data,
         train_sae,
-        {"source": X, "cfg": SMALL_CFG, "progress": False, "log_every": 1, "distributed": False},
+        {
+            "source": X,
+            "cfg": SMALL_CFG,
+            "progress": False,
+            "log_every": 1,
+            "distributed": False,
+            "checkpoint": None,
+            "checkpoint_every": 0,
+            "resume_from": None,
+        },
         # True: no process group is initialized here (test_sae_distributed.py trains with one)
         strategies={"cfg": BAD_CFGS, "distributed": st.sampled_from([True, 0, 1, "yes", None])},
         check=ok,

@@ -31,14 +31,27 @@ tokens per step, and every batch-wide quantity above (the FVU's spread, the pena
 latents, BatchTopK's top ``k * batch_size``, the initialization) is reduced over the global batch, so that
 the result equals one process's training on the same global batches up to float rounding
 (:mod:`icml_interp.sae._distributed`; ``docs/sae-distributed.md``).
+
+Checkpoints (``checkpoint=path, checkpoint_every=n``): every ``n`` steps the whole training state -- the SAE in
+training units, Adam's moments, the learning-rate schedule's position, the step, the dead-latent counters, the
+log so far, the input scale and how many batches were read -- is written to one file (a temporary file
+beside it, then ``os.replace``: a failed save leaves the earlier checkpoint whole). ``resume_from=path``
+continues from it: the source is read again from its start and the batches the checkpoint consumed are
+skipped (not trained on), and the last of them must match the checkpoint's SHA-256 fingerprint (a different
+source, seed or buffer raises ``ValueError``). Training draws no random numbers beyond the SAE's seeded
+initialization and the source's seeded shuffle, so the resumed run equals the uninterrupted one bit for bit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -286,6 +299,58 @@ def _first_batches_problem(first: list[torch.Tensor], cfg: SAEConfig, batch_text
     return None
 
 
+CHECKPOINT_FORMAT = "icml_interp.train_sae checkpoint 1"
+
+
+def _fingerprint(batch: torch.Tensor) -> str:
+    """SHA-256 of a batch's float32 values (which batch of the source a checkpoint stopped after)."""
+    return hashlib.sha256(batch.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()).hexdigest()
+
+
+def _checkpoint_path(path, name: str) -> Path | None:
+    if path is None:
+        return None
+    check_type(path, name, (str, os.PathLike), "a str or path of a checkpoint file (or None)")
+    if not str(path).strip() or Path(path).is_dir():
+        raise ValueError(f"{name} must name a checkpoint file, got {str(path)!r}")
+    return Path(path)
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """``torch.save(state)`` to a temporary file beside ``path``, flushed, then renamed onto ``path``: a save
+    that fails (full disk, interruption) leaves an earlier checkpoint at ``path`` as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_checkpoint(path: Path, cfg: SAEConfig) -> dict:
+    """The state :func:`train_sae` saved at ``path``, checked against ``cfg``."""
+    if not path.is_file():
+        raise ValueError(f"resume_from={str(path)!r} is not a file (a checkpoint written by train_sae)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # pickle, zip and torch errors alike: not a checkpoint
+        raise ValueError(f"resume_from={str(path)!r} is not a readable train_sae checkpoint: {err}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"resume_from={str(path)!r} is not a train_sae checkpoint ({CHECKPOINT_FORMAT!r})")
+    if state["cfg"] != cfg.to_dict():
+        diff = sorted(k for k in state["cfg"] if state["cfg"][k] != cfg.to_dict().get(k))
+        raise ValueError(
+            f"resume_from={str(path)!r} was saved by a run with another cfg (fields {diff} differ): resume "
+            "with the checkpoint's config"
+        )
+    return state
+
+
 def train_sae(
     source,
     cfg: SAEConfig,
@@ -293,6 +358,9 @@ def train_sae(
     progress: bool = True,
     log_every: int = 1,
     distributed: bool = False,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 0,
+    resume_from: str | os.PathLike | None = None,
 ) -> tuple[SAE, TrainLog]:
     """Train an :class:`SAE` on ``source`` (an :class:`ActivationSource` or a tensor of activations).
 
@@ -317,12 +385,29 @@ def train_sae(
     therefore never give NaN parameters silently. ``distributed=True`` without an initialized process group,
     or with a ``batch_size`` the world size does not divide, raises ``ValueError``; with it, a bad batch on
     any process raises on every process.
+
+    ``checkpoint`` and ``checkpoint_every``: write the training state to the file ``checkpoint`` after every
+    ``checkpoint_every`` steps (atomically: a failed save keeps the earlier file). ``resume_from``: continue
+    the run a checkpoint file recorded, with the same ``cfg`` (checked) and the same ``source`` (re-read from
+    its start, the consumed batches skipped; checked on the last of them): the result equals the
+    uninterrupted run's bit for bit. Both need one process (``distributed=False``).
     """
     check_type(cfg, "cfg", SAEConfig, "an SAEConfig")
     SAEConfig.from_dict(cfg.to_dict())  # __post_init__'s checks, also for a config edited after construction
     check_int(log_every, "log_every", minimum=1)
     check_bool(progress, "progress")
     check_bool(distributed, "distributed")
+    ckpt_path = _checkpoint_path(checkpoint, "checkpoint")
+    resume_path = _checkpoint_path(resume_from, "resume_from")
+    check_int(checkpoint_every, "checkpoint_every", minimum=0)
+    if (ckpt_path is None) != (checkpoint_every == 0):
+        raise ValueError(
+            "checkpoint and checkpoint_every go together: pass a file path and a number of steps >= 1, got "
+            f"checkpoint={checkpoint!r}, checkpoint_every={checkpoint_every}"
+        )
+    if distributed and (ckpt_path is not None or resume_path is not None):
+        raise ValueError("checkpoint and resume_from need distributed=False (one process)")
+    resumed = None if resume_path is None else _load_checkpoint(resume_path, cfg)
     ranks = Ranks.joined(cfg.batch_size) if distributed else None
     world = 1 if ranks is None else ranks.world
     src = _as_source(source, cfg)
@@ -396,6 +481,17 @@ def train_sae(
     revived = torch.zeros(cfg.d_sae, dtype=torch.bool)  # fired again after being dead
     log = TrainLog(scaling_factor=scale)
     steps = cfg.steps
+    step = skipped = consumed = replay = 0  # consumed: batches read from the source (replay: to skip)
+    prior_seconds, expected_fingerprint = 0.0, ""
+    if resumed is not None:
+        sae.load_state_dict(resumed["sae"])
+        opt.load_state_dict(resumed["optimizer"])
+        sched.load_state_dict(resumed["scheduler"])
+        since_fired, died, revived = resumed["since_fired"], resumed["died"], resumed["revived"]
+        log = TrainLog(**resumed["log"])
+        scale, prior_seconds = resumed["scale"], log.seconds
+        step, skipped, replay = resumed["step"], resumed["skipped"], resumed["consumed"]
+        expected_fingerprint = resumed["fingerprint"]
 
     def stream():
         yield from first
@@ -404,12 +500,24 @@ def train_sae(
             yield None  # this rank's source ran out: the others must learn it in the next collective
 
     shown = progress and (ranks is None or ranks.rank == 0)
-    bar = tqdm(total=steps, disable=not shown, desc=f"train {cfg.architecture} SAE", unit="step")
+    bar = tqdm(
+        total=steps, initial=step, disable=not shown, desc=f"train {cfg.architecture} SAE", unit="step"
+    )
     start = time.perf_counter()
-    step = skipped = 0
     for batch in stream():
         if step >= steps:
             break
+        consumed += 1
+        if consumed <= replay:  # resuming: this batch was trained on (or skipped) before the checkpoint
+            if consumed == replay:
+                if _fingerprint(batch) != expected_fingerprint:
+                    raise ValueError(
+                        f"source is not the one resume_from={str(resume_path)!r} was trained on: its batch "
+                        f"{consumed} differs from the checkpoint's (pass the same activations or inputs, "
+                        "seed, buffer_tokens and shuffle)"
+                    )
+                start = time.perf_counter()  # the log's seconds count training, not the replay
+            continue
         bad_batch = None
         if batch is not None and not bool(torch.isfinite(batch).all()):
             bad_batch = (
@@ -474,8 +582,34 @@ def train_sae(
             )
         bar.update(1)
         step += 1
+        if ckpt_path is not None and step % checkpoint_every == 0:
+            log.seconds = prior_seconds + time.perf_counter() - start
+            _save_checkpoint(
+                ckpt_path,
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "cfg": cfg.to_dict(),
+                    "sae": sae.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "step": step,
+                    "skipped": skipped,
+                    "consumed": consumed,
+                    "fingerprint": _fingerprint(batch),
+                    "since_fired": since_fired,
+                    "died": died,
+                    "revived": revived,
+                    "scale": scale,
+                    "log": log.as_dict(),
+                },
+            )
     bar.close()
-    log.seconds = time.perf_counter() - start
+    if consumed < replay and step < steps:
+        raise ValueError(
+            f"source ran out after {consumed} batches, before the {replay} that resume_from="
+            f"{str(resume_path)!r} was trained on: pass the same source (a re-iterable one, read from its start)"
+        )
+    log.seconds = prior_seconds + time.perf_counter() - start
     log.died, log.revived = died.nonzero().flatten().tolist(), revived.nonzero().flatten().tolist()
     log.tokens_per_second = step * cfg.batch_size / log.seconds if log.seconds > 0 else float("nan")
     if skipped:
