@@ -1,3 +1,4 @@
+import copy
 import itertools
 import math
 
@@ -989,3 +990,46 @@ def test_diffusers_disable_cache_removes_navicache(wan):
     apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2))  # and again
     remove_navicache(wan)
     assert not wan.is_cache_enabled
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("start", [0, 1])
+def test_a_generation_after_an_inversion_starts_a_fresh_run(start):
+    # DDIM inversion (rising timesteps, each call a run of its own) then regeneration from the inverted latent,
+    # in a loop with cache_context("cond") alone, no reset between: the regeneration's first timestep (900) is
+    # the inversion's last, not larger, so it continued the inversion's last one-call run. It began at step 1,
+    # measured its ratio against the inversion's identical call (k = 0) and skipped steps 2..7, and its last
+    # call began a run of its own; measured (start=0): max |x - fresh cache's| 1.50, |x - uncached| 1.36
+    # against the fresh cache's 0.59 (mean |x| 0.50). Now bit-identical to a fresh cache's run.
+    from diffusers import DDIMInverseScheduler, DDIMScheduler
+
+    base = _dit_transformer_2d()
+    steps, labels = 10, torch.tensor([3])
+    x0 = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+
+    @torch.no_grad()
+    def sample(model, scheduler, x, begin=0):
+        scheduler.set_timesteps(steps)
+        for t in scheduler.timesteps[begin:]:
+            with cache_context(model, "cond"):
+                eps = model(x, timestep=t[None], class_labels=labels).sample
+            x = scheduler.step(eps, t, x).prev_sample
+        return x
+
+    def cached():
+        model = copy.deepcopy(base)
+        apply_navicache(model, NaviCacheConfig(threshold=0.3, alignment_steps=2, num_inference_steps=steps))
+        return model
+
+    inverted = sample(base, DDIMInverseScheduler(num_train_timesteps=1000), x0)
+    model = cached()
+    assert torch.equal(
+        sample(model, DDIMInverseScheduler(num_train_timesteps=1000), x0), inverted
+    )  # no skips
+    after = sample(model, DDIMScheduler(num_train_timesteps=1000), inverted, start)
+    fresh_model = cached()
+    fresh = sample(fresh_model, DDIMScheduler(num_train_timesteps=1000), inverted, start)
+    stats, fresh_stats = get_cache_stats(model).as_dict(), get_cache_stats(fresh_model).as_dict()
+    assert fresh_stats["steps_skipped"] > 0 and len(fresh_stats["records"]) == steps - start
+    assert stats == fresh_stats
+    assert torch.equal(after, fresh)

@@ -17,7 +17,9 @@ steps the same way; most diffusers pipelines call ``cache_context("cond")`` with
 (generation) begins when the leading context's ``step_index`` is 0, when its counter has run the whole
 schedule, when the context's ``timestep`` increases again (the scheduler restarted; on a diffusers model
 whose pipeline puts no step index nor timestep in the context, e.g. Flux, the ``timestep`` argument of the
-model's forward: so a generation that raised part-way does not leave the next one inside its run), and
+model's forward: so a generation that raised part-way does not leave the next one inside its run), at the
+first call whose timestep does not rise after two or more rising ones (an inversion, rising timesteps, runs
+each call as a run of its own: nothing is skipped there, and the sampling run after it starts afresh), and
 after the pipeline's end-of-call ``reset_stateful_hooks`` (diffusers' convention, ``maybe_free_model_hooks``).
 A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
 an input of its own shape.
@@ -125,6 +127,7 @@ class _SharedState:
 
     def __init__(self) -> None:
         self.model_timestep: Any = None  # the timestep argument of the model's current forward (diffusers)
+        self.rises = 0  # consecutive leading calls whose timestep rose (2 or more: an inversion ran)
         self.reset()
 
     def reset(self) -> None:
@@ -316,6 +319,7 @@ class StackCacheHook(ModelHook):
             stats = self.shared.stats
             self.state_manager.reset()
             self.shared.reset()
+            self.shared.rises = 0
             self.shared.stats = stats
             self.policy.reset()
         return module
@@ -349,6 +353,7 @@ class StackCacheHook(ModelHook):
         timestep = _as_float(context.timestep)
         if timestep is None and leading and context.step_index is None:
             timestep = _as_float(shared.model_timestep)  # a diffusers model's timestep argument, if any
+        rose = timestep is not None and shared.timestep is not None and timestep > shared.timestep
         if leading and self._new_run(context, ctx, n, timestep):  # forget the previous run
             self._runs += 1
             shared.reset()
@@ -358,6 +363,7 @@ class StackCacheHook(ModelHook):
             policy.reset()
         if leading and timestep is not None:
             shared.timestep = timestep
+            shared.rises = shared.rises + 1 if rose else 0
         if ctx.run != shared.run:
             ctx.reset()
             ctx.run = shared.run
@@ -413,6 +419,12 @@ class StackCacheHook(ModelHook):
             return context.step_index == 0
         if timestep is not None and shared.timestep is not None and timestep > shared.timestep:
             return True  # the schedule's timesteps decrease within a run: a larger one restarts it
+        if timestep is not None and shared.rises >= 2:
+            # the calls before rose one after another (an inversion, e.g. DDIM inversion: each call a run of
+            # its own): the first that does not rise begins a sampling run. It used to continue the
+            # inversion's last one-call run: a DDIM regeneration, whose first timestep is the inversion's
+            # last, began at step 1 with the inversion's output as the last computed one
+            return True
         return ctx.run == shared.run and ctx.calls >= n  # the whole schedule ran
 
     @torch.compiler.disable
