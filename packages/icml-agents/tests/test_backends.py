@@ -300,6 +300,47 @@ def test_hf_backend_leaves_the_models_mode_to_its_owner(smol_tokenizer):
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_cached_hf_backend_follows_the_weights_as_they_train(smol_tokenizer):
+    """``cache_id`` hashed the weights once, on first use: after the model trained, a CachedBackend served
+    the earlier weights' answers (2 hits for 2 prompts; "The capital of" answered " of of of..." where the
+    trained model says " friend friend..."). The id now follows the weights: in-place writes (SGD),
+    fused optimizers (transformers' Trainer default, whose writes bump no version counter) and
+    load_state_dict; an unrelated optimizer's step and plain calls keep it."""
+    from icml_tools.assets import tiny_llama
+
+    prompts = ["Hello there", "The capital of"]
+    ids = smol_tokenizer(["Hello there friend"], return_tensors="pt").input_ids
+
+    def sgd(model):
+        torch.optim.SGD(model.parameters(), lr=5.0).step()
+
+    def fused_adamw(model):
+        torch.optim.AdamW(model.parameters(), lr=0.05, fused=True).step()
+
+    def load(model):
+        model.load_state_dict({k: v * 1.5 for k, v in model.state_dict().items()})
+
+    for change in (sgd, fused_adamw, load):
+        model = tiny_llama(vocab=len(smol_tokenizer))
+        backend = HFLocalBackend(model, smol_tokenizer, batch_size=2)
+        cached = CachedBackend(backend, ":memory:")
+        first = cached.generate(prompts, max_new_tokens=6)
+        assert cached.generate(prompts, max_new_tokens=6) == first and cached.hits == 2
+        before = backend.cache_id
+        other = torch.nn.Linear(2, 2)  # another model's optimizer steps: the id is kept, not recomputed
+        other(torch.ones(1, 2)).sum().backward()
+        torch.optim.SGD(other.parameters(), lr=1.0).step()
+        assert backend.cache_id == before
+        model(input_ids=ids, labels=ids).loss.backward()
+        change(model)
+        fresh = HFLocalBackend(model, smol_tokenizer, batch_size=2)
+        assert backend.cache_id == fresh.cache_id != before, change.__name__
+        again = cached.generate(prompts, max_new_tokens=6)
+        assert again == fresh.generate(prompts, max_new_tokens=6) != first, change.__name__
+        assert cached.hits == 2 and cached.misses == 4, change.__name__
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_hf_from_pretrained_honours_dtype_and_torch_dtype(tiny_model, smol_tokenizer, tmp_path):
     """``torch_dtype`` (transformers' older name of ``dtype``) was dropped for float32."""
     tiny_model.save_pretrained(tmp_path)

@@ -97,6 +97,14 @@ def test_exact_match_reward_has_the_trl_signature():
     assert exact_match_reward([], []) == []
 
 
+def test_exact_match_reward_skips_rows_without_a_reference():
+    """A row whose ``answer`` is None (a concatenated dataset's row from a dataset without that column)
+    scored 0.0, and 1.0 for the completion "None" (``str(None)`` was the reference); it gets None now,
+    which TRL's GRPOTrainer leaves out of the reward, like ``ssl4rl_reward``'s rows without a task."""
+    out = exact_match_reward(["Paris", "x", "None", "42"], answer=["Paris", "Paris", None, None])
+    assert out == [1.0, 0.0, None, None]
+
+
 def test_normalize_answer():
     assert normalize_answer("  New   York. ") == "new york"
     assert normalize_answer("3.14") == "3.14"

@@ -134,6 +134,24 @@ def test_mixed_task_reward_dispatches_per_row_and_skips_none():
         R.score_task("captioning", "<answer>x</answer>", "x")
 
 
+def test_mixed_task_reward_skips_rows_of_a_concatenated_dataset_without_an_answer():
+    """``datasets.concatenate_datasets`` fills the columns a dataset lacks with None: an SSL4RL dataset
+    (prompt, answer, task) joined with a math one (prompt, solution) gives rows with task and answer None.
+    Those rows raised ``TypeError: answer[2]: ground_truth must be a string, got None`` (the answer was
+    checked before the task said the row is not ours); they get None now, as the docstring promised."""
+    datasets = pytest.importorskip("datasets")
+    ssl = datasets.Dataset.from_dict({"prompt": ["p1"], "answer": ["90, 450"], "task": ["rotation"]})
+    math = datasets.Dataset.from_dict({"prompt": ["p2"], "solution": ["42"]})
+    rows = [row for row in datasets.concatenate_datasets([ssl, math]) for _ in range(2)]  # 2 generations
+    assert rows[2]["answer"] is None and rows[2]["task"] is None
+    columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
+    completions = ["<answer>90</answer>", "<answer>0</answer>", "<answer>42</answer>", "x"]
+    out = R.ssl4rl_reward(completions, prompts=["p"] * 4, completion_ids=[[0]] * 4, **columns)
+    assert out == [1.0, 0.0, None, None]
+    with pytest.raises(TypeError, match=r"answer\[1\]: ground_truth must be a string"):  # a task needs one
+        R.ssl4rl_reward(completions[:2], answer=["90", None], task=["rotation", "rotation"])
+
+
 def test_average_rewards():
     assert R.average_rewards([1.0, 0.0], [0.5, 0.5]) == [0.75, 0.25]
     with pytest.raises(ValueError):

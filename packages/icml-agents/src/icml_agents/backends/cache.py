@@ -137,13 +137,14 @@ class CachedBackend(Backend):
         return request_key(self.cache_id, request.kind, request.to_json())
 
     def run(self, requests: Sequence[Request]) -> list[Completion]:
+        backend_id = self.cache_id  # read once per call: a derived id checks the backend's weights
         out: list[Completion | None] = [None] * len(requests)
         todo: dict[str, list[int]] = {}  # a request missing from the cache -> where it occurs in this call
         for i, request in enumerate(requests):
             if request.temperature > 0 and request.seed is None:  # not meant to repeat: never cached
                 todo[f"unseeded:{i}"] = [i]
                 continue
-            key = self.key(request)
+            key = request_key(backend_id, request.kind, request.to_json())
             found = self.cache.get(key)
             if found is None:
                 todo.setdefault(key, []).append(i)
@@ -156,14 +157,15 @@ class CachedBackend(Backend):
             for (key, where), completion in zip(todo.items(), fresh, strict=True):
                 request = requests[where[0]]
                 if not key.startswith("unseeded:"):
-                    self.cache.put(key, self.cache_id, request.kind, request.to_json(), completion.to_json())
+                    self.cache.put(key, backend_id, request.kind, request.to_json(), completion.to_json())
                 for i in where:
                     out[i] = completion
         return [c for c in out if c is not None]
 
     def _logprobs(self, prompts: list[str], continuations: list[str]) -> list[TokenLogprobs]:
+        backend_id = self.cache_id  # read once per call
         keys = [
-            request_key(self.cache_id, "logprobs", {"prompt": p, "continuation": c})
+            request_key(backend_id, "logprobs", {"prompt": p, "continuation": c})
             for p, c in zip(prompts, continuations, strict=True)
         ]
         out: list[TokenLogprobs | None] = []
@@ -177,6 +179,6 @@ class CachedBackend(Backend):
             fresh = self.backend.logprobs([prompts[i] for i in missing], [continuations[i] for i in missing])
             for i, value in zip(missing, fresh, strict=True):
                 request = {"prompt": prompts[i], "continuation": continuations[i]}
-                self.cache.put(keys[i], self.cache_id, "logprobs", request, value.to_json())
+                self.cache.put(keys[i], backend_id, "logprobs", request, value.to_json())
                 out[i] = value
         return [v for v in out if v is not None]

@@ -11,15 +11,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import itertools
 import os
 import secrets
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from icml_agents.backends.base import Backend, Completion, Request, TokenLogprobs, apply_stop, check_cache_id
 from icml_agents.validation import check_int
+
+_WATCHED: weakref.WeakSet[HFLocalBackend] = weakref.WeakSet()  # backends whose optimizer hook is registered
 
 
 class HFLocalBackend(Backend):
@@ -30,7 +35,10 @@ class HFLocalBackend(Backend):
     Generation ends at the model's end-of-sequence tokens (its generation config's and the tokenizer's),
     at a stop sequence or after ``max_new_tokens``. ``cache_id`` defaults to the model's name and a hash of
     its weights (names, dtypes, shapes, bytes) and of its tokenizer (serialisation or vocabulary, chat
-    template, end-of-sequence and padding ids), computed on first use. The model's mode is its owner's:
+    template, end-of-sequence and padding ids), computed on first use and again once the weights changed
+    (an in-place write, a torch optimizer's step over them, fused ones included, ``load_state_dict``, ``.to``
+    or a replaced module; writes through ``.data`` are not seen) or the tokenizer's length or chat template
+    did, so that a response cache never serves the answers of earlier weights. The model's mode is its owner's:
     decoding and scoring run it in eval mode (dropout off) and then restore every submodule's ``training``
     flag, so a model being trained can be sampled through the backend.
     """
@@ -54,6 +62,10 @@ class HFLocalBackend(Backend):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
         self.pad_id = int(pad)
         self._cache_id = check_cache_id(cache_id)
+        self._derived = not self._cache_id  # a derived cache_id follows the weights
+        self._hashed_state: tuple | None = None  # _weights_state() when _cache_id was derived
+        self._stepped = False  # a torch optimizer stepped over the model's parameters since then
+        self._param_ids: frozenset[int] = frozenset()
         # transformers 5.2x renamed the KV-cache argument and output from past_key_values to cache
         self._cache_arg = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -80,9 +92,51 @@ class HFLocalBackend(Backend):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **kwargs)
         return cls(model, AutoTokenizer.from_pretrained(path), batch_size=batch_size)
 
+    def _weights_state(self) -> tuple:
+        """What changes when the weights or the tokenizer do, cheap to read: each parameter's and buffer's
+        storage address and version counter (bumped by every in-place write but those through ``.data``
+        and fused optimizers, see :meth:`_watch_optimizers`), the tokenizer's length and chat template."""
+        state: list[Any] = []
+        for t in itertools.chain(self.model.parameters(), self.model.buffers()):
+            try:
+                version = t._version
+            except RuntimeError:  # an inference tensor keeps no version counter
+                version = -1
+            state.append((t.data_ptr(), version))
+        tok = self.tokenizer
+        return (
+            *state,
+            len(tok) if hasattr(tok, "__len__") else -1,
+            repr(getattr(tok, "chat_template", None)),
+        )
+
+    def _watch_optimizers(self) -> None:
+        """Note every torch optimizer step over the model's parameters: fused optimizers (transformers'
+        ``Trainer`` default ``adamw_torch_fused``) write the weights without bumping their version counters.
+        The hook holds the backend weakly and is removed with it."""
+        if self in _WATCHED:  # a copy or an unpickled backend is not: it registers its own hook
+            return
+        ref = weakref.ref(self)
+
+        def stepped(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            backend = ref()
+            if backend is not None and not backend._stepped:
+                ids = backend._param_ids
+                backend._stepped = any(id(p) in ids for g in optimizer.param_groups for p in g["params"])
+
+        handle = register_optimizer_step_post_hook(stepped)
+        weakref.finalize(self, handle.remove)
+        _WATCHED.add(self)
+
     @property
     def cache_id(self) -> str:
-        if not self._cache_id:
+        if not self._derived:
+            return self._cache_id
+        state = self._weights_state()
+        if not self._cache_id or self._stepped or state != self._hashed_state:
+            self._stepped = False
+            self._param_ids = frozenset(id(p) for p in self.model.parameters())
+            self._watch_optimizers()
             digest = hashlib.sha256()
             for name, tensor in self.model.state_dict().items():
                 t = tensor.detach().to("cpu").contiguous()
@@ -91,6 +145,7 @@ class HFLocalBackend(Backend):
             digest.update(self._tokenizer_fingerprint())
             name = getattr(self.model.config, "_name_or_path", "") or type(self.model).__name__
             self._cache_id = f"hf:{name}:{digest.hexdigest()[:16]}"
+            self._hashed_state = state
         return self._cache_id
 
     def _tokenizer_fingerprint(self) -> bytes:

@@ -30,11 +30,13 @@ def normalize_answer(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().strip(".").strip().casefold()
 
 
-def exact_match_reward(completions, answer, **kwargs) -> list[float]:
+def exact_match_reward(completions, answer, **kwargs) -> list[float | None]:
     """1.0 where the completion equals the reference ``answer`` after :func:`normalize_answer`, else 0.0.
 
-    ``answer`` holds one reference per completion (the dataset column ``answer``, as TRL passes it).
+    ``answer`` holds one reference per completion (the dataset column ``answer``, as TRL passes it). A row
+    whose reference is None gets None, "not applicable", which TRL's ``GRPOTrainer`` leaves out of the
+    reward (``datasets.concatenate_datasets`` fills the columns a dataset lacks with None).
     """
     texts = check_texts(check_list(completions, "completions"), "completions", _text)
     pairs = zip(texts, check_column(answer, "answer", len(texts), "reference"), strict=True)
-    return [float(normalize_answer(c) == normalize_answer(str(a))) for c, a in pairs]
+    return [None if a is None else float(normalize_answer(c) == normalize_answer(str(a))) for c, a in pairs]

@@ -213,15 +213,21 @@ def format_reward(completions, **kwargs) -> list[float]:
 def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
     """TRL reward for a mixed-task dataset: dispatch each row on its ``task`` column.
 
-    Rows whose task is None get None (TRL skips them), so several task datasets can be concatenated.
+    Rows whose task is None get None (TRL skips them), so several task datasets can be concatenated; their
+    ``answer`` is not read (``datasets.concatenate_datasets`` fills the columns a dataset lacks with None).
     """
-    columns = _columns(completions, answer)
-    task = check_column(task, "task", len(columns), "task name")
+    check_texts(check_list(completions, "completions"), "completions", response_text)
+    task = check_column(task, "task", len(completions), "task name")
+    answer = check_column(answer, "answer", len(completions), "ground truth")
     out: list[float | None] = []
-    for i, ((c, a), t) in enumerate(zip(columns, task, strict=True)):
+    for i, (c, a, t) in enumerate(zip(completions, answer, task, strict=True)):
         if t is None:
             out.append(None)
             continue
+        try:
+            a = _ground_truth(a)
+        except TypeError as err:
+            raise TypeError(f"answer[{i}]: {err}") from None
         try:
             out.append(score_task(t, c, a))
         except ValueError as err:
