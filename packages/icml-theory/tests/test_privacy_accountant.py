@@ -50,6 +50,29 @@ def test_queries_agree_with_the_functions():
     assert acc.get_epsilon(1e-5) > eps
 
 
+def test_loading_a_state_of_another_relation_recomputes_the_queries():
+    # the converter was cached by history alone: loading a "replace-one" state with the same history into an
+    # accountant that had answered as "add-remove" kept reporting epsilon 0.9075 (a fresh "replace-one"
+    # accountant: 1.0644), delta(1) 4.1e-6 (1.9e-5) and beta(0.1) 0.870 (0.853)
+    acc = OptimalRDPAccountant().step(noise_multiplier=1.1, sample_rate=0.01, num_steps=100)
+    before = acc.get_epsilon(1e-5), acc.get_delta(1.0), acc.get_beta(0.1)
+    state = acc.state_dict()
+    state["relation"] = "replace-one"
+    acc.load_state_dict(state)
+    fresh = OptimalRDPAccountant("replace-one").step(noise_multiplier=1.1, sample_rate=0.01, num_steps=100)
+    after = acc.get_epsilon(1e-5), acc.get_delta(1.0), acc.get_beta(0.1)
+    assert after == (fresh.get_epsilon(1e-5), fresh.get_delta(1.0), fresh.get_beta(0.1))
+    assert after[0] > before[0]  # replace-one is the larger change: 1.0644 against 0.9075
+    # and back, then on with another sample rate: the same numbers as an accountant that saw it all
+    state["relation"] = "add-remove"
+    acc.load_state_dict(state)
+    assert acc.get_epsilon(1e-5) == before[0]
+    acc.step(noise_multiplier=1.1, sample_rate=0.05, num_steps=10)
+    whole = OptimalRDPAccountant().step(noise_multiplier=1.1, sample_rate=0.01, num_steps=100)
+    whole.step(noise_multiplier=1.1, sample_rate=0.05, num_steps=10)
+    assert acc.history == whole.history and acc.get_epsilon(1e-5) == whole.get_epsilon(1e-5)
+
+
 def test_get_noise_multiplier_meets_the_target():
     sigma = get_noise_multiplier(2.0, 1e-5, 0.01, 100, epsilon_tolerance=0.05)
     got = (

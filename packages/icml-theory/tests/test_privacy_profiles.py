@@ -433,6 +433,40 @@ def test_bernoulli_renyi_of_nearby_probabilities_matches_mpmath():
             assert float(bernoulli_renyi(tau, p, q)) == pytest.approx(float(ref), rel=1e-8, abs=0)
 
 
+def test_bernoulli_renyi_matches_mpmath_from_nearly_equal_to_extreme_probabilities():
+    # S - 1 was summed from first-order terms ~ (tau - 1)(p - q) to a value ~ (p - q)^2 / q: 0.45 relative error at
+    # p = 1e-6, q = p + 1e-20 (always below the truth), a negative value at tau = 0.1, and log p - log q lost 5.9e-13
+    # at p = 1e-300. Measured on this grid: worst 2.9e-14 relative (tau = 100, p = 1.1e-299, q = 1e-300: 100 ulps of
+    # p / q, the problem's own condition number), 2.0 before; 1e-12 leaves a 30x margin.
+    mp = pytest.importorskip("mpmath")
+    taus = [0.0, 0.1, 0.5, 0.7, 1 - 1e-7, 1.0, 1 + 1e-7, 2.0, 10.0, 100.0]
+    pairs = [(1e-6, 1e-6 + 1e-20), (0.3, 0.3 - 1e-15), (1 - 1e-9, 1 - 1e-9 + 2**-52), (1e-300, 4e-301)]
+    pairs += [
+        (1.1e-299, 1e-300),
+        (0.5, 1e-300),
+        (1e-12, 0.7),
+        (0.999, 0.3),
+        (0.2, 0.2 * 1.4),
+        (0.6, 0.6 * 0.55),
+    ]
+    worst = 0.0
+    for p, q in pairs:
+        mp.mp.dps = 700  # 1 - p to full precision at p = 1e-300
+        pm, qm = mp.mpf(p), mp.mpf(q)
+        got = bernoulli_renyi(np.array(taus), p, q)
+        for tau, value in zip(taus, got, strict=True):
+            tm = mp.mpf(tau)
+            if tau == 1.0:
+                ref = pm * mp.log(pm / qm) + (1 - pm) * mp.log((1 - pm) / (1 - qm))
+            else:
+                ref = mp.log(pm**tm * qm ** (1 - tm) + (1 - pm) ** tm * (1 - qm) ** (1 - tm)) / (tm - 1)
+            if tau == 0.0:
+                assert value == 0.0  # D_0 = -log Q(P > 0) = 0
+                continue
+            worst = max(worst, abs(float(value) - float(ref)) / float(ref))
+    assert worst < 1e-12
+
+
 @pytest.mark.parametrize(
     "make, match",
     [

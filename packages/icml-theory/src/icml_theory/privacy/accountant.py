@@ -67,7 +67,8 @@ class OptimalRDPAccountant:
         self.relation = check_choice(relation, "relation", RELATIONS)
         self.history: list[tuple[float, float, int]] = []
         self._converter: OptimalConverter | None = None
-        self._converted: list[tuple[float, float, int]] = []  # the history the converter was built for
+        # the relation and history the converter was built for
+        self._converted: tuple[str, list[tuple[float, float, int]]] = (self.relation, [])
 
     @classmethod
     def mechanism(cls) -> str:
@@ -114,6 +115,7 @@ class OptimalRDPAccountant:
             state_dict.get("relation", "add-remove"), "state_dict['relation']", RELATIONS
         )
         self.history = history
+        self._converter = None
 
     def step(
         self, *, noise_multiplier: float, sample_rate: float, num_steps: int = 1
@@ -154,10 +156,12 @@ class OptimalRDPAccountant:
     def _conv(self, orders=None) -> OptimalConverter:
         if orders is not None:  # a caller's own orders, and only those: a converter for this query
             return OptimalConverter(self.profile, orders, refine=False)
-        # keyed by the history itself: opacus' get_noise_multiplier assigns ``history`` directly
-        if self._converter is None or self._converted != self.history:
+        # keyed by the relation and the history themselves: opacus' get_noise_multiplier assigns ``history``
+        # directly, and a converter kept across a change of relation (load_state_dict of a "replace-one" state,
+        # or an assignment) reported the old relation's epsilon
+        if self._converter is None or self._converted != (self.relation, self.history):
             self._converter = OptimalConverter(self.profile)
-            self._converted = list(self.history)
+            self._converted = (self.relation, list(self.history))
         return self._converter
 
     def get_epsilon(self, delta: float, method: str = "optimal", *, alphas=None) -> float:
