@@ -120,3 +120,27 @@ def test_bad_parameters():
         ConditionalCoverageDiagnostic().fit(x)
     with pytest.raises(ValueError, match=r"target must lie in \(0, 1\)"):
         ConditionalCoverageDiagnostic(classifier=LogisticRegression()).fit(x, z, target=np.ones(100))
+
+
+def test_a_refused_refit_leaves_the_diagnostic_as_it_was():
+    x, z = _data(n=300)
+    diag = ConditionalCoverageDiagnostic(classifier=LogisticRegression(), n_directions=20, random_state=0)
+    diag.fit(x, z)
+    before = dict(vars(diag))
+    predicted, score = diag.predict(x[:5]), diag.score()
+    rng = np.random.default_rng(1)
+    x_new, z_new = rng.normal(size=(150, 4)), (rng.random(150) < 0.5).astype(int)
+    # refused early (y of the wrong length: the old code had already taken the new X's 4 features, so
+    # predict refused the 2-feature X the model was fitted on) and late (sizes of the wrong length: the
+    # old code had already replaced cover_, proba_ and ert_, and score() gave 0.433 for the earlier 0.089)
+    for bad in ({"y": z_new[:100]}, {"y": z_new, "sizes": np.ones(3)}):
+        with pytest.raises(ValueError, match=r"(y|sizes) must have shape"):
+            diag.fit(x_new, **bad)
+        assert diag.n_features_in_ == 2 and diag.score() == score
+        assert vars(diag).keys() == before.keys()
+        assert all(vars(diag)[k] is v for k, v in before.items())  # the very same attributes
+        np.testing.assert_array_equal(diag.predict(x[:5]), predicted)
+    unfitted = ConditionalCoverageDiagnostic(classifier=LogisticRegression(), n_directions=20)
+    with pytest.raises(ValueError, match="sizes must have shape"):
+        unfitted.fit(x, z, sizes=np.ones(3))
+    assert not hasattr(unfitted, "n_features_in_") and not hasattr(unfitted, "ert_")

@@ -20,6 +20,7 @@ from icml_stats.validation import (
     as_target,
     check_seed,
     cover_from_prediction,
+    keep_state_on_failure,
     set_sizes,
     validate_features,
 )
@@ -86,7 +87,17 @@ class ConditionalCoverageDiagnostic(BaseEstimator):
             y_intervals, y_sets: the prediction in MAPIE's layout (see :func:`icml_stats.coverage.ert`).
             sizes: ``(n,)`` set sizes when only covers are given (enables SSC, Pearson, HSIC).
             target: ``(n,)`` per-sample target coverage t(x_i); overrides ``confidence_level``.
+
+        A refused fit (any error) leaves the estimator as it was: a refused refit keeps the earlier
+        results and model whole, a refused first fit leaves it unfitted.
         """
+        # validate_data sets n_features_in_ first, and the results are stored one after the other: a
+        # refusal further on (y, sizes, target, a parameter) would leave the new X's attributes and
+        # covers beside the earlier fit's metrics_ and classifier_
+        with keep_state_on_failure(self):
+            return self._fit(X, y, y_intervals, y_sets, sizes, target)
+
+    def _fit(self, X, y, y_intervals, y_sets, sizes, target):
         losses = self._check_losses()
         if y is None:
             raise ValueError(

@@ -61,7 +61,12 @@ def auto_groups(values, n_groups: int = 10, random_state=None) -> np.ndarray:
         edges = s[-(-np.arange(1, n_groups) * s.size // n_groups)]
         bins = np.searchsorted(edges, v[:, 0], side="right")
         return np.unique(bins, return_inverse=True)[1].reshape(-1).astype(int)  # bins emptied by ties dropped
-    return KMeans(n_clusters=n_groups, n_init=3, random_state=random_state).fit_predict(v)
+    # k-means on the rows in lexicographic order: its initialisation draws rows by position, so on the
+    # rows as given the clusters (and every group metric) changed with the row order of the same data
+    order = np.lexsort(v.T[::-1])
+    labels = np.empty(v.shape[0], dtype=int)
+    labels[order] = KMeans(n_clusters=n_groups, n_init=3, random_state=random_state).fit_predict(v[order])
+    return labels
 
 
 def group_coverage(groups, cover) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
