@@ -141,6 +141,52 @@ def tiny_gemma3(seed: int = 0, layers: int = 2):
     return _jitter_norms(Gemma3ForCausalLM(config), seed)
 
 
+def tiny_qwen3(seed: int = 0, layers: int = 2):
+    """A tiny Qwen 3: Llama's layout plus per-head query / key norms (on (batch, seq, heads, d_head))."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(**TINY_DECODER, num_hidden_layers=layers, head_dim=16, max_position_embeddings=64)
+    return _jitter_norms(Qwen3ForCausalLM(config), seed)
+
+
+def tiny_gemma3_vlm(seed: int = 0, layers: int = 2, final_logit_softcapping: float | None = None):
+    """A tiny Gemma 3 vision-language model (Gemma3ForConditionalGeneration, model_type "gemma3") whose language
+    model is :func:`tiny_gemma3`'s, weights included, and a 1-layer SigLIP tower: 32x32 images, 4 image tokens
+    (id 255) between begin / end of image tokens 253 / 254. ``final_logit_softcapping`` goes into its text
+    config (the wrapper does not apply it; Gemma3ForCausalLM does)."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    text = tiny_gemma3(seed, layers)
+    text_config = text.config.to_dict()
+    text_config["final_logit_softcapping"] = final_logit_softcapping
+    vision = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+    )
+    config = Gemma3Config(
+        text_config=text_config,
+        vision_config=vision,
+        mm_tokens_per_image=4,
+        image_token_index=255,
+        boi_token_index=253,
+        eoi_token_index=254,
+    )
+    torch.manual_seed(seed)
+    model = Gemma3ForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(text.model.state_dict())
+    model.lm_head.load_state_dict(text.lm_head.state_dict())
+    with (
+        torch.no_grad()
+    ):  # the projector starts at zero: random, so that the image reaches the language model
+        model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.5)
+    return model.eval(), text
+
+
 def tiny_olmo2(seed: int = 0, layers: int = 2):
     """A tiny OLMo 2: norms of the attention and MLP outputs (none before them), query and key norms over the
     whole projections."""
@@ -216,6 +262,8 @@ def zoo():
         gemma=tiny_gemma,
         gemma2=tiny_gemma2,
         gemma3=tiny_gemma3,
+        gemma3_vlm=tiny_gemma3_vlm,
+        qwen3=tiny_qwen3,
         olmo2=tiny_olmo2,
         two_hop=two_hop_circuit,
         sender=SENDER,

@@ -4,7 +4,7 @@ import torch
 from icml_interp.hooks import ARCHITECTURES, HOOKED_ATTENTION, HookedModel, act_name, register_architecture
 from icml_tools.assets import tiny_llama
 
-ARCHS = ["llama", "gpt2", "gpt_neox", "qwen2", "gemma", "gemma2", "gemma3_text", "olmo2"]
+ARCHS = ["llama", "gpt2", "gpt_neox", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2"]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -14,6 +14,7 @@ def model(request, zoo):
         "gpt2": zoo.gpt2,
         "gpt_neox": zoo.neox,
         "qwen2": zoo.qwen2,
+        "qwen3": zoo.qwen3,
         "gemma": zoo.gemma,
         "gemma2": zoo.gemma2,
         "gemma3_text": zoo.gemma3,
@@ -446,6 +447,9 @@ def test_scores_softmax_to_the_pattern_and_rotation_keeps_norms(model):
     if hooked.rotary:
         q, rot_q = c["blocks.1.attn.hook_q"], c["blocks.1.attn.hook_rot_q"]
         k, rot_k = c["blocks.1.attn.hook_k"], c["blocks.1.attn.hook_rot_k"]
+        if model.config.model_type == "qwen3":  # hook_q / hook_k before its query / key norms (as in TL)
+            attn = hooked.blocks[1].self_attn
+            q, k = attn.q_norm(q), attn.k_norm(k)
         assert rot_q.shape == q.shape and rot_k.shape == k.shape  # (batch, seq, heads or kv heads, d_head)
         torch.testing.assert_close(rot_q.norm(dim=-1), q.norm(dim=-1))  # a rotation (partial in GPT-NeoX)
         torch.testing.assert_close(rot_q[:, 0], q[:, 0])  # position 0: rotation by angle 0
@@ -659,3 +663,120 @@ def test_arch_spec_checks_the_norm_fields():
     with pytest.raises(TypeError, match="norm_weight_offset"):
         replace(llama, norm_weight_offset="1")
     assert ARCHITECTURES["gemma2"].norm_weight_offset == 1.0 and ARCHITECTURES["olmo2"].ln1 is None
+
+
+# Gemma 3 vision-language models (Gemma3ForConditionalGeneration, model_type "gemma3"): what AutoModelForCausalLM
+# loads for Gemma 3 4B and larger; the hooks sit on its language model
+
+
+def test_gemma3_vision_language_model_hooks_its_language_model(zoo, one_torch_thread):
+    vlm, text = zoo.gemma3_vlm(final_logit_softcapping=5.0)  # in the text config; the wrapper does not cap
+    hooked = HookedModel(vlm)  # before: ValueError, architecture 'gemma3' has no hook map
+    assert (hooked.n_layers, hooked.n_heads, hooked.n_kv_heads, hooked.d_head) == (2, 4, 2, 16)
+    assert hooked.spec.qk_norm == ("q_norm", "k_norm") and hooked.spec.norm_weight_offset == 1.0
+    # text only: every hook holds what the same weights in Gemma3ForCausalLM (tested above) compute there
+    x = ids((2, 9), seed=40) % 250
+    names = HookedModel(text).hook_names
+    assert hooked.hook_names == names
+    with torch.no_grad():
+        logits, c = hooked.run_with_cache(x, names)  # hook_pattern among them: the hooked eager attention
+        _, want = HookedModel(text).run_with_cache(x, names)
+        assert torch.equal(logits, _eager_outputs(vlm, x).logits)
+        own = vlm(input_ids=x, use_cache=False).logits
+        assert torch.equal(hooked(x), own)
+        assert torch.equal(own, text(x).logits)  # the same language model; neither applies a final softcap
+    for name in names:
+        # measured max |difference| 0.0 on every hook (the same modules, the same order of operations)
+        torch.testing.assert_close(c[name], want[name], rtol=0, atol=1e-6, msg=name)
+    # with an image: the model's own logits, eager attention's pattern (the image's four tokens attend to each
+    # other both ways), and the logit lens of the last resid_post gives the logits (no softcap: the model has
+    # none, although its text config names one)
+    image = torch.tensor([[2, 253, 255, 255, 255, 255, 254, 5, 6, 7]] * 2)
+    inputs = {
+        "pixel_values": torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(41)),
+        "token_type_ids": (image == 255).long(),
+    }
+    patterns = [act_name("pattern", layer) for layer in range(2)]
+    with torch.no_grad():
+        logits, c = hooked.run_with_cache(image, [*patterns, act_name("resid_post", 1)], **inputs)
+        eager = _eager_outputs(vlm, image, **inputs)
+        assert torch.equal(logits, eager.logits)
+        assert torch.equal(hooked(image, **inputs), vlm(input_ids=image, use_cache=False, **inputs).logits)
+    for layer, name in enumerate(patterns):
+        torch.testing.assert_close(c[name], eager.attentions[layer], rtol=0, atol=1e-6)
+        assert c[name][:, :, 2, 5].min() > 0  # the first image token sees the last one
+    assert torch.equal(hooked.lens(c["resid_post", 1]), logits)
+    # writes: zeroing image-token positions of resid_pre changes the logits after them
+    zero = hooked.run_with_hooks(
+        image, [(act_name("resid_pre", 1), lambda a, h: a.index_fill(1, torch.arange(2, 6), 0.0))], **inputs
+    )
+    assert (zero[:, 7:] - logits[:, 7:]).abs().max() > 1e-3
+
+
+def _eager_outputs(model, x, **kwargs):
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        return model(input_ids=x, use_cache=False, output_attentions=True, **kwargs)
+    finally:
+        model.set_attn_implementation(before)
+
+
+def test_gpt2_hook_pos_embed_is_per_prompt(zoo, one_torch_thread):
+    """TransformerLens' hook_pos_embed is (batch, seq, d_model); GPT-2's own lookup is (1, seq, d_model)."""
+    model = zoo.gpt2()
+    hooked = HookedModel(model)
+    x = ids((3, 7), seed=42)
+    names = ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"]
+    wpe = model.transformer.wpe.weight.detach()
+    with torch.no_grad():
+        logits, c = hooked.run_with_cache(x, names)
+        assert torch.equal(logits, model(x).logits)
+        assert c["hook_pos_embed"].shape == (3, 7, 64)  # before: (1, 7, 64)
+        assert torch.equal(c["hook_pos_embed"], wpe[:7].expand(3, 7, 64))
+        assert torch.equal(c["hook_embed"] + c["hook_pos_embed"], c["blocks.0.hook_resid_pre"])
+        _, one = hooked.run_with_cache(x[:1], names)
+        assert one["hook_pos_embed"].shape == (1, 7, 64)
+
+        # one prompt's positions moved on by one, written in place (returning None) or returned
+        def in_place(pos, hook):
+            pos[2] = wpe[1:8]
+
+        def returned(pos, hook):
+            return torch.cat([pos[:2], wpe[None, 1:8]])
+
+        shifted = torch.tensor([list(range(7))] * 2 + [list(range(1, 8))])
+        want = model(input_ids=x, position_ids=shifted).logits
+        for fn in (in_place, returned):
+            # measured max |difference| 0.0 (the same sums as the model's own lookup of those positions)
+            torch.testing.assert_close(
+                hooked.run_with_hooks(x, [("hook_pos_embed", fn)]), want, rtol=0, atol=1e-6
+            )
+        assert (want[2] - logits[2]).abs().max() > 1e-2 and torch.equal(want[:2], logits[:2])
+
+
+def test_qwen3_hook_q_and_k_are_the_projections_before_its_norms_as_in_transformer_lens(
+    zoo, one_torch_thread
+):
+    """Qwen 3 maps no qk_norm: its hook_q / hook_k are the projections' outputs and its query / key norms
+    follow them, as TransformerLens places hook_q / hook_k (before use_qk_norm's norms). Gemma 3 and OLMo 2
+    hook the normed outputs instead (their ArchSpec names qk_norm, see above)."""
+    model = zoo.qwen3()
+    hooked = HookedModel(model)
+    assert hooked.spec.qk_norm is None
+    x = ids((2, 6), seed=43)
+    shorts = ("ln1_normalized", "q", "k", "rot_q", "rot_k")
+    with torch.no_grad():
+        _, c = hooked.run_with_cache(x, [act_name(s, 1) for s in shorts])
+        attn = hooked.blocks[1].self_attn
+        for which, proj, norm in (("q", attn.q_proj, attn.q_norm), ("k", attn.k_proj, attn.k_norm)):
+            raw = proj(c["ln1_normalized", 1]).unflatten(-1, (-1, hooked.d_head))
+            assert torch.equal(c[which, 1], raw)
+            assert (norm(raw) - raw).abs().max() > 0.1  # the norm matters
+            # written there, a value passes through the norm: doubling it leaves rot_q / rot_k as they were, up
+            # to the norm's eps (measured max |difference| 1.1e-4 for q, 5.8e-5 for k, on values up to 4.4;
+            # had hook_q sat after the norm, rot_q would double)
+            _, doubled = hooked.run_with_cache(
+                x, [act_name(f"rot_{which}", 1)], fwd_hooks=[(act_name(which, 1), lambda a, h: 2 * a)]
+            )
+            torch.testing.assert_close(doubled[f"rot_{which}", 1], c[f"rot_{which}", 1], rtol=0, atol=5e-4)

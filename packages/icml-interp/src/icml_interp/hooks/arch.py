@@ -231,11 +231,13 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         head_module=True,
     ),
     # vision-language models: the hooks are on the language model (image tokens are positions of its
-    # sequence); LLaVA with a Llama-family language model, and Qwen2-VL / Qwen2.5-VL
+    # sequence); LLaVA with a Llama-family language model, Qwen2-VL / Qwen2.5-VL, and Gemma 3
+    # (Gemma3ForConditionalGeneration, what AutoModelForCausalLM loads for Gemma 3 4B and larger)
     "llava": _language_model(_LLAMA, "model.language_model"),
     "qwen2_vl": _language_model(_LLAMA, "model.language_model"),
     "qwen2_5_vl": _language_model(_LLAMA, "model.language_model"),
 }
+ARCHITECTURES["gemma3"] = _language_model(ARCHITECTURES["gemma3_text"], "model.language_model")
 
 
 def register_architecture(model_type: str, spec: ArchSpec) -> None:

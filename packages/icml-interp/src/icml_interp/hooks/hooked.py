@@ -12,8 +12,13 @@ name                                what                                   shape
 ==================================  =====================================  ===================================
 ``hook_embed``                      token embeddings (the embedding        ``(batch, seq, d_model)``
                                     module's output; Gemma's are scaled
-                                    by sqrt(d_model) in that module)
-``hook_pos_embed``                  position embeddings (GPT-2 only)       ``(batch, seq, d_model)``
+                                    by sqrt(d_model) in that module;
+                                    vision-language models put the image
+                                    features in afterwards: at image
+                                    tokens read or write
+                                    ``blocks.0.hook_resid_pre`` instead)
+``hook_pos_embed``                  position embeddings (GPT-2 only; one   ``(batch, seq, d_model)``
+                                    copy per prompt, writable per prompt)
 ``blocks.L.hook_resid_pre``         residual stream entering block L       ``(batch, seq, d_model)``
 ``blocks.L.ln1.hook_scale``         the norm's divisor before attention    ``(batch, seq, 1)``
                                     (RMS, or the std for LayerNorm);
@@ -22,7 +27,9 @@ name                                what                                   shape
 ``blocks.L.ln1.hook_normalized``    the norm's output                      ``(batch, seq, d_model)``
 ``blocks.L.attn.hook_q/k/v``        per-head queries / keys / values,      ``(batch, seq, heads, d_head)``
                                     before rotary embeddings (after the    (keys, values: kv heads)
-                                    query / key norms of Gemma 3, OLMo 2)
+                                    query / key norms of Gemma 3, OLMo 2;
+                                    before Qwen 3's, as TransformerLens
+                                    places them for every model)
 ``blocks.L.attn.hook_rot_q/k``      queries / keys after rotary            ``(batch, seq, heads, d_head)``
                                     embeddings (rotary models only)        (keys: kv heads)
 ``blocks.L.attn.hook_attn_scores``  scores after scaling, softcapping      ``(batch, heads, seq_q, seq_k)``
@@ -128,7 +135,7 @@ class HookPoint:
 
     name: str
     layer: int | None
-    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | scale | inner
+    kind: str  # out | in | heads_in | heads_out | fused_qkv | mid | scale | pos | inner
     module: nn.Module
     stage: int
     extra: dict = field(default_factory=dict)
@@ -273,8 +280,9 @@ class HookedModel:
     ``HookedModel(model)`` looks up the module paths of ``model.config.model_type`` in
     :data:`icml_interp.hooks.arch.ARCHITECTURES` (Llama family including SmolLM2, Mistral, Qwen2/3, Gemma,
     Gemma 2, Gemma 3 text-only (``Gemma3ForCausalLM``), OLMo 2, GPT-2, GPT-NeoX/Pythia, ESM-2, and the language
-    model of LLaVA / Qwen2-VL / Qwen2.5-VL, whose other inputs such as ``pixel_values`` pass through as
-    keywords). Calling it returns the model's logits; :meth:`run_with_cache` and
+    model of LLaVA / Qwen2-VL / Qwen2.5-VL / Gemma 3 (``Gemma3ForConditionalGeneration``, what
+    ``AutoModelForCausalLM`` loads for Gemma 3 4B and larger), whose other inputs such as ``pixel_values`` pass
+    through as keywords). Calling it returns the model's logits; :meth:`run_with_cache` and
     :meth:`run_with_hooks` read or change activations; :meth:`hooks` is the context manager underneath.
     """
 
@@ -335,9 +343,15 @@ class HookedModel:
     def _build_points(self) -> dict[str, HookPoint]:
         s = self.spec
         points = {"hook_embed": HookPoint("hook_embed", None, "out", self.embed, -1)}
-        if s.pos_embed:
+        if s.pos_embed:  # the module that calls the position embedding gives the batch size (see "pos")
+            parent = s.pos_embed.rpartition(".")[0] or "."
             points["hook_pos_embed"] = HookPoint(
-                "hook_pos_embed", None, "out", get_module(self.model, s.pos_embed), -1
+                "hook_pos_embed",
+                None,
+                "pos",
+                get_module(self.model, s.pos_embed),
+                -1,
+                {"base": get_module(self.model, parent)},
             )
         for i, block in enumerate(self.blocks):
             attn, mlp = get_module(block, s.attn), get_module(block, s.mlp)
@@ -543,6 +557,34 @@ class HookedModel:
                 return (out if bias is None else out + bias).to(output.dtype)
 
             add(point.module.register_forward_hook(scale_hook))
+        elif kind == "pos":
+            # GPT-2 looks up one row of position ids for the whole batch: its position embeddings are
+            # (1, seq, d_model). The hook sees them as TransformerLens' (batch, seq, d_model), the batch size
+            # read from the input ids (or embeddings) of the module that calls the position embedding, so that
+            # a hook can read or write each prompt's own; the model then adds that (batch, seq, d_model)
+            # tensor, which gives the same sums as the broadcast one.
+            batch: dict[str, int] = {}
+
+            def batch_pre(module, args, kwargs):
+                batch.pop("n", None)
+                given = args[0] if args else kwargs.get("input_ids")
+                if given is None:
+                    given = kwargs.get("inputs_embeds")
+                if isinstance(given, torch.Tensor) and given.ndim >= 2:
+                    batch["n"] = given.shape[0]
+
+            def pos_hook(module, args, output):
+                n = batch.pop("n", output.shape[0])
+                given = output
+                if output.shape[0] == 1 and n > 1:  # a copy: the hook may write each prompt's row in place
+                    given = output.expand(n, *output.shape[1:]).clone()
+                new = _apply(point, fn, given)
+                if new is None:
+                    return None if given is output else given
+                return new
+
+            add(extra["base"].register_forward_pre_hook(batch_pre, with_kwargs=True))
+            add(point.module.register_forward_hook(pos_hook))
         elif kind == "inner":  # inside the attention function: see _hooked_attention
             slots = _INNER.setdefault(point.module, {}).setdefault(extra["slot"], [])
             entry = (point, fn)
@@ -693,7 +735,9 @@ class HookedModel:
             )
         dtype = next(self.unembed.parameters()).dtype
         logits = self.unembed(self.final_norm(resid.to(dtype)))
-        softcap = getattr(self._text_config, "final_logit_softcapping", None)
+        # the model's own config, not its text config: Gemma 2 / 3's causal LMs softcap their logits, the
+        # vision-language wrappers (Gemma3ForConditionalGeneration, LLaVA) do not, whatever their text config says
+        softcap = getattr(self.model.config, "final_logit_softcapping", None)
         if softcap is not None:  # Gemma 2 / 3's causal LM head, op for op
             logits = logits / softcap
             logits = torch.tanh(logits)
