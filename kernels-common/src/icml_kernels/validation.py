@@ -8,12 +8,13 @@ tensor data: they look at Python values and tensor metadata only, so they never 
 
 from __future__ import annotations
 
-import math
-from typing import Any, TypeVar
+import sys
+from typing import Any, TypeVar, cast
 
 import torch
 
 Size = TypeVar("Size", int, torch.SymInt)
+_FLOAT_MAX = sys.float_info.max
 
 
 def _range_text(minimum: int | None, maximum: int | None) -> str:
@@ -23,12 +24,13 @@ def _range_text(minimum: int | None, maximum: int | None) -> str:
 
 
 def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An int (bools refused) in ``minimum..maximum`` (either end optional)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """An int (bools refused) in ``minimum..maximum`` (either end optional); a ``torch.SymInt`` too (an int
+    argument that ``torch.compile`` made dynamic reaches a registered op's fake as one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
         raise TypeError(f"{name} must be an int, got {value!r}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name} must be {_range_text(minimum, maximum)}, got {value}")
-    return value
+    return cast(int, value)  # a SymInt stands for an int while tracing
 
 
 def check_finite_float(value: Any, name: str) -> float:
@@ -42,7 +44,9 @@ def check_finite_float(value: Any, name: str) -> float:
         raise ValueError(
             f"{name} must be a finite float, got an int of {int(value).bit_length()} bits (beyond float range)"
         ) from None
-    if not math.isfinite(out):
+    # comparisons, not math.isfinite: torch.compile traces them (a float it made dynamic gets a guard; NaN
+    # fails both), where math.isfinite broke the graph
+    if not -_FLOAT_MAX <= out <= _FLOAT_MAX:
         raise ValueError(f"{name} must be a finite float, got {value!r}")
     return out
 

@@ -35,8 +35,7 @@ def check_params(
         raise TypeError(f"table must be a floating torch.Tensor, got {table.dtype}")
     triple = fmt.check_code(code, mulbal=mulbal, table_shape=None if table is None else table.shape)
     if table is not None:
-        if not torch.isfinite(table).all():
-            raise ValueError("table must be finite")
+        check_finite_tensor(table, "table")  # skipped while torch.compile traces (a data-dependent branch)
         table = table.to(device=device, dtype=torch.float32)
     return (alpha, beta, *(triple or NO_MULBAL), table)
 
@@ -118,13 +117,15 @@ def _gemv_setup_context(ctx, inputs, output) -> None:
 
 
 def _gemv_backward(ctx, grad: torch.Tensor):
-    """The gradient for ``x``: ``grad @ W_hat`` (float32, as the forward accumulates), ``W_hat`` decoded by
-    :func:`trellis_decode_op`; the packed words and the code's parameters take none."""
+    """The gradient for ``x``: ``grad @ W_hat`` (float32, float64 for a float64 ``x``, as the forward
+    accumulates), ``W_hat`` decoded by :func:`trellis_decode_op`; the packed words and the code's parameters
+    take none."""
     packed, table = ctx.saved_tensors
     if ctx.needs_input_grad[-1]:
         raise ValueError("trellis_gemv has no gradient for table: decode it with a differentiable torch path")
     w = trellis_decode_op(packed, *ctx.args, table).reshape(packed.shape[0], -1)  # (m, n)
-    return ((grad.float() @ w).to(ctx.x_dtype),) + (None,) * 12
+    compute = torch.float64 if ctx.x_dtype == torch.float64 else torch.float32
+    return ((grad.to(compute) @ w.to(compute)).to(ctx.x_dtype),) + (None,) * 12
 
 
 # a gradient for x: a quantized layer's fused one-row path (ProteusLinear on CUDA) under input saliency or
@@ -185,8 +186,9 @@ def trellis_gemv(
     """``x @ W_hat.T`` for ``x (..., n)`` and a weight ``W_hat (m, n)`` stored as packed row tiles
     ``(m, n/T, K*T/32)`` (tile ``(i, j)`` holds ``W_hat[i, j*T:(j+1)*T]``), without materializing ``W_hat``
     on CUDA (the fused kernel decodes in registers). Result ``(..., m)`` in ``x.dtype``, accumulated in
-    float32. ``x`` must be finite (read, like the result, which warns when it overflows: a host sync on a
-    GPU; :func:`trellis_gemv_op` checks nothing). Other arguments as :func:`trellis_decode`."""
+    float32 (float64 for a float64 ``x``, which runs the torch reference). Differentiable in ``x``. ``x`` must
+    be finite (read, like the result, which warns when it overflows: a host sync on a GPU;
+    :func:`trellis_gemv_op` checks nothing). Other arguments as :func:`trellis_decode`."""
     fmt = check_trellis(code, L, K, V, T)
     fmt.check_packed(packed, dims=3)
     params = check_params(fmt, code, alpha, beta, mulbal, table, packed.device)

@@ -146,7 +146,9 @@ def decode_reference(
 def gemv_reference(
     x: torch.Tensor, packed: torch.Tensor, code: str, L: int, K: int, V: int, T: int, **params
 ) -> torch.Tensor:
-    """``x @ W_hat.T`` (float32, shape ``(..., m)``) for ``x (..., n)`` and packed row tiles ``(m, n/T, K*T/32)``."""
+    """``x @ W_hat.T`` (shape ``(..., m)``) for ``x (..., n)`` and packed row tiles ``(m, n/T, K*T/32)``:
+    float32, float64 for a float64 ``x`` (the float32 weights are exact in float64)."""
     m, tiles = packed.shape[0], packed.shape[1]
     w = decode_reference(packed, code, L, K, V, T, **params).reshape(m, tiles * T)  # (m, n)
-    return x.float() @ w.T
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return x.to(compute) @ w.to(compute).T
