@@ -23,11 +23,14 @@ While any of ``alpha``, ``beta``, ``su``, ``sv`` requires grad (distillation) th
 differentiable ``alpha * (x @ raw^T) + beta * sum(x)`` of the cached raw code values, between the
 rotations, on either device. The packed words never change after quantization.
 
-Under ``torch.compile`` (``fullgraph=True`` included) no cache is read or written: the cache keys read
-storage addresses and version counters, which dynamo cannot guard on (it raised ``Unsupported: Data
-pointer comparison``). The compiled forward decodes the weight inside the graph on every call (as torchao
-and HQQ dequantize inside theirs) through the registered ops, on the rotated path the CUDA forward takes:
-the eager product up to float rounding. :class:`RTNLinear` likewise unpacks its codes inside the graph.
+Under ``torch.compile`` (``fullgraph=True`` included) the cache keys, which read storage addresses and
+version counters, are not traced (dynamo raised ``Unsupported: Data pointer comparison`` on them): off
+CUDA the compiled forward is one registered op, ``icml_compress::proteus_cached_linear`` (for
+:class:`RTNLinear` ``icml_compress::rtn_cached_linear``), whose kernel runs the eager product with the same
+cache, so compiled and eager share one decoded weight and give the same logits. On CUDA, and wherever the
+input requires grad (the ops have no backward), the compiled forward decodes the weight inside the graph
+on every call (as torchao and HQQ dequantize inside theirs), on the rotated path the CUDA forward takes
+(:class:`RTNLinear`: its codes unpacked in the graph).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from icml_compress.quantize.incoherence import rotate, unrotate
 from icml_compress.validation import check_bool, check_int
@@ -45,7 +49,7 @@ NO_MULBAL = (1, 0, 8)  # the ops' (a, b, m) for the codes that take none
 
 
 def compiling() -> bool:
-    """True while ``torch.compile`` (dynamo) traces the caller: the decoded-weight caches are bypassed."""
+    """True while ``torch.compile`` (dynamo) traces the caller, which then reads no cache key itself."""
     return torch.compiler.is_compiling()
 
 
@@ -53,6 +57,84 @@ def tensors_key(*tensors: torch.Tensor) -> tuple:
     """What identifies the contents of ``tensors`` without reading them (no device synchronization): each
     one's identity, storage address, version counter (bumped by every in-place change), device and dtype."""
     return tuple((id(t), t.data_ptr(), t._version, t.device, t.dtype) for t in tensors)
+
+
+# Each module's decoded weight, keyed (weakly: dropped with the tensor) on its packed words or codes, the
+# value holding the other tensors so their ids stay theirs; one cache for the eager forward and the ops.
+_DECODED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def cached_weight(tensors: tuple[torch.Tensor, ...], decode) -> torch.Tensor:
+    """``decode()``, decoded again only once one of ``tensors`` changed (see :func:`tensors_key`)."""
+    key = tensors_key(*tensors)
+    entry = _DECODED.get(tensors[0])
+    if entry is None or entry[1] != key:
+        entry = _DECODED[tensors[0]] = (tensors[1:], key, decode())
+    return entry[2]
+
+
+def proteus_weight(packed, alpha, beta, su, sv, op_args: tuple) -> torch.Tensor:
+    """The :class:`ProteusLinear` weight in the original basis, ``(out, in)`` float32, decoded now."""
+    raw = trellis_decode_op(packed, *op_args).reshape(sv.shape[0], su.shape[0])
+    A = unrotate(raw * alpha + beta)  # rows: R_in^T
+    return (unrotate(A.T.contiguous()).T * sv.detach()[:, None] * su.detach()[None, :]).contiguous()
+
+
+def rtn_weight(codes, scale, offset, bits: int, group_size: int) -> torch.Tensor:
+    """The :class:`RTNLinear` weight, ``(out, in)`` float32, unpacked now."""
+    per = 8 // bits
+    shifts = torch.arange(per, dtype=torch.int32, device=codes.device) * bits
+    c = ((codes.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << bits) - 1)).float()
+    c = c.reshape(codes.shape[0], -1, group_size)  # (out, groups, g)
+    w = offset.float().unsqueeze(-1) + scale.float().unsqueeze(-1) * c
+    return w.reshape(codes.shape[0], -1)
+
+
+@torch.library.custom_op("icml_compress::proteus_cached_linear", mutates_args=())
+def proteus_cached_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    alpha: torch.Tensor,
+    beta: torch.Tensor,
+    su: torch.Tensor,
+    sv: torch.Tensor,
+    table: torch.Tensor | None,
+    code: str,
+    L: int,
+    K: int,
+    V: int,
+    T: int,
+    a: int,
+    b: int,
+    m: int,
+) -> torch.Tensor:
+    """``x @ W^T`` (float32 ``x``) with :class:`ProteusLinear`'s cached weight: its eager CPU forward as one
+    op, so a compiled graph keeps the cache. A new tensor: never an alias of the cached weight."""
+    op_args = (code, L, K, V, T, 1.0, 0.0, a, b, m, table)
+    tensors = (packed, alpha, beta, su, sv)
+    return x @ cached_weight(tensors, lambda: proteus_weight(*tensors, op_args)).T
+
+
+@torch.library.custom_op("icml_compress::rtn_cached_linear", mutates_args=())
+def rtn_cached_linear(
+    x: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    offset: torch.Tensor,
+    bits: int,
+    group_size: int,
+) -> torch.Tensor:
+    """``x @ W^T`` (float32 ``x``) with :class:`RTNLinear`'s cached weight (see :func:`proteus_cached_linear`)."""
+    tensors = (codes, scale, offset)
+    return x @ cached_weight(tensors, lambda: rtn_weight(*tensors, bits, group_size)).T
+
+
+def _cached_linear_fake(x: torch.Tensor, weight: torch.Tensor, *args: Any) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))  # the packed words/codes: (out, ...)
+
+
+proteus_cached_linear.register_fake(_cached_linear_fake)
+rtn_cached_linear.register_fake(_cached_linear_fake)
 
 
 class ProteusLinear(nn.Module):
@@ -103,7 +185,11 @@ class ProteusLinear(nn.Module):
         self.su = nn.Parameter(torch.ones(in_features), requires_grad=False)
         self.sv = nn.Parameter(torch.ones(out_features), requires_grad=False)
         self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
-        self._cache: tuple | None = None
+
+    @property
+    def _cache(self) -> tuple | None:
+        """The decoded weight's cache entry (tensors, key, weight), ``None`` before one was decoded."""
+        return _DECODED.get(self.packed)
 
     def meta(self) -> dict:
         """What :func:`ProteusLinear.from_meta` needs to rebuild an empty module (JSON)."""
@@ -148,9 +234,7 @@ class ProteusLinear(nn.Module):
 
     def _decode_weight(self) -> torch.Tensor:
         """The weight in the original basis, decoded now (no cache)."""
-        A = unrotate(self.rotated_weight())  # rows: R_in^T
-        W = unrotate(A.T.contiguous()).T * self.sv.detach()[:, None] * self.su.detach()[None, :]
-        return W.contiguous()
+        return proteus_weight(self.packed, self.alpha, self.beta, self.su, self.sv, self._op_args())
 
     def dequantized_weight(self) -> torch.Tensor:
         """The weight this module applies, ``(out, in)`` float32, in the original basis (cached while the
@@ -158,19 +242,19 @@ class ProteusLinear(nn.Module):
         the cache, under ``torch.compile``)."""
         if compiling():
             return self._decode_weight()
-        tensors = (self.packed, self.alpha, self.beta, self.su, self.sv)
-        key = tensors_key(*tensors)
-        if self._cache is None or self._cache[1] != key:
-            self._cache = (tensors, key, self._decode_weight())  # holds the tensors: their ids stay theirs
-        return self._cache[2]
+        return cached_weight((self.packed, self.alpha, self.beta, self.su, self.sv), self._decode_weight)
 
     def clear_cache(self) -> None:
-        self._cache = None
+        _DECODED.pop(self.packed, None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         training = any(p.requires_grad for p in (self.alpha, self.beta, self.su, self.sv))
-        traced = compiling()  # decode inside the graph, between the rotations: no cache
-        if training or x.is_cuda or traced:
+        traced = compiling()
+        if traced and not (training or x.is_cuda or x.requires_grad):  # the CPU path, one op: cached
+            a, b, m = self.mulbal or NO_MULBAL
+            args = (self.packed, self.alpha, self.beta, self.su, self.sv, self._op_args()[-1])
+            y = proteus_cached_linear(x.float(), *args, self.code, self.L, self.K, self.V, self.T, a, b, m)
+        elif training or x.is_cuda or traced:  # traced: decoded inside the graph, between the rotations
             xs = rotate(x.float() * self.su)  # (..., in): R_in (su * x)
             if training and not traced:
                 raw = getattr(self, "_raw", None)  # a plain attribute: .to() does not move it
@@ -234,7 +318,6 @@ class RTNLinear(nn.Module):
             "offset", torch.zeros(out_features, in_features // group_size, dtype=torch.float16)
         )
         self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
-        self._cache: tuple | None = None
 
     def meta(self) -> dict:
         return {
@@ -261,26 +344,24 @@ class RTNLinear(nn.Module):
 
     def _decode_weight(self) -> torch.Tensor:
         """The weight unpacked now (no cache)."""
-        per = 8 // self.bits
-        shifts = torch.arange(per, dtype=torch.int32, device=self.codes.device) * self.bits
-        c = ((self.codes.to(torch.int32).unsqueeze(-1) >> shifts) & ((1 << self.bits) - 1)).float()
-        c = c.reshape(self.out_features, -1, self.group_size)  # (out, groups, g)
-        w = self.offset.float().unsqueeze(-1) + self.scale.float().unsqueeze(-1) * c
-        return w.reshape(self.out_features, self.in_features)
+        return rtn_weight(self.codes, self.scale, self.offset, self.bits, self.group_size)
 
     def dequantized_weight(self) -> torch.Tensor:
         """The weight this module applies, ``(out, in)`` float32 (cached while the codes, scales and offsets
         are unchanged; unpacked on every call, without the cache, under ``torch.compile``)."""
         if compiling():
             return self._decode_weight()
-        tensors = (self.codes, self.scale, self.offset)
-        key = tensors_key(*tensors)
-        if self._cache is None or self._cache[1] != key:
-            self._cache = (tensors, key, self._decode_weight())
-        return self._cache[2]
+        return cached_weight((self.codes, self.scale, self.offset), self._decode_weight)
+
+    def clear_cache(self) -> None:
+        _DECODED.pop(self.codes, None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x.float() @ self.dequantized_weight().T
+        if compiling() and not (x.is_cuda or x.requires_grad):  # one op: the eager cache (CUDA: decoded)
+            args = (self.codes, self.scale, self.offset, self.bits, self.group_size)
+            y = rtn_cached_linear(x.float(), *args)
+        else:
+            y = x.float() @ self.dequantized_weight().T
         if self.bias is not None:
             y = y + self.bias
         return y.to(x.dtype)
