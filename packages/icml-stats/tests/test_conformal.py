@@ -108,3 +108,61 @@ def test_bad_coverage_input():
         coverage([0.0], [[np.nan, 1.0]])
     with pytest.raises(ValueError, match="y must not contain NaN"):
         coverage([np.nan], [[0.0, 1.0]])
+
+
+def test_coverage_of_mapie_level_layout_matches_mapie():
+    # predict_interval's y_pis are (n, 2, n_levels) (MAPIE v1); coverage refused them ("intervals must
+    # have shape (n, 2)") where MAPIE 1.6's regression_coverage_score gives one coverage per level
+    from mapie.metrics.regression import regression_coverage_score
+    from sklearn.neighbors import KNeighborsRegressor
+
+    from icml_stats.conformal import SplitConformalRegressor
+
+    rng = np.random.default_rng(0)
+    for k in (1, 3):
+        y = rng.normal(size=200)
+        bounds = np.sort(rng.normal(size=(200, 2, k)), axis=1)
+        # ties on both bounds: MAPIE's (and our) bounds are inclusive
+        bounds[:20, 0, :], bounds[:20, 1, :] = y[:20, None], np.maximum(bounds[:20, 1, :], y[:20, None])
+        bounds[20:40, 1, :], bounds[20:40, 0, :] = (
+            y[20:40, None],
+            np.minimum(bounds[20:40, 0, :], y[20:40, None]),
+        )
+        got = coverage(y, bounds)
+        expected = regression_coverage_score(y, bounds)
+        assert isinstance(got, np.ndarray) and got.dtype == np.float64 and got.shape == (k,)
+        np.testing.assert_array_equal(got, expected)  # bit-equal
+        assert np.all(got >= 40 / 200)  # the 40 tied rows are covered at every level
+        for j in range(k):  # each level is the (n, 2) coverage of its slice, still a float
+            sliced = coverage(y, bounds[:, :, j])
+            assert type(sliced) is float and sliced == got[j]
+    X = rng.uniform(size=(900, 1))
+    y = np.sin(6 * X[:, 0]) + 0.3 * rng.standard_normal(900)
+    model = KNeighborsRegressor(20).fit(X[:300], y[:300])
+    scr = SplitConformalRegressor(model, confidence_level=[0.5, 0.8, 0.9], prefit=True)
+    _, y_pis = scr.conformalize(X[300:600], y[300:600]).predict_interval(X[600:])
+    got = coverage(y[600:], y_pis)
+    np.testing.assert_array_equal(got, regression_coverage_score(y[600:], y_pis))
+    assert got.shape == (3,) and np.all(np.diff(got) > 0)  # coverage grows with the level
+    np.testing.assert_array_equal(coverage(y[600:], y_pis[:, :, 1:2]), got[1:2])  # (n, 2, 1)
+
+
+def test_bad_level_layout_input():
+    ok = np.zeros((3, 2, 2))
+    with pytest.raises(ValueError, match=r"intervals must have shape \(3, 2, n_levels\)"):
+        coverage(np.zeros(3), np.zeros((3, 3, 2)))
+    with pytest.raises(ValueError, match=r"intervals must have shape \(4, 2, n_levels\)"):
+        coverage(np.zeros(4), ok)
+    with pytest.raises(ValueError, match=r"intervals must have shape \(3, 2, n_levels\)"):
+        coverage(np.zeros(3), np.zeros((3, 2, 0)))
+    with pytest.raises(ValueError, match=r"intervals must have shape \(3, 2\) .* or \(3, 2, n_levels\)"):
+        coverage(np.zeros(3), np.zeros((3, 2, 1, 1)))
+    bad = ok.copy()
+    bad[1, 0, 1] = 1.0
+    with pytest.raises(ValueError, match="intervals must have lower <= upper in every row and level"):
+        coverage(np.zeros(3), bad)
+    bad[1, 0, 1] = np.nan
+    with pytest.raises(ValueError, match="intervals must not contain NaN"):
+        coverage(np.zeros(3), bad)
+    with pytest.raises(TypeError, match="intervals must be an array of real numbers"):
+        coverage(np.zeros(3), ok.astype(complex))

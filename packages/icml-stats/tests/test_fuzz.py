@@ -166,6 +166,24 @@ def test_coverage(data):
     )
 
 
+@FUZZ.covers(conformal.coverage)
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_coverage_levels(data):
+    # MAPIE's (n, 2, n_levels) layout of predict_interval: one coverage per level
+    levels = np.stack(
+        [INTERVALS, INTERVALS + np.array([-0.2, 0.2])], axis=2
+    )  # (N, 2, 2), coverage 0.8 and 1.0
+    np.testing.assert_array_equal(conformal.coverage(Y_OUT, levels), [0.8, 1.0])
+    fuzz_call(
+        data,
+        conformal.coverage,
+        {"y": Y_OUT, "intervals": levels},
+        check=lambda c: isinstance(c, np.ndarray) and c.ndim == 1 and bool(np.all((c >= 0) & (c <= 1))),
+        related={"y": ["intervals"], "intervals": ["y"]},
+    )
+
+
 @FUZZ.covers(split_conformal_interval)
 @settings(max_examples=50, deadline=None)
 @given(st.data())

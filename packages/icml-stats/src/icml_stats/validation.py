@@ -264,9 +264,12 @@ def as_labels(y, name: str, n: int, n_classes: int | None = None) -> np.ndarray:
     return a
 
 
-def as_intervals(intervals, name: str, n: int) -> np.ndarray:
-    """Closed intervals ``(n, 2)``: ``[lower, upper]`` per row, ``lower <= upper`` (infinite ends allowed)."""
-    bounds = as_array(intervals, name, (n, 2), interval=EXTENDED, hint=" (one [lower, upper] per sample)")
+def as_intervals(intervals, name: str, n: int, alternative: str = "") -> np.ndarray:
+    """Closed intervals ``(n, 2)``: ``[lower, upper]`` per row, ``lower <= upper`` (infinite ends allowed);
+    ``alternative`` follows the expected shape in the error message (another accepted layout)."""
+    bounds = as_array(
+        intervals, name, (n, 2), interval=EXTENDED, hint=f" (one [lower, upper] per sample){alternative}"
+    )
     if np.any(bounds[:, 0] > bounds[:, 1]):
         raise ValueError(f"{name} must have lower <= upper in every row")
     return bounds

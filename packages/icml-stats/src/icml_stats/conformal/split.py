@@ -24,7 +24,15 @@ from icml_stats.conformal.base import (
     conformal_rank,
     warn_deprecated,
 )
-from icml_stats.validation import as_array, as_intervals, as_split, check_real, check_regressor
+from icml_stats.validation import (
+    EXTENDED,
+    as_array,
+    as_intervals,
+    as_split,
+    check_real,
+    check_regressor,
+    check_shape,
+)
 
 
 def conformal_quantile(scores, alpha: float) -> float:
@@ -175,13 +183,25 @@ def one_shot_interval(model: ConformalRegressor, X_fit, y_fit, X_calib, y_calib,
     return model._interval(X_test, False, "X_test")[1][:, :, 0]
 
 
-def coverage(y, intervals) -> float:
-    """Fraction of ``y`` inside its closed interval ``[lower, upper]`` (what MAPIE calls ``regression_coverage_score``).
+def coverage(y, intervals) -> float | np.ndarray:
+    """Fraction of ``y`` inside its closed interval ``[lower, upper]`` (MAPIE's ``regression_coverage_score``).
 
     Args:
         y: targets ``(n,)``.
-        intervals: ``(n, 2)`` lower and upper bounds, ``lower <= upper`` (infinite bounds allowed).
+        intervals: ``(n, 2)`` lower and upper bounds, ``lower <= upper`` (infinite bounds allowed), or
+            ``(n, 2, n_levels)``, one such pair per confidence level: the ``y_pis`` of ``predict_interval``.
+
+    Returns:
+        For ``(n, 2)`` intervals the coverage as a float; for ``(n, 2, n_levels)`` a float array
+        ``(n_levels,)``, one coverage per level (as MAPIE's ``regression_coverage_score``).
     """
     y = as_array(y, "y", ("n",))
-    bounds = as_intervals(intervals, "intervals", y.size)
-    return float(np.mean((bounds[:, 0] <= y) & (y <= bounds[:, 1])))
+    bounds = as_array(intervals, "intervals", interval=EXTENDED)
+    if bounds.ndim != 3:
+        bounds = as_intervals(bounds, "intervals", y.size, f" or ({y.size}, 2, n_levels)")
+        return float(np.mean((bounds[:, 0] <= y) & (y <= bounds[:, 1])))
+    check_shape(bounds, "intervals", (y.size, 2, "n_levels"), " (one [lower, upper] per sample and level)")
+    lower, upper = bounds[:, 0, :], bounds[:, 1, :]
+    if np.any(lower > upper):
+        raise ValueError("intervals must have lower <= upper in every row and level")
+    return np.mean((lower <= y[:, None]) & (y[:, None] <= upper), axis=0)
