@@ -180,9 +180,8 @@ def tiny_gemma3_vlm(seed: int = 0, layers: int = 2, final_logit_softcapping: flo
     model = Gemma3ForConditionalGeneration(config)
     model.model.language_model.load_state_dict(text.model.state_dict())
     model.lm_head.load_state_dict(text.lm_head.state_dict())
-    with (
-        torch.no_grad()
-    ):  # the projector starts at zero: random, so that the image reaches the language model
+    # the projector starts at zero: random, so that the image reaches the language model
+    with torch.no_grad():
         model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.5)
     return model.eval(), text
 
