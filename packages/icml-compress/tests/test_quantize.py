@@ -505,6 +505,49 @@ def test_layer_streaming_calibrates_one_group_at_a_time_and_changes_nothing(ids,
     }
 
 
+def test_a_model_quantized_in_steps_records_every_layer_as_one_pass_does(ids, tmp_path, one_torch_thread):
+    # quantize_model(..., max_blocks=1), then max_blocks=2 in memory, save, load_quantized and finish with
+    # max_blocks=None: the record of the saved result equals the one-pass record but for the seconds (before
+    # the fix it held the last pass's 7 layers of 21, so plot_layer_errors drew a third of the model)
+    from icml_compress.quantize.plot import layer_errors
+
+    config = QuantConfig(**FAST)
+    H = model_hessians(tiny(layers=3), config, ids, progress=False)  # the float model's: the same words
+    one = quantize_model(tiny(layers=3), config, ids, progress=False, hessians=H)
+    steps = quantize_model(tiny(layers=3), replace(config, max_blocks=1), ids, progress=False, hessians=H)
+    first = steps.icml_quantization["seconds"]
+    quantize_model(steps, replace(config, max_blocks=2), ids, progress=False, hessians=H)
+    assert len(steps.icml_quantization["layers"]) == 14
+    save_quantized(steps, tmp_path / "steps")
+    resumed = quantize_model(load_quantized(tmp_path / "steps"), config, ids, progress=False, hessians=H)
+    save_quantized(resumed, tmp_path / "steps")
+    save_quantized(one, tmp_path / "one")
+    a, b = (load_quantized(tmp_path / d) for d in ("steps", "one"))
+    assert packed_hash(a) == packed_hash(b)
+    records = []
+    for m in (a, b):
+        record = json.loads(json.dumps(m.icml_quantization))
+        seconds = record.pop("seconds")
+        for st in record["layers"].values():
+            st.pop("seconds")
+        records.append((record, seconds))
+    assert records[0][0] == records[1][0]
+    assert list(records[0][0]["layers"]) == list(records[1][0]["layers"])  # model order
+    assert records[0][1] > first  # the seconds of every pass
+    assert layer_errors(a) == layer_errors(b)
+    assert len(layer_errors(a)["layers"]) == 21
+
+
+def test_a_step_with_another_config_keeps_the_earlier_layers_config(ids, one_torch_thread):
+    two = QuantConfig(method="rtn", bits=2, max_blocks=1)
+    model = quantize_model(tiny(layers=2), two, ids, progress=False)
+    quantize_model(model, replace(two, bits=4, max_blocks=None), ids, progress=False)
+    record = model.icml_quantization
+    assert record["config"]["bits"] == 4 and len(record["layers"]) == 14
+    for name, st in record["layers"].items():  # block 0's layers were quantized with 2 bits
+        assert st == ({"config": two.to_dict()} if ".0." in name else {})
+
+
 def test_hessians_computed_once_serve_every_config_and_change_nothing(ids, monkeypatch):
     import icml_compress.quantize.model as qm
 

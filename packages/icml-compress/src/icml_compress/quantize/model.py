@@ -360,6 +360,14 @@ def quantize_model(
     After it, ``model.icml_quantization`` holds the config and per-layer statistics (proxy error, chosen
     candidate, seconds) and ``generate`` works as before.
 
+    In steps: a model already partly quantized (an earlier call with a smaller ``config.max_blocks``, or
+    a :func:`load_quantized` save of one) gets its remaining ``nn.Linear`` layers quantized, and its record
+    covers the whole model (:func:`merged_record`: every quantized layer's statistics, the seconds of all
+    passes; with one config it equals a one-pass record but for the seconds). Calibration then runs the
+    model as it is, its quantized blocks feeding the later ones, so the later layers differ from a one-pass
+    quantization's; the Hessians of the float model (``hessians=model_hessians(float model, ...)``) give
+    the one-pass packed words (distillation's teacher is still the model as it was before the pass).
+
     The layers are calibrated and quantized one group of blocks at a time (:func:`calibration_groups`,
     Hessians within :data:`HESSIAN_BYTES`), each group from the float model, on ``config.device`` (default
     the model's device); on the CPU the Viterbi uses worker processes for torch's threads. Calibration
@@ -383,6 +391,7 @@ def quantize_model(
     """
     linears = _check_model(model, config)
     check_bool(progress, "progress")
+    earlier = getattr(model, "icml_quantization", None)  # the record of an earlier pass, if any
     group = process_group(distributed)  # (rank, world size) or None
     rank, world = group if group is not None else (0, 1)
     if hessians is not None and config.method != "rtn":
@@ -463,8 +472,43 @@ def quantize_model(
         }
         del teacher
     info["seconds"] = round(time.perf_counter() - t0, 2)
+    info = merged_record(model, earlier, info)
     cast(Any, model).icml_quantization = info  # nn.Module.__setattr__ is typed for tensors and modules
     return model
+
+
+def merged_record(model: nn.Module, earlier: Any, info: dict) -> dict:
+    """The ``icml_quantization`` record of ``model`` after a :func:`quantize_model` pass whose own record is
+    ``info``, when the model already held the record ``earlier`` of an earlier pass (quantized in steps with
+    ``max_blocks``, or resumed from :func:`load_quantized`/``from_pretrained``): ``layers`` has the statistics
+    of every quantized module of the model, in model order (this pass's, else the earlier record's), and
+    ``seconds`` is the sum of both passes; ``config`` is this pass's, and a layer quantized by an earlier pass
+    whose config differs from it in more than ``max_blocks`` keeps its own under ``config`` in its
+    statistics. Other entries (``distill``, ``distributed``) are this pass's, or the earlier record's when
+    this pass made none. ``earlier`` None (or not such a record): ``info`` as it is."""
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("layers"), dict):
+        return info
+
+    def key(cfg: Any) -> Any:  # a config as compared: max_blocks is how a model is quantized in steps
+        return {k: v for k, v in cfg.items() if k != "max_blocks"} if isinstance(cfg, dict) else cfg
+
+    config = info["config"]
+    layers: dict[str, Any] = {}
+    for name, mod in model.named_modules():
+        if not isinstance(mod, QUANTIZED):
+            continue
+        if name in info["layers"]:
+            layers[name] = info["layers"][name]
+        elif isinstance(earlier["layers"].get(name), dict):
+            st = copy.deepcopy(earlier["layers"][name])
+            own = st.pop("config", earlier.get("config"))
+            if own is not None and key(own) != key(config):
+                st["config"] = own
+            layers[name] = st
+    out = {**copy.deepcopy(earlier), **info, "layers": layers}
+    if isinstance(earlier.get("seconds"), int | float) and not isinstance(earlier["seconds"], bool):
+        out["seconds"] = round(earlier["seconds"] + info["seconds"], 2)
+    return out
 
 
 def bytes_per_token(model: nn.Module) -> dict:
