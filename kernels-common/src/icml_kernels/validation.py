@@ -4,6 +4,7 @@ packages built on it).
 Conventions: a value of the wrong type raises ``TypeError``, a value of the right type outside its domain
 ``ValueError``; every message names the argument and says what was expected. None of these checks reads
 tensor data: they look at Python values and tensor metadata only, so they never wait for a device.
+:func:`values_readable` says when the checks that do read data (NaN entries, index ranges) can run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from typing import Any, TypeVar, cast
 
 import torch
+from torch._subclasses.fake_tensor import is_fake as _is_fake  # torch's test, functional wrappers too
 
 Size = TypeVar("Size", int, torch.SymInt)
 _FLOAT_MAX = sys.float_info.max
@@ -80,3 +82,22 @@ def check_tensor(value: Any, name: str, dtypes: tuple[torch.dtype, ...] | None =
         )
         raise TypeError(f"{name} must have {kind}, got {value.dtype}")
     return value
+
+
+def lacks_values(*tensors: torch.Tensor | None) -> bool:
+    """Whether one of the given tensors (None skipped) has no values to read: a meta tensor
+    (``device="meta"``, accelerate's ``init_empty_weights``) or a fake tensor of ``FakeTensorMode`` and
+    ``torch.export``. False while dynamo traces (``torch.compile``, a strict ``torch.export``: the code
+    sees no tensors then, only proxies of real ones); a non-strict ``torch.export`` runs the Python code
+    on fake tensors, and this says so."""
+    if torch.compiler.is_dynamo_compiling():
+        return False
+    return any(t is not None and (t.is_meta or _is_fake(t)) for t in tensors)
+
+
+def values_readable(*tensors: torch.Tensor | None) -> bool:
+    """Whether the data of every given tensor (None skipped) can be read: False while ``torch.compile``
+    traces (a data-dependent branch would break the graph) and when :func:`lacks_values`. The public
+    functions skip their checks of tensor data (NaN entries, index ranges, overflow warnings) exactly then
+    and keep every metadata check (until 2026-12 they read meta and fake tensors and failed)."""
+    return not torch.compiler.is_compiling() and not lacks_values(*tensors)

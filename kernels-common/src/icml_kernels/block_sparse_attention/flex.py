@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from icml_kernels.block_sparse_attention.reference import (
+    attention_reference,
     block_table,
     check_attention,
     check_block_index,
@@ -102,8 +103,11 @@ def block_sparse_attention_flex(
     """:func:`~icml_kernels.block_sparse_attention` computed by ``flex_attention`` with
     :func:`block_mask_from_index` (compiled on CUDA, with forward tiles that divide ``block_size``; on the
     CPU the eager implementation, which materializes the scores). Same arguments and checks. Gradients
-    are flex's own backward pass, where the installed torch compiles it for this block size."""
+    are flex's own backward pass, where the installed torch compiles it for this block size. On meta
+    tensors, which ``flex_attention`` refuses, the torch reference gives the (meta) result."""
     _, scale = check_attention(q, k, v, block_index, block_size, scale)
+    if q.is_meta:
+        return attention_reference(q, k, v, block_index, block_size, scale)[0]
     mask = _block_mask(block_index, q.shape[2], block_size)
     if q.device.type == "cuda":
         options = flex_kernel_options(block_size)

@@ -13,7 +13,7 @@ import math
 import torch
 
 from icml_kernels.fwht.reference import check_finite_tensor, warn_if_overflowed
-from icml_kernels.validation import check_finite_float, check_int, check_tensor
+from icml_kernels.validation import check_finite_float, check_int, check_tensor, values_readable
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
@@ -72,8 +72,9 @@ def check_block_index(block_index: object, n_query_blocks: int, lead: tuple[int,
 
 def check_block_index_values(block_index: torch.Tensor, n_key_blocks: int) -> None:
     """Entries in ``[-1, n_key_blocks)``, no key block twice in a row. Reads the data (a host sync on a GPU),
-    so only the public functions call it; skipped while ``torch.compile`` traces."""
-    if torch.compiler.is_compiling() or block_index.numel() == 0:
+    so only the public functions call it; skipped while ``torch.compile`` traces and for a meta or fake
+    ``block_index`` (:func:`~icml_kernels.validation.values_readable`)."""
+    if not values_readable(block_index) or block_index.numel() == 0:
         return
     lo, hi = (int(x) for x in torch.aminmax(block_index))
     if lo < -1 or hi >= n_key_blocks:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from icml_kernels.fwht.reference import check_finite_tensor, warn_if_overflowed
-from icml_kernels.validation import check_tensor
+from icml_kernels.validation import check_tensor, values_readable
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
@@ -59,8 +59,9 @@ def check_echo(u, vbar, a, b, anchor, key) -> tuple[int, ...]:
 def check_echo_values(u, vbar, a, b, anchor, key) -> None:
     """``anchor`` in ``[0, R)``, ``key`` in ``[0, F)``, no NaN or infinite entry in ``u``, ``vbar``, ``a``,
     ``b``. Reads the data (a host sync on a GPU), so only the public functions call it; skipped while
-    ``torch.compile`` traces."""
-    if torch.compiler.is_compiling():
+    ``torch.compile`` traces and for meta or fake tensors (:func:`~icml_kernels.validation.values_readable`).
+    """
+    if not values_readable(u, vbar, a, b, anchor, key):
         return
     for name, index, limit in (("anchor", anchor, u.shape[2]), ("key", key, u.shape[3])):
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= limit):

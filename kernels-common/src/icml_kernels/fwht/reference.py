@@ -7,7 +7,13 @@ import warnings
 
 import torch
 
-from icml_kernels.validation import check_finite_float, check_power_of_two, check_tensor
+from icml_kernels.validation import (
+    check_finite_float,
+    check_power_of_two,
+    check_tensor,
+    lacks_values,
+    values_readable,
+)
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
@@ -30,8 +36,9 @@ MATRIX_DTYPES = (
 def check_finite_tensor(x: torch.Tensor, name: str) -> None:
     """No NaN or infinite entry in ``x`` (reads the data: a host sync on a GPU, so only the public entry
     points call it; the registered ops, which the quantized layers' forward passes run, do not). Skipped
-    while ``torch.compile`` traces (a data-dependent branch would break the graph)."""
-    if torch.compiler.is_compiling():
+    while ``torch.compile`` traces (a data-dependent branch would break the graph) and for a meta or fake
+    ``x`` (:func:`~icml_kernels.validation.values_readable`)."""
+    if not values_readable(x):
         return
     if x.numel() and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")
@@ -39,8 +46,8 @@ def check_finite_tensor(x: torch.Tensor, name: str) -> None:
 
 def warn_if_overflowed(y: torch.Tensor, what: str) -> torch.Tensor:
     """``y``, with a RuntimeWarning when finite inputs gave a NaN or infinite entry (an overflow); skipped
-    while ``torch.compile`` traces."""
-    if torch.compiler.is_compiling():
+    while ``torch.compile`` traces and for a meta or fake ``y``."""
+    if not values_readable(y):
         return y
     if y.numel() and not bool(torch.isfinite(y).all()):
         warnings.warn(
@@ -84,7 +91,13 @@ def reference_transform(x: torch.Tensor, scale: float) -> torch.Tensor:
     rows, done = y.shape[0], 0
     while done < bits:
         s = min(BLOCK_BITS, bits - done)
-        h = _hadamard_on(1 << s, compute, y.device)  # (2^s, 2^s), symmetric, on the input's device
+        # (2^s, 2^s), symmetric, on the input's device; built afresh for a meta or fake x (under
+        # FakeTensorMode or a non-strict torch.export the matrix is fake: cached, later real calls got it)
+        h = (
+            _hadamard_on(1 << s, compute, y.device)
+            if not lacks_values(x)
+            else hadamard_matrix(1 << s, compute).to(y.device)
+        )
         if done == 0:  # the lowest bits: one (rows * n / 2^s, 2^s) @ H product
             y = y.view(-1, 1 << s) @ h
         else:  # index = high * 2^(done+s) + mid * 2^done + low: transform the mid bits (axis -2)

@@ -22,7 +22,7 @@ import math
 import torch
 
 from icml_kernels.fwht.reference import check_finite_tensor, warn_if_overflowed
-from icml_kernels.validation import check_int, check_tensor
+from icml_kernels.validation import check_int, check_tensor, lacks_values, values_readable
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # the kernel computes in float32
 FLOAT_DTYPES = (*KERNEL_DTYPES, torch.float64)
@@ -87,8 +87,9 @@ def check_rasterize(
 def check_rasterize_values(means2d, conics, colors, opacities, background) -> None:
     """No NaN or infinite entry; ``opacities`` in ``[0, 1]``; every conic positive definite (``a > 0``,
     ``c > 0``, ``a * c - b**2 > 0``). Reads the data (a host sync on a GPU), so only the public functions
-    call it; skipped while ``torch.compile`` traces."""
-    if torch.compiler.is_compiling():
+    call it; skipped while ``torch.compile`` traces and for meta or fake tensors
+    (:func:`~icml_kernels.validation.values_readable`)."""
+    if not values_readable(means2d, conics, colors, opacities, background):
         return
     for name, t in (("means2d", means2d), ("conics", conics), ("colors", colors), ("opacities", opacities)):
         check_finite_tensor(t, name)
@@ -204,6 +205,7 @@ def rasterize_reference(
     tile, and a skipped Gaussian adds an exact 0 to every sum, so the result is the same as without
     culling up to the summation order of the color product). Within a tile, rows of pixels go in chunks
     of about :data:`CHUNK_ELEMENTS` (pixels x Gaussians) entries, which bounds the memory without autograd.
+    Meta and fake inputs are not culled (no values to cull by).
     """
     compute = torch.float64 if means2d.dtype == torch.float64 else torch.float32
     device = means2d.device
@@ -212,6 +214,8 @@ def rasterize_reference(
     )
     xs = torch.arange(width, device=device, dtype=compute) + 0.5
     ys = torch.arange(height, device=device, dtype=compute) + 0.5
+    # a meta or fake input has no values to cull by (the result's shape does not depend on culling)
+    cull = cull and not lacks_values(means2d, conics, opacities)
     tile = REFERENCE_TILE if cull else max(width, height)
     n_x, n_y = -(-width // tile), -(-height // tile)
     if cull:
