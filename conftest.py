@@ -5,8 +5,21 @@ public API, issue 22) decide a commit the same way locally and in CI. To search 
 ``uv run pytest --hypothesis-profile=explore`` (random draws, more examples) and fix what it finds.
 """
 
+import os
+import sys
+
 import pytest
 from hypothesis import settings
+
+# pytest-xdist (`-n`, see pyproject's addopts): the workers share the cores, so each gets its share of threads
+# (OpenMP threads beyond the cores spin against each other: two workers of two threads each on 2 cores
+# took twice the CPU time of one process). Set before torch is imported; subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_threads))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 settings.register_profile("default", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, max_examples=200)
