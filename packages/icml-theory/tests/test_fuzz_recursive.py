@@ -32,6 +32,8 @@ from icml_theory.recursive import (
 )
 from icml_tools.fuzz import Coverage, fuzz_call, hostile
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: torch's thread start-up dominates
+
 FUZZ = Coverage()
 FUZZ.exempt(BatchResult, "a result container only RecursiveTrainer.train_batch builds")
 FUZZ.exempt(Evaluation, "a result container only evaluate builds; at_budget is fuzzed below")

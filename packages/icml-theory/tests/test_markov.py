@@ -27,6 +27,8 @@ from icml_theory.markov import (
     train,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: torch's thread start-up dominates
+
 
 def _dense_entropy_rate(chain: MixtureOfLagsChain) -> float:
     """The entropy rate from the explicit (n^m x n^m) transition matrix of the windows and its Perron

@@ -68,22 +68,30 @@ def test_equilibrium_is_stationary(reference):
     assert max(float(v.abs().max()) for v in g) <= 1e-9  # stationary in the state form too
 
 
-@pytest.mark.parametrize(("cls", "steps"), [(EPC, 400), (SPC, 1500)])
-def test_weight_gradients_equal_the_equilibrium_gradient(reference, cls, steps):
-    model, x, y, eq = reference
-    trainer = cls(model, "ce", inference_lr=0.1, inference_steps=steps)
-    info = trainer.gradients(x, y)
-    assert relative_error(grads(model), eq.gradients) <= 1e-6
+@pytest.fixture(scope="module")
+def trainer_gradients(reference):
+    """ePC (400 inference steps) and sPC (1500) on the reference batch: ``{cls: (weight gradients, info)}``,
+    computed once for the tests below, which only read them (``gradients`` zeroes the grads and updates no
+    weight, so each run is what a test of its own would compute)."""
+    model, x, y, _ = reference
+    out = {}
+    for cls, steps in ((EPC, 400), (SPC, 1500)):
+        info = cls(model, "ce", inference_lr=0.1, inference_steps=steps).gradients(x, y)
+        out[cls] = grads(model), info
+    return out
+
+
+@pytest.mark.parametrize("cls", [EPC, SPC])
+def test_weight_gradients_equal_the_equilibrium_gradient(reference, trainer_gradients, cls):
+    *_, eq = reference
+    gradients, info = trainer_gradients[cls]
+    assert relative_error(gradients, eq.gradients) <= 1e-6
     assert math.isclose(float(info.energies[-1]), eq.energy, rel_tol=1e-10)
     assert bool((info.energies[1:] <= info.energies[:-1] + 1e-12).all())  # gradient descent never climbs here
 
 
-def test_epc_and_long_spc_agree(reference):
-    model, x, y, _ = reference
-    EPC(model, "ce", inference_lr=0.1, inference_steps=400).gradients(x, y)
-    e = grads(model)
-    SPC(model, "ce", inference_lr=0.1, inference_steps=1500).gradients(x, y)
-    assert relative_error(e, grads(model)) <= 1e-6
+def test_epc_and_long_spc_agree(trainer_gradients):
+    assert relative_error(trainer_gradients[EPC][0], trainer_gradients[SPC][0]) <= 1e-6
 
 
 def test_local_energy_equals_full_energy_and_its_gradient(reference):

@@ -22,6 +22,32 @@ from icml_theory.privacy import (
 ORDERS = np.array([0.5, 0.6, 0.8, 0.99, 1.0, 1.01, 1.5, 2.0, 3.0, 7.5, 16.0, 40.0])
 
 
+NORM_LOG_C = math.log(math.sqrt(2 * math.pi))
+
+
+def norm_logpdf(loc, scale):
+    """``stats.norm(loc, scale).logpdf`` for the quadratures below, without the frozen distribution's ~40 us of
+    overhead per call (~99% of their time). Within 1e-15 relative of scipy's (test_norm_logpdf_is_scipys); the
+    19 quadrature references of this module came out bit for bit the same with it as with scipy's."""
+    log_scale = math.log(scale)
+
+    def logpdf(x):
+        y = (x - loc) / scale
+        return -(y**2) / 2.0 - NORM_LOG_C - log_scale
+
+    return logpdf
+
+
+def test_norm_logpdf_is_scipys():
+    x = np.concatenate([np.linspace(-45, 45, 20001), [-1e3, -1e-300, 0.0, 5e-324, 1e3]])
+    for loc, scale in [(0, 1.5), (2, 1.5), (0, 1.2), (1, 1.2), (-1.0, 1.2), (0, 0.05), (1, 0.05)]:
+        ours, theirs = norm_logpdf(loc, scale), stats.norm(loc, scale).logpdf
+        # measured: at most 3.2e-16 relative (a few ulp: scipy forms the same formula with numpy operations)
+        np.testing.assert_allclose(ours(x), theirs(x), rtol=1e-15, atol=0)
+        scalars = x[::5]  # as quad passes them
+        np.testing.assert_allclose([ours(float(v)) for v in scalars], theirs(scalars), rtol=1e-15, atol=0)
+
+
 def renyi_by_quad(logp, logq, tau, lo=-40, hi=40):
     """D_tau(p || q) for log-densities by adaptive quadrature (the KL divergence at tau = 1)."""
     if tau == 1:
@@ -42,7 +68,7 @@ def test_gaussian_closed_form_and_quadrature():
     assert prof.mu == pytest.approx(math.sqrt(3) * 2 / 1.5)
     np.testing.assert_allclose(prof(ORDERS), 3 * ORDERS * 4 / (2 * 1.5**2), rtol=1e-15)
     one = GaussianRDP(sigma=1.5, sensitivity=2.0)
-    p, q = stats.norm(0, 1.5).logpdf, stats.norm(2, 1.5).logpdf
+    p, q = norm_logpdf(0, 1.5), norm_logpdf(2, 1.5)
     for tau in (0.5, 0.8, 1.0, 2.5):
         assert one(tau) == pytest.approx(renyi_by_quad(p, q, tau), rel=1e-7)
 
@@ -169,10 +195,10 @@ def test_profiles_are_monotone_and_continuous_at_one(profile):
 
 
 def subsampled_by_quad(q, sigma, tau):
-    p0 = stats.norm(0, sigma).logpdf
+    p0, p1_shifted = norm_logpdf(0, sigma), norm_logpdf(1, sigma)
 
     def p1(x):
-        return np.logaddexp(math.log1p(-q) + p0(x), math.log(q) + stats.norm(1, sigma).logpdf(x))
+        return np.logaddexp(math.log1p(-q) + p0(x), math.log(q) + p1_shifted(x))
 
     return max(renyi_by_quad(p1, p0, tau), renyi_by_quad(p0, p1, tau))
 
@@ -330,11 +356,10 @@ def test_subsampled_gaussian_integer_orders_match_mpmath_binomial_sum(q, sigma):
 
 def replace_by_quad(q, sigma, tau):
     def pair(shift):
+        center, shifted = norm_logpdf(0, sigma), norm_logpdf(shift, sigma)
+
         def logpdf(x):
-            return np.logaddexp(
-                math.log1p(-q) + stats.norm(0, sigma).logpdf(x),
-                math.log(q) + stats.norm(shift, sigma).logpdf(x),
-            )
+            return np.logaddexp(math.log1p(-q) + center(x), math.log(q) + shifted(x))
 
         return logpdf
 

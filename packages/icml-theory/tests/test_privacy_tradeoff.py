@@ -1,5 +1,6 @@
 """Single-order and optimal trade-offs: brute force, soundness vs G_mu, tightness witness, structure."""
 
+import functools
 import math
 
 import numpy as np
@@ -211,6 +212,19 @@ def test_fused_violation_is_bit_identical_to_the_reference():
             np.testing.assert_array_equal(fused(u), _violation(a, la, la1, u, t, rho))
 
 
+@pytest.fixture(scope="module")
+def pinned_accountant():
+    """One accountant per ``(relation, sigma, q, steps)`` of the pinned values below: the settings repeat across
+    deltas and the delta test, which only query it (no step), so its conversion is built once."""
+    from icml_theory.privacy.accountant import OptimalRDPAccountant
+
+    @functools.cache
+    def make(relation, sigma, q, steps):
+        return OptimalRDPAccountant(relation).step(noise_multiplier=sigma, sample_rate=q, num_steps=steps)
+
+    return make
+
+
 @pytest.mark.parametrize(
     "sigma, q, steps, relation, delta, expected",
     [
@@ -223,18 +237,16 @@ def test_fused_violation_is_bit_identical_to_the_reference():
         (5.0, 0.001, 1, "add-remove", 1e-5, 0.0008443519586394606),
     ],
 )
-def test_optimal_epsilon_pinned_to_the_values_before_the_speed_up(sigma, q, steps, relation, delta, expected):
-    from icml_theory.privacy.accountant import OptimalRDPAccountant
-
-    acc = OptimalRDPAccountant(relation).step(noise_multiplier=sigma, sample_rate=q, num_steps=steps)
+def test_optimal_epsilon_pinned_to_the_values_before_the_speed_up(
+    pinned_accountant, sigma, q, steps, relation, delta, expected
+):
+    acc = pinned_accountant(relation, sigma, q, steps)
     # bit-identical on the machine that computed them; 1e-12 relative leaves room for other CPUs' libm
     assert acc.get_epsilon(delta) == pytest.approx(expected, rel=1e-12, abs=0)
 
 
-def test_optimal_delta_pinned_to_the_values_before_the_speed_up():
-    from icml_theory.privacy.accountant import OptimalRDPAccountant
-
-    acc = OptimalRDPAccountant().step(noise_multiplier=1.1, sample_rate=0.01, num_steps=1000)
+def test_optimal_delta_pinned_to_the_values_before_the_speed_up(pinned_accountant):
+    acc = pinned_accountant("add-remove", 1.1, 0.01, 1000)
     # computed by the code before the speed-up (as above)
     assert acc.get_delta(1.0) == pytest.approx(0.002577396708002222, rel=1e-12, abs=0)
     assert acc.get_delta(0.1) == pytest.approx(0.13779699602250778, rel=1e-12, abs=0)

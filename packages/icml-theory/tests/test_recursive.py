@@ -23,6 +23,8 @@ from icml_theory.recursive import (
     trm_config,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: torch's thread start-up dominates
+
 V, L = 5, 6
 
 

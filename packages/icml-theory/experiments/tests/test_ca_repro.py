@@ -12,6 +12,8 @@ from icml_theory_experiments.ca import learn, repro, rules, sweep
 from icml_tools.protocol import validate_result
 from icml_tools.repro import run_reproduction
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: torch's thread start-up dominates
+
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):

@@ -10,6 +10,8 @@ from icml_theory_experiments.pc import bench, repro
 from icml_theory_experiments.pc.testbed import WIDTH, digits, mlp
 from icml_tools.protocol import validate_result
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: torch's thread start-up dominates
+
 
 def test_digits_split_is_stratified_and_fixed():
     x, y, x_test, y_test = digits()
