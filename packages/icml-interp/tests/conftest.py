@@ -186,6 +186,35 @@ def tiny_gemma3_vlm(seed: int = 0, layers: int = 2, final_logit_softcapping: flo
     return model.eval(), text
 
 
+def tiny_llava(text, seed: int = 0):
+    """A tiny LLaVA (LlavaForConditionalGeneration, model_type "llava") whose language model is the causal LM
+    ``text``'s (a tiny Gemma, Gemma 2, ...), weights included, with a 1-layer CLIP tower: 32x32 images, 16 image
+    tokens (id 255). LLaVA's head applies no final logit softcap, whatever its text config says."""
+    from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+        projection_dim=32,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text.config.to_dict(),
+        image_token_id=255,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config)
+    model.model.language_model.load_state_dict(text.model.state_dict())
+    model.lm_head.load_state_dict(text.lm_head.state_dict())
+    return model.eval()
+
+
 def tiny_olmo2(seed: int = 0, layers: int = 2):
     """A tiny OLMo 2: norms of the attention and MLP outputs (none before them), query and key norms over the
     whole projections."""
@@ -262,6 +291,7 @@ def zoo():
         gemma2=tiny_gemma2,
         gemma3=tiny_gemma3,
         gemma3_vlm=tiny_gemma3_vlm,
+        llava=tiny_llava,
         qwen3=tiny_qwen3,
         olmo2=tiny_olmo2,
         two_hop=two_hop_circuit,

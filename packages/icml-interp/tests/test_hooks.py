@@ -713,6 +713,76 @@ def test_gemma3_vision_language_model_hooks_its_language_model(zoo, one_torch_th
     assert (zero[:, 7:] - logits[:, 7:]).abs().max() > 1e-3
 
 
+# LLaVA (model_type "llava") with a Gemma-family language model: the hooks follow the language model's family
+
+
+@pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3_text"])
+def test_llava_with_a_gemma_language_model_hooks_it_as_gemma(zoo, arch, one_torch_thread):
+    text = _new_arch(zoo, arch)
+    vlm = zoo.llava(text)
+    text.config.final_logit_softcapping = None  # Gemma 2's causal LM caps its logits, LLaVA's head does not
+    hooked, reference = (
+        HookedModel(vlm),
+        HookedModel(text),
+    )  # the standalone causal LM, mapped as tested above
+    assert hooked.spec.norm_weight_offset == 1.0  # before: 0.0, Llama's norms whatever the language model
+    names = reference.hook_names
+    assert hooked.hook_names == names
+    x = ids((2, 9), seed=43) % 250
+    with torch.no_grad():
+        logits, c = hooked.run_with_cache(x, names)
+        want_logits, want = reference.run_with_cache(x, names)
+        assert torch.equal(hooked(x), vlm(input_ids=x, use_cache=False).logits)
+    torch.testing.assert_close(logits, want_logits, rtol=0, atol=1e-6)
+    for name in names:
+        # measured max |difference| 0.0 on every hook; before, Gemma 2 / 3 differed by 0.9 to 16.8 at ln2,
+        # hook_attn_out, hook_resid_mid, hook_mlp_out (Gemma 3: hook_q / hook_k too), Llama's paths there
+        torch.testing.assert_close(c[name], want[name], rtol=0, atol=1e-6, msg=name)
+
+    # writes: a written norm scale rebuilds the norm's output with Gemma's 1 + weight (before: weight alone;
+    # Gemma's logits moved 0.058 to 3.0 away from the causal LM's, Gemma 2 / 3's 2.4 to 21), a written attn_out
+    # is what the stream gets.
+    # Each position's own factor: a scale written alike at every position would be normed away behind Gemma 2 / 3's
+    # norm of the attention output
+    def write(a, hook):
+        return a * torch.linspace(0.5, 2.0, a.shape[1])[:, None]
+
+    for name in [
+        "blocks.1.ln1.hook_scale",
+        "blocks.0.ln2.hook_scale",
+        "ln_final.hook_scale",
+        "blocks.0.hook_attn_out",
+    ]:
+        with torch.no_grad():
+            got = hooked.run_with_hooks(x, [(name, write)])
+            ref = reference.run_with_hooks(x, [(name, write)])
+        assert (ref - want_logits).abs().max() > 1e-3, name  # the write matters: measured 0.033 to 10.3
+        torch.testing.assert_close(got, ref, rtol=0, atol=1e-6, msg=name)  # measured max |difference| 0.0
+
+
+def test_hooked_attention_gives_back_each_sub_models_own_implementation(zoo, one_torch_thread):
+    """LLaVA with a Gemma 2 language model: Gemma 2 has no SDPA, so its language model runs eager beside the
+    vision tower's sdpa; after hook_pattern each gets its own back (before: ValueError, the wrapper's sdpa set on
+    Gemma 2, and the language model left on the hooked attention)."""
+    text = zoo.gemma2()
+    vlm = zoo.llava(text)
+    own = {name: m.config._attn_implementation for name, m in vlm.named_modules() if hasattr(m, "config")}
+    assert own["model.language_model"] == "eager" and own["model.vision_tower"] == "sdpa"
+    hooked = HookedModel(vlm)
+    x = ids((2, 9), seed=44) % 250
+    names = [act_name("pattern", layer) for layer in range(2)]
+    with torch.no_grad():
+        _, c = hooked.run_with_cache(x, names)
+        attentions = text(input_ids=x, use_cache=False, output_attentions=True).attentions  # eager's
+    assert {
+        name: m.config._attn_implementation for name, m in vlm.named_modules() if hasattr(m, "config")
+    } == own
+    for layer, name in enumerate(names):
+        torch.testing.assert_close(
+            c[name], attentions[layer], rtol=0, atol=1e-6
+        )  # measured max |difference| 0.0
+
+
 def _eager_outputs(model, x, **kwargs):
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")

@@ -145,12 +145,19 @@ _GEMMA2 = replace(
 
 
 def _language_model(spec: ArchSpec, prefix: str) -> ArchSpec:
-    """``spec`` for a model whose language model sits at ``prefix`` (a vision-language wrapper)."""
+    """``spec`` (a causal LM's map) for a model whose language model, the causal LM's base model, sits at
+    ``prefix`` (a vision-language wrapper): the paths into the base model (``model.layers``,
+    ``transformer.wte``, ...) move under ``prefix``; the head and the per-block paths stay."""
+
+    def moved(path: str) -> str:
+        return f"{prefix}.{path.partition('.')[2]}"
+
     return replace(
         spec,
-        layers=f"{prefix}.layers",
-        embed=f"{prefix}.embed_tokens",
-        final_norm=f"{prefix}.norm",
+        layers=moved(spec.layers),
+        embed=moved(spec.embed),
+        final_norm=moved(spec.final_norm),
+        pos_embed=None if spec.pos_embed is None else moved(spec.pos_embed),
     )
 
 
@@ -231,13 +238,21 @@ ARCHITECTURES: dict[str, ArchSpec] = {
         head_module=True,
     ),
     # vision-language models: the hooks are on the language model (image tokens are positions of its
-    # sequence); LLaVA with a Llama-family language model, Qwen2-VL / Qwen2.5-VL, and Gemma 3
+    # sequence); LLaVA (this entry: a Llama-family language model; spec_for maps another family's language
+    # model, text_config.model_type, with that family's own spec), Qwen2-VL / Qwen2.5-VL, and Gemma 3
     # (Gemma3ForConditionalGeneration, what AutoModelForCausalLM loads for Gemma 3 4B and larger)
     "llava": _language_model(_LLAMA, "model.language_model"),
     "qwen2_vl": _language_model(_LLAMA, "model.language_model"),
     "qwen2_5_vl": _language_model(_LLAMA, "model.language_model"),
 }
 ARCHITECTURES["gemma3"] = _language_model(ARCHITECTURES["gemma3_text"], "model.language_model")
+
+# wrappers whose language model may be of any family (text_config.model_type), with the prefix of that language
+# model and the built-in entry used for a family with no hook map (and for Llama's); an entry registered over
+# the built-in one is used as it is
+_ANY_LANGUAGE_MODEL: dict[str, tuple[str, ArchSpec]] = {
+    "llava": ("model.language_model", ARCHITECTURES["llava"]),
+}
 
 
 def register_architecture(model_type: str, spec: ArchSpec) -> None:
@@ -259,7 +274,9 @@ def get_module(root: nn.Module, path: str) -> nn.Module:
 
 
 def spec_for(model: nn.Module) -> ArchSpec:
-    """The :class:`ArchSpec` of a Hugging Face causal LM, by ``model.config.model_type``."""
+    """The :class:`ArchSpec` of a Hugging Face causal LM, by ``model.config.model_type``; for LLaVA (``"llava"``)
+    the spec of its language model's family (``model.config.text_config.model_type``: Gemma, Gemma 2, ...)
+    under ``model.language_model``, or the ``"llava"`` entry (Llama's layout) for a family with no hook map."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if not isinstance(model_type, str):
         raise TypeError(
@@ -274,4 +291,12 @@ def spec_for(model: nn.Module) -> ArchSpec:
             "o_proj='o_proj', qkv='separate', qkv_modules=('q_proj', 'k_proj', 'v_proj'), mlp_in='gate_proj', "
             "down='down_proj')), with the module paths of your model (print(model) shows them)."
         )
-    return ARCHITECTURES[model_type]
+    spec = ARCHITECTURES[model_type]
+    if model_type in _ANY_LANGUAGE_MODEL:
+        prefix, builtin = _ANY_LANGUAGE_MODEL[model_type]
+        text_type = getattr(getattr(model.config, "text_config", None), "model_type", None)
+        if spec is builtin and text_type in ARCHITECTURES and text_type not in _ANY_LANGUAGE_MODEL:
+            # LLaVA with a Gemma (or any mapped family's) language model: that family's norms, sublayer
+            # output norms and query / key norms, not Llama's
+            return _language_model(ARCHITECTURES[text_type], prefix)
+    return spec

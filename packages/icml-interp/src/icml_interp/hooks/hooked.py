@@ -203,9 +203,12 @@ HOOKED_ATTENTION = "icml_hooked_eager"
 _INNER: weakref.WeakKeyDictionary[nn.Module, dict[str, list[tuple[HookPoint, HookFn]]]] = (
     weakref.WeakKeyDictionary()
 )
-# model -> (how many attached hook sets need HOOKED_ATTENTION, the implementation the first of them found):
+# model -> (how many attached hook sets need HOOKED_ATTENTION, the implementation(s) the first of them found, as
+# _attn_implementations gives them):
 # contexts and add_hook hooks end in any order, and only the last one restores the implementation
-_ATTENTION_USERS: weakref.WeakKeyDictionary[nn.Module, tuple[int, str | None]] = weakref.WeakKeyDictionary()
+_ATTENTION_USERS: weakref.WeakKeyDictionary[nn.Module, tuple[int, str | dict | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _run_slot(module: nn.Module, slot: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -251,6 +254,21 @@ def _hooked_attention(module, query, key, value, attention_mask, scaling=None, d
     return out, weights
 
 
+def _attn_implementations(config: Any) -> str | dict:
+    """The attention implementation of a model's ``config``, in the form ``set_attn_implementation`` takes back:
+    a string, or where a sub-model's differs (a vision-language model whose language model has no SDPA, Gemma 2
+    in LLaVA: eager beside the vision tower's sdpa) a dict by sub-config name, ``""`` for the model itself."""
+    own = config._attn_implementation
+    subs = {}
+    for key in getattr(config, "sub_configs", None) or {}:
+        sub = getattr(config, key, None)
+        if sub is not None and sub is not config:
+            subs[key] = _attn_implementations(sub)
+    if all(value == own for value in subs.values()):
+        return own
+    return {"": own, **subs}
+
+
 def _register_hooked_attention() -> None:
     """Make ``HOOKED_ATTENTION`` a transformers attention implementation (with eager attention's masks)."""
     from transformers import AttentionInterface
@@ -280,7 +298,8 @@ class HookedModel:
     ``HookedModel(model)`` looks up the module paths of ``model.config.model_type`` in
     :data:`icml_interp.hooks.arch.ARCHITECTURES` (Llama family including SmolLM2, Mistral, Qwen2/3, Gemma,
     Gemma 2, Gemma 3 text-only (``Gemma3ForCausalLM``), OLMo 2, GPT-2, GPT-NeoX/Pythia, ESM-2, and the language
-    model of LLaVA / Qwen2-VL / Qwen2.5-VL / Gemma 3 (``Gemma3ForConditionalGeneration``, what
+    model of LLaVA (mapped as its own family: Llama, Gemma, ...) / Qwen2-VL / Qwen2.5-VL / Gemma 3
+    (``Gemma3ForConditionalGeneration``, what
     ``AutoModelForCausalLM`` loads for Gemma 3 4B and larger), whose other inputs such as ``pixel_values`` pass
     through as keywords). Calling it returns the model's logits; :meth:`run_with_cache` and
     :meth:`run_with_hooks` read or change activations; :meth:`hooks` is the context manager underneath.
@@ -616,7 +635,7 @@ class HookedModel:
     def _use_hooked_attention(self, stack: ExitStack) -> None:
         """Switch the model to ``HOOKED_ATTENTION`` until ``stack`` closes and no other hook set needs it."""
         model = self.model
-        users, previous = _ATTENTION_USERS.get(model, (0, model.config._attn_implementation))
+        users, previous = _ATTENTION_USERS.get(model, (0, _attn_implementations(model.config)))
         if users == 0 and previous != HOOKED_ATTENTION:
             _register_hooked_attention()
             model.set_attn_implementation(HOOKED_ATTENTION)
@@ -627,7 +646,7 @@ class HookedModel:
             if users > 1:
                 _ATTENTION_USERS[model] = (users - 1, previous)
             elif previous != HOOKED_ATTENTION:
-                model.set_attn_implementation(previous)
+                model.set_attn_implementation(previous)  # each sub-model's own again
 
         stack.callback(release)
 
