@@ -16,8 +16,12 @@ from hypothesis import settings
 # took twice the CPU time of one process). Set before torch is imported; subprocesses inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, str(_threads))
+    # numpy's OpenBLAS may have started its threads before this file is read (a plugin imported numpy)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(int(os.environ["OMP_NUM_THREADS"]))
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
