@@ -30,6 +30,22 @@ settings.register_profile("explore", derandomize=False, max_examples=200)
 settings.load_profile("default")
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_stay():
+    """Whatever a test sets with ``torch.set_num_threads`` (a reproduction's ``run`` pins 2) ends with it: under
+    xdist a leaked 2 made every later test of that worker compete for the other worker's core (OpenMP threads
+    waiting on each other: a 4.6 s test took 54 s)."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if before is None:  # the test imported torch: the worker's share (or torch's default)
+            before = int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads()
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Single-threaded torch for a module whose tensors are tiny (thread start-up would dominate)."""

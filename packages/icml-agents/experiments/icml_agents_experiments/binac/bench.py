@@ -31,7 +31,7 @@ METHODS = {
 
 def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     cfg = BUDGETS[budget]
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # 2, or fewer where the process has fewer
     device = "cuda" if torch.cuda.is_available() else "cpu"
     actor = A.actor_policy(A.tiny_llama(hidden=repro.HIDDEN, seed=seed)).to(device)
     wide = A.actor_policy(A.tiny_llama(hidden=repro.WIDE, seed=seed)).to(device)

@@ -197,7 +197,7 @@ def steps_to(curve: np.ndarray, level: float, steps: list[int]) -> int | None:
 def run(budget: str = "quick", seed: int = 0) -> dict:
     """Run the reproduction; returns the protocol dict (see :mod:`icml_tools.protocol`)."""
     cfg = BUDGETS[budget]
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # 2, or fewer where the process has fewer
     t0 = time.perf_counter()
     seeds = [seed + s for s in cfg["seeds"]]
     runs = [run_seed(s, cfg["steps"], cfg["eval_every"]) for s in seeds]

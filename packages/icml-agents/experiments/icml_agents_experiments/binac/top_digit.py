@@ -22,7 +22,7 @@ ARMS = ("binac", "fixed-top-digit")
 
 
 def main(out: str | None = None) -> dict:
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # 2, or fewer where the process has fewer
     cfg = repro.BUDGETS["full"]
     t0 = time.perf_counter()
     runs = [repro.run_seed(s, cfg["steps"], cfg["eval_every"], arms=ARMS) for s in cfg["seeds"]]

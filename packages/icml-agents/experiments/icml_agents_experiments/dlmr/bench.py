@@ -30,7 +30,7 @@ LENGTH = 12
 
 def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     cfg = BUDGETS[budget]
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # 2, or fewer where the process has fewer
     sizes = Sizes()
     base = build_base(sizes, seed).eval()
     visual, reasoning, router = build_memories(base, sizes, seed)

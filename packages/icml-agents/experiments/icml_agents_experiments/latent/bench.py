@@ -30,7 +30,7 @@ BATCH, PROMPT = 16, 24
 
 def run(budget: str = "quick", seed: int = 0) -> list[dict]:
     cfg = BUDGETS[budget]
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # 2, or fewer where the process has fewer
     device = "cuda" if torch.cuda.is_available() else "cpu"
     sizes = Sizes(hidden=cfg["hidden"], layers=4)
     model = build_model(sizes, tied=False, seed=seed).to(device).eval()

@@ -140,7 +140,7 @@ def run_testbed(testbed: str) -> list[dict]:
 
 
 def main(out: str | None = None) -> list[dict]:
-    torch.set_num_threads(2)
+    torch.set_num_threads(min(2, torch.get_num_threads()))  # 2, or fewer where the process has fewer
     rows = [row for tb in TESTBEDS for row in run_testbed(tb)]
     text = json.dumps({"seed": SEED, "budget": "full", "rows": rows}, indent=2)
     if out:
