@@ -31,9 +31,9 @@ class SAEConfig:
         active latents per token (topk, batchtopk); must be <= d_sae.
     aux_k, aux_coefficient, dead_steps
         AuxK (Gao et al. 2024): a latent is dead if it has not fired for ``dead_steps`` optimizer steps; the
-        ``aux_k`` largest pre-activations of dead latents (default ``d_in // 2``) reconstruct the residual
-        ``x - x_hat``; the loss adds ``aux_coefficient * min(n_dead / aux_k, 1) * FVU(residual)``. ``aux_k=0``
-        or ``aux_coefficient=0`` switches AuxK off. Used by topk and batchtopk.
+        ``aux_k`` largest pre-activations of dead latents (default ``min(d_in // 2, d_sae)``) reconstruct the
+        residual ``x - x_hat``; the loss adds ``aux_coefficient * min(n_dead / aux_k, 1) * FVU(residual)``.
+        ``aux_k=0`` or ``aux_coefficient=0`` switches AuxK off. Used by topk and batchtopk.
     lr, batch_size, total_tokens, lr_warmup_steps, lr_decay_fraction
         Adam with ``lr`` (default ``2e-4 / sqrt(d_sae / 2**14)``, Gao et al.'s scaling law), linear warmup and
         a linear decay to 0 over the last ``lr_decay_fraction`` of the steps; ``batch_size`` tokens per step,
