@@ -150,6 +150,18 @@ def tiny_qwen3(seed: int = 0, layers: int = 2):
     return _jitter_norms(Qwen3ForCausalLM(config), seed)
 
 
+# the vision towers of the tiny vision-language models (SigLIP in Gemma 3, CLIP in LLaVA): 32x32 images, 8x8
+# patches
+TINY_VISION = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=32,
+    patch_size=8,
+)
+
+
 def tiny_gemma3_vlm(seed: int = 0, layers: int = 2, final_logit_softcapping: float | None = None):
     """A tiny Gemma 3 vision-language model (Gemma3ForConditionalGeneration, model_type "gemma3") whose language
     model is :func:`tiny_gemma3`'s, weights included, and a 1-layer SigLIP tower: 32x32 images, 4 image tokens
@@ -160,17 +172,9 @@ def tiny_gemma3_vlm(seed: int = 0, layers: int = 2, final_logit_softcapping: flo
     text = tiny_gemma3(seed, layers)
     text_config = text.config.to_dict()
     text_config["final_logit_softcapping"] = final_logit_softcapping
-    vision = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=8,
-    )
     config = Gemma3Config(
         text_config=text_config,
-        vision_config=vision,
+        vision_config=dict(TINY_VISION),
         mm_tokens_per_image=4,
         image_token_index=255,
         boi_token_index=253,
@@ -192,15 +196,7 @@ def tiny_llava(text, seed: int = 0):
     tokens (id 255). LLaVA's head applies no final logit softcap, whatever its text config says."""
     from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
-    vision = CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=8,
-        projection_dim=32,
-    )
+    vision = CLIPVisionConfig(**TINY_VISION, projection_dim=32)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text.config.to_dict(),
