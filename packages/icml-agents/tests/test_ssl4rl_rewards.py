@@ -1,3 +1,5 @@
+import functools
+
 import pytest
 
 from icml_agents.ssl4rl import rewards as R
@@ -171,3 +173,17 @@ def test_bad_input_raises_with_names():
         R.score_answer_match("<answer>1</answer>", None)
     with pytest.raises(ValueError, match="ground_truth"):
         R.score_jigsaw("<answer>1,2</answer>", "1,b")
+
+
+def test_trl_rewards_honour_ignore_case():
+    """``ignore_case`` given to the TRL reward functions (``functools.partial``) reaches the scoring: the old
+    functions swallowed it in ``**kwargs`` and scored case-sensitively ([0.0] and [0.0, None])."""
+    match = functools.partial(R.answer_match_reward, ignore_case=True)
+    assert match(["<answer>Left</answer>"], answer=["left"]) == [1.0]
+    assert R.answer_match_reward(["<answer>Left</answer>"], answer=["left"]) == [0.0]
+    mixed = R.ssl4rl_reward(
+        ["<answer>Left</answer>", "x"], answer=["left", None], task=["position", None], ignore_case=True
+    )
+    assert mixed == [1.0, None]
+    with pytest.raises(ValueError, match="ignore_case must be True or False"):
+        R.answer_match_reward(["<answer>a</answer>"], answer=["a"], ignore_case="yes")

@@ -189,9 +189,13 @@ def _per_row(score, columns: list[tuple]) -> list[float]:
     return out
 
 
-def answer_match_reward(completions, answer, **kwargs) -> list[float]:
-    """TRL reward for rotation / position / contrastive: :func:`score_answer_match` per completion."""
-    return _per_row(score_answer_match, _columns(completions, answer))
+def answer_match_reward(completions, answer, ignore_case: bool = False, **kwargs) -> list[float]:
+    """TRL reward for rotation / position / contrastive: :func:`score_answer_match` per completion
+    (``functools.partial(answer_match_reward, ignore_case=True)`` case-folds both sides)."""
+    check_bool(ignore_case, "ignore_case")
+    return _per_row(
+        lambda c, a: score_answer_match(c, a, ignore_case=ignore_case), _columns(completions, answer)
+    )
 
 
 def jigsaw_reward(completions, answer, **kwargs) -> list[float]:
@@ -210,12 +214,14 @@ def format_reward(completions, **kwargs) -> list[float]:
     return check_texts(check_list(completions, "completions"), "completions", score_format)
 
 
-def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
-    """TRL reward for a mixed-task dataset: dispatch each row on its ``task`` column.
+def ssl4rl_reward(completions, answer, task, ignore_case: bool = False, **kwargs) -> list[float | None]:
+    """TRL reward for a mixed-task dataset: dispatch each row on its ``task`` column (``ignore_case`` as in
+    :func:`score_task`).
 
     Rows whose task is None get None (TRL skips them), so several task datasets can be concatenated; their
     ``answer`` is not read (``datasets.concatenate_datasets`` fills the columns a dataset lacks with None).
     """
+    check_bool(ignore_case, "ignore_case")
     check_texts(check_list(completions, "completions"), "completions", response_text)
     task = check_column(task, "task", len(completions), "task name")
     answer = check_column(answer, "answer", len(completions), "ground truth")
@@ -229,7 +235,7 @@ def ssl4rl_reward(completions, answer, task, **kwargs) -> list[float | None]:
         except TypeError as err:
             raise TypeError(f"answer[{i}]: {err}") from None
         try:
-            out.append(score_task(t, c, a))
+            out.append(score_task(t, c, a, ignore_case=ignore_case))
         except ValueError as err:
             raise ValueError(f"row {i} (task[{i}] = {t!r}, answer[{i}] = {a!r}): {err}") from None
     return out
