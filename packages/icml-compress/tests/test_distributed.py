@@ -144,6 +144,47 @@ def test_layers_are_assigned_by_cost_deterministically():
         assert sorted(set(owners.values())) == list(range(min(world, len(linears))))
 
 
+def test_layers_are_balanced_within_each_calibration_group(monkeypatch):
+    """Every group ends in a gather (each rank waits for the busiest), so the layers are shared out within
+    each group, as the docs say. Rank 0 of 2 with the collectives replaced by local stand-ins and the Hessian
+    budget of one block (tiny_llama's 2 blocks: 2 groups). The whole-model assignment gave 22528 / 14336
+    weights per group (rank 0 / rank 1, then the reverse); within each group it is 18432 / 18432."""
+    import copy
+
+    model = tiny_llama(0)
+    linears = find_linears(model, QuantConfig())
+    cost = {n: lin.in_features * lin.out_features for n, lin in linears.items()}
+    block = [lin for n, lin in linears.items() if ".layers.0." in n]
+    monkeypatch.setattr(qm, "HESSIAN_BYTES", sum(8 * lin.in_features**2 for lin in block))
+    monkeypatch.setattr(qm, "process_group", lambda distributed: (0, 2))
+    monkeypatch.setattr(qm, "check_same_call", lambda fingerprint: None)
+    monkeypatch.setattr(
+        qm, "collect_hessians_sharded", lambda m, part, seqs, progress=False: collect_hessians(m, part, seqs)
+    )
+    monkeypatch.setattr(qm, "quantize_linear_trellis", lambda lin, H, config, name: (copy.deepcopy(lin), {}))
+    monkeypatch.setattr(qm, "distributed_record", lambda sequences, owners: {})
+    groups: list[tuple[list[str], set[str]]] = []
+
+    def gather(done, names):
+        groups.append((list(names), set(done)))
+        return {n: done.get(n, (copy.deepcopy(linears[n]), {})) for n in names}
+
+    monkeypatch.setattr(qm, "gather_layers", gather)
+    ids = torch.randint(0, 256, (1024,), generator=torch.Generator().manual_seed(0))
+    quantize_model(model, QuantConfig(**FAST), ids, progress=False, distributed=True)
+    assert len(groups) == 2
+    for names, mine in groups:
+        loads = [0, 0]  # the docs' rule within the group: costliest first to the least loaded (lowest) rank
+        expected = set()
+        for n in sorted(names, key=lambda n: -cost[n]):
+            r = min((0, 1), key=lambda r: (loads[r], r))
+            loads[r] += cost[n]
+            if r == 0:
+                expected.add(n)
+        assert mine == expected
+        assert loads == [18432, 18432]
+
+
 # --- bad input ---------------------------------------------------------------------------------------------
 def test_bad_input():
     ids = torch.randint(0, 256, (1024,), generator=torch.Generator().manual_seed(0))

@@ -421,8 +421,9 @@ def quantize_model(
     new: dict[str, nn.Module] = {}  # swapped in at the end: every group calibrates on the float model
     shown = progress and rank == 0
     bar = tqdm(total=len(linears), desc=f"quantize {config.label}", disable=not shown)
-    owners = assign_layers(linears, world)
+    owners: dict[str, int] = {}  # each layer's rank, balanced within its group: a group ends in a gather
     for part in calibration_groups(linears, HESSIAN_BYTES if calibrate else None):
+        owners.update(assign_layers(part, world))
         if not calibrate:
             group_h = hessians
         elif group is None:
