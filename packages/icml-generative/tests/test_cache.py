@@ -853,6 +853,45 @@ def test_skips_in_a_diffusers_pipeline_without_step_index_and_resets_per_generat
     assert torch.equal(generate(), reference)
 
 
+@pytest.mark.usefixtures("one_torch_thread")
+def test_errors_in_pipelines_without_a_step_count_or_a_context_say_what_to_pass():
+    # Flux, like every diffusers 0.42 pipeline but Wan and Cosmos, puts no num_inference_steps in its cache
+    # context, and DiTPipeline (like PixArt's) sets no cache context at all. The errors said "(diffusers
+    # pipelines set it)" and "(diffusers pipelines do this)" although they were raised inside exactly such a
+    # pipeline; they now say which pipelines do not and what to do there.
+    pipe, generate = _tiny_flux_pipeline()
+    apply_navicache(pipe.transformer, NaviCacheConfig.preset("balanced"))  # no num_inference_steps
+    try:
+        with pytest.raises(
+            ValueError, match=r"num_inference_steps in the config .*Flux and most other pipelines do not"
+        ):
+            generate()
+    finally:
+        remove_navicache(pipe.transformer)
+    from diffusers import AutoencoderKL, DDIMScheduler, DiTPipeline
+
+    model = _dit_transformer_2d()
+    torch.manual_seed(0)
+    vae = AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        block_out_channels=(8,),
+        latent_channels=4,
+        norm_num_groups=8,
+        sample_size=8,
+    ).eval()
+    dit_pipe = DiTPipeline(transformer=model, vae=vae, scheduler=DDIMScheduler())
+    dit_pipe.set_progress_bar_config(disable=True)
+    apply_navicache(model, NaviCacheConfig(num_inference_steps=4))
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"no cache context is set.*DiTPipeline.*do not: call the model in a loop"
+        ):
+            dit_pipe(class_labels=[3], num_inference_steps=4, guidance_scale=1.0, output_type="np")
+    finally:
+        remove_navicache(model)
+
+
 @pytest.mark.parametrize("offload", [False, True])
 def test_a_generation_that_raised_part_way_does_not_leave_the_next_one_mid_run(offload):
     # Flux puts no step index nor timestep in the cache context and the pipeline's end-of-call reset never

@@ -14,13 +14,14 @@ step are always computed.
 The step: the context's ``step_index`` when the pipeline sets it (diffusers' Wan and Cosmos pipelines),
 else the number of forwards run in that context since the run began (diffusers' TaylorSeer cache counts
 steps the same way; most diffusers pipelines call ``cache_context("cond")`` with no step). A new run
-(generation) begins when the leading context's ``step_index`` is 0, when its counter has run the whole
+(generation) begins after the pipeline's end-of-call ``reset_stateful_hooks`` (diffusers' convention,
+``maybe_free_model_hooks``) and, where the leading context has a ``step_index``, when it is 0 (that alone:
+no timestep is read for this). Where it has none, a new run begins when its counter has run the whole
 schedule, when the context's ``timestep`` increases again (the scheduler restarted; on a diffusers model
 whose pipeline puts no step index nor timestep in the context, e.g. Flux, the ``timestep`` argument of the
-model's forward: so a generation that raised part-way does not leave the next one inside its run), at the
-first call whose timestep does not rise after two or more rising ones (an inversion, rising timesteps, runs
-each call as a run of its own: nothing is skipped there, and the sampling run after it starts afresh), and
-after the pipeline's end-of-call ``reset_stateful_hooks`` (diffusers' convention, ``maybe_free_model_hooks``).
+model's forward: so a generation that raised part-way does not leave the next one inside its run), and at
+the first call whose timestep does not rise after two or more rising ones (an inversion, rising timesteps,
+runs each call as a run of its own: nothing is skipped there, and the sampling run after it starts afresh).
 A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
 an input of its own shape.
 """
@@ -50,8 +51,9 @@ BLOCK_HOOK = "icml_stack_cache_block"
 TIMESTEP_HOOK = "icml_stack_cache_timestep"
 NO_CONTEXT_MESSAGE = (
     "{method}: no cache context is set. Wrap every transformer call in a named context, e.g. "
-    "`with transformer.cache_context('cond'):` on a diffusers model (diffusers pipelines do this), or "
-    "`with icml_generative.cache.cache_context(model, 'cond'):` for any module."
+    "`with transformer.cache_context('cond'):` on a diffusers model, or "
+    "`with icml_generative.cache.cache_context(model, 'cond'):` for any module. Many diffusers pipelines set "
+    "one; others (e.g. DiTPipeline, PixArtAlphaPipeline) do not: call the model in a loop of your own there."
 )
 
 
@@ -341,7 +343,8 @@ class StackCacheHook(ModelHook):
         if n is None:
             raise ValueError(
                 f"{policy.name}: the number of inference steps is unknown; pass num_inference_steps "
-                "in the config or in the cache context (diffusers pipelines set it)"
+                "in the config (the pipeline's number of steps) or in the cache context (diffusers' Wan and "
+                "Cosmos pipelines put it there; Flux and most other pipelines do not)"
             )
         align = policy.alignment_steps if policy.alignment_steps is not None else math.ceil(0.2 * n)
         if align >= n:
