@@ -147,6 +147,38 @@ def test_coverage_of_mapie_level_layout_matches_mapie():
     np.testing.assert_array_equal(coverage(y[600:], y_pis[:, :, 1:2]), got[1:2])  # (n, 2, 1)
 
 
+def test_coverage_of_mapie_target_layouts_matches_mapie():
+    # MAPIE 1.6's regression_coverage_score also takes y as a column (n, 1) and, with (n, 2, k)
+    # intervals, as (n, k): column j the targets of level j; ours refused both ("y must have shape (n,)")
+    from mapie.metrics.regression import regression_coverage_score
+
+    rng = np.random.default_rng(1)
+    y, Y = rng.normal(size=200), rng.normal(size=(200, 3))
+    bounds = np.sort(1.3 * rng.normal(size=(200, 2, 3)), axis=1)
+    # ties with the per-level targets: closed bounds, covered
+    bounds[:10, 0, :], bounds[:10, 1, :] = Y[:10], np.maximum(bounds[:10, 1, :], Y[:10])
+    got = coverage(Y, bounds)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float64 and got.shape == (3,)
+    np.testing.assert_array_equal(got, regression_coverage_score(Y, bounds))  # bit-equal
+    for j in range(3):  # level j is the coverage of its own targets
+        assert got[j] == coverage(Y[:, j], bounds[:, :, j])
+    # measured: [0.415, 0.42, 0.375] with per-level targets, [0.425, 0.395, 0.36] with one y
+    assert not np.array_equal(got, coverage(y, bounds))
+    np.testing.assert_array_equal(coverage(y[:, None], bounds), regression_coverage_score(y[:, None], bounds))
+    np.testing.assert_array_equal(coverage(y[:, None], bounds), coverage(y, bounds))
+    column = coverage(y[:, None], bounds[:, :, 0])  # (n, 2) intervals still give a float
+    assert type(column) is float and column == regression_coverage_score(y[:, None], bounds[:, :, 0])[0]
+    # what MAPIE only broadcasts is refused: k targets against one interval, k != n_levels
+    with pytest.raises(ValueError, match=r"y of shape \(200, 3\) .* needs intervals of shape \(200, 2, 3\)"):
+        coverage(Y, bounds[:, :, 0])
+    with pytest.raises(ValueError, match=r"y of shape \(200, 2\) must have one column per confidence level"):
+        coverage(Y[:, :2], bounds)
+    with pytest.raises(ValueError, match=r"y must have shape \(n,\) or \(n, 1\)"):
+        coverage(Y[:, :, None], bounds)
+    with pytest.raises(ValueError, match=r"intervals must have shape \(200, 2, n_levels\)"):
+        coverage(Y, bounds[:100])
+
+
 def test_bad_level_layout_input():
     ok = np.zeros((3, 2, 2))
     with pytest.raises(ValueError, match=r"intervals must have shape \(3, 2, n_levels\)"):

@@ -9,6 +9,8 @@ end in ``_``, ``get_params``/``clone`` work) with MAPIE v1's steps:
 2. ``conformalize(X_conformalize, y_conformalize)`` scores a calibration set the models never saw and
    keeps one threshold per confidence level: the ``ceil((n + 1) * confidence_level)``-th smallest of the
    ``n`` scores (:func:`conformal_rank`), ``inf`` with a warning when that rank exceeds ``n``.
+   ``predict_params`` (MAPIE's) are keyword arguments of the models' ``predict`` / ``predict_proba``, used
+   there and in every prediction after it.
 3. ``predict_interval(X)`` / ``predict_set(X)`` return ``(y_pred, y_pis)``, ``y_pis`` of shape
    ``(n, 2, n_levels)`` / ``(n, n_classes, n_levels)``; ``predict(X)`` the point prediction alone.
 """
@@ -79,14 +81,16 @@ def check_regression_model(model, name: str = "estimator"):
     return model
 
 
-def check_fit_params(fit_params) -> dict:
-    """MAPIE's ``fit_params``: None or a dict of keyword arguments (str keys) for the models' ``fit``."""
+def check_fit_params(fit_params, name: str = "fit_params", example: str = "{'sample_weight': w}") -> dict:
+    """MAPIE's ``fit_params`` (or ``predict_params``, ``name``): None or a dict of keyword arguments (str
+    keys) for the models' ``fit`` (``predict``)."""
     if fit_params is None:
         return {}
     if not isinstance(fit_params, dict) or not all(isinstance(key, str) for key in fit_params):
+        method = name.removesuffix("_params")
         raise TypeError(
-            f"fit_params must be None or a dict of keyword arguments of the model's fit, e.g. "
-            f"{{'sample_weight': w}}, got {fit_params!r}"
+            f"{name} must be None or a dict of keyword arguments of the model's {method}, e.g. "
+            f"{example}, got {fit_params!r}"
         )
     return dict(fit_params)
 
@@ -127,14 +131,21 @@ class ConformalPredictor(BaseEstimator):
         self._levels()
         return self._fit(X_train, y_train, ("X_train", "y_train"), check_fit_params(fit_params))
 
-    def conformalize(self, X_conformalize, y_conformalize):
+    def conformalize(self, X_conformalize, y_conformalize, predict_params: dict | None = None):
         """Score the calibration set ``(X_conformalize, y_conformalize)`` (data the model never saw) and
-        keep one threshold per confidence level; returns self."""
+        keep one threshold per confidence level; returns self.
+
+        ``predict_params``: keyword arguments of every model's ``predict`` (the classifier's ``predict`` and
+        ``predict_proba``), as MAPIE's ``predict_params``: used on the calibration set here and by every
+        later ``predict``, ``predict_interval`` and ``predict_set`` (kept as ``predict_params_``), so the
+        scores and the predictions they calibrate come from the same model.
+        """
         return self._conformalize(
             X_conformalize,
             y_conformalize,
             ("X_conformalize", "y_conformalize"),
             "X_conformalize, y_conformalize",
+            check_fit_params(predict_params, "predict_params", "{'n_neighbors': 5}"),
         )
 
     # ----------------------------------------------------------------------------- the shared steps
@@ -172,20 +183,33 @@ class ConformalPredictor(BaseEstimator):
         X = self._features(X, names[0])
         y = self._targets(y, names[1], X.shape[0], names[0])
         # a refit makes a new model: the thresholds calibrated for the old one no longer hold for it
-        for attr in ("conformity_scores_", "confidence_levels_", "thresholds_"):
+        for attr in ("conformity_scores_", "confidence_levels_", "thresholds_", "predict_params_"):
             self.__dict__.pop(attr, None)
         self._train(X, y, ", ".join(names), params)
         self.n_features_in_ = X.shape[1]
         self.is_trained_ = True
         return self
 
-    def _conformalize(self, X, y, names: tuple[str, str], what: str):
+    def _conformalize(self, X, y, names: tuple[str, str], what: str, params: dict | None = None):
         # a refused calibration keeps the earlier one whole: with prefit=True the model given is taken
         # before the data are checked, and was left beside the thresholds of the model it replaced
         with keep_state_on_failure(self):
-            return self._calibrate(X, y, names, what)
+            return self._calibrate(X, y, names, what, params or {})
 
-    def _calibrate(self, X, y, names: tuple[str, str], what: str):
+    def _call(self, model, method: str, X):
+        """``model.method(X, **predict_params_)``; a model that refuses those parameters raises a TypeError
+        naming ``predict_params``."""
+        params = getattr(self, "predict_params_", {})
+        try:
+            return getattr(model, method)(X, **params)
+        except TypeError as err:
+            if not params:
+                raise
+            raise TypeError(
+                f"predict_params {sorted(params)} are not accepted by {type(model).__name__}.{method}: {err}"
+            ) from err
+
+    def _calibrate(self, X, y, names: tuple[str, str], what: str, params: dict):
         levels = self._levels()
         if check_bool(self.prefit, "prefit"):
             self._take_prefit()
@@ -197,6 +221,7 @@ class ConformalPredictor(BaseEstimator):
         X = self._features(X, names[0], getattr(self, "n_features_in_", None))
         y = self._targets(y, names[1], X.shape[0], names[0])
         self.n_features_in_ = X.shape[1]
+        self.predict_params_ = params
         scores = self._scores(X, self._calibration_targets(y, names[1]), what)
         self.conformity_scores_ = scores
         self.confidence_levels_ = np.asarray(levels)

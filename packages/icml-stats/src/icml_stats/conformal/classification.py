@@ -81,13 +81,13 @@ class SplitConformalClassifier(ClassifierMixin, ConformalPredictor):
     def predict(self, X) -> np.ndarray:
         """The classifier's predicted labels ``(n,)``."""
         X = self._check_conformalized(X)
-        return np.asarray(self.estimator_.predict(X))
+        return np.asarray(self._call(self.estimator_, "predict", X))
 
     def predict_set(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Predicted labels ``(n,)`` and prediction sets ``(n, n_classes, n_levels)`` (booleans, column
         ``k`` for ``classes_[k]``), one set per confidence level."""
         X = self._check_conformalized(X)
-        return np.asarray(self.estimator_.predict(X)), self._sets(X)
+        return np.asarray(self._call(self.estimator_, "predict", X)), self._sets(X)
 
     def _sets(self, X) -> np.ndarray:
         proba = self._proba(X, "X")
@@ -130,7 +130,7 @@ class SplitConformalClassifier(ClassifierMixin, ConformalPredictor):
 
     def _proba(self, X, what: str) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
-            proba = np.asarray(self.estimator_.predict_proba(X), dtype=float)
+            proba = np.asarray(self._call(self.estimator_, "predict_proba", X), dtype=float)
         if proba.shape != (X.shape[0], self.classes_.size) or not np.isfinite(proba).all():
             raise ValueError(
                 f"the classifier's predict_proba on {what} must give finite probabilities of shape "

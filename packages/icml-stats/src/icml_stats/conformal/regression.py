@@ -105,14 +105,15 @@ class NormalizedConformalRegressor(RegressorMixin, ConformalRegressor):
         self.estimator_, self.scale_estimator_ = self.estimator, self.scale_estimator
 
     def _sigma(self, X) -> np.ndarray:
-        return np.maximum(np.asarray(self.scale_estimator_.predict(X), dtype=float), self.sigma_floor_)
+        sigma = np.asarray(self._call(self.scale_estimator_, "predict", X), dtype=float)
+        return np.maximum(sigma, self.sigma_floor_)
 
     def _point(self, X) -> np.ndarray:
-        return np.asarray(self.estimator_.predict(X), dtype=float)
+        return np.asarray(self._call(self.estimator_, "predict", X), dtype=float)
 
     def _scores(self, X, y, what: str) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # refused just below
-            residual = np.abs(y - self.estimator_.predict(X))  # (n_calib,)
+            residual = np.abs(y - self._call(self.estimator_, "predict", X))  # (n_calib,)
             if check_bool(self.prefit, "prefit"):
                 self.sigma_floor_ = self._floor(finite_scores(residual, what))
             return finite_scores(residual / self._sigma(X), what)
@@ -179,8 +180,8 @@ class ConformalizedQuantileRegressor(RegressorMixin, ConformalRegressor):
         self.lower_estimator_, self.upper_estimator_ = self.lower_estimator, self.upper_estimator
 
     def _quantiles(self, X) -> tuple[np.ndarray, np.ndarray]:
-        lo = np.asarray(self.lower_estimator_.predict(X), dtype=float)
-        return lo, np.asarray(self.upper_estimator_.predict(X), dtype=float)
+        lo = np.asarray(self._call(self.lower_estimator_, "predict", X), dtype=float)
+        return lo, np.asarray(self._call(self.upper_estimator_, "predict", X), dtype=float)
 
     def _point(self, X) -> np.ndarray:
         lo, hi = self._quantiles(X)

@@ -127,11 +127,11 @@ class SplitConformalRegressor(RegressorMixin, ConformalRegressor):
         self.estimator_ = self.estimator
 
     def _point(self, X) -> np.ndarray:
-        return np.asarray(self.estimator_.predict(X), dtype=float)
+        return np.asarray(self._call(self.estimator_, "predict", X), dtype=float)
 
     def _scores(self, X, y, what: str) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # refused just below
-            return finite_scores(np.abs(y - self.estimator_.predict(X)), what)
+            return finite_scores(np.abs(y - self._call(self.estimator_, "predict", X)), what)
 
     def _bounds(self, X, thresholds):
         center = self._point(X)  # (n,)
@@ -187,21 +187,40 @@ def coverage(y, intervals) -> float | np.ndarray:
     """Fraction of ``y`` inside its closed interval ``[lower, upper]`` (MAPIE's ``regression_coverage_score``).
 
     Args:
-        y: targets ``(n,)``.
-        intervals: ``(n, 2)`` lower and upper bounds, ``lower <= upper`` (infinite bounds allowed), or
+        y: targets ``(n,)`` or ``(n, 1)``; with ``(n, 2, n_levels)`` intervals also ``(n, n_levels)``,
+            column ``j`` the targets of level ``j`` (as MAPIE's ``regression_coverage_score``).
+        intervals: ``(n, 2)`` lower and upper bounds, ``lower <= upper`` (infinite bounds allowed, e.g. those
+            of ``predict_interval(X, allow_infinite_bounds=True)``; MAPIE refuses them), or
             ``(n, 2, n_levels)``, one such pair per confidence level: the ``y_pis`` of ``predict_interval``.
 
     Returns:
         For ``(n, 2)`` intervals the coverage as a float; for ``(n, 2, n_levels)`` a float array
         ``(n_levels,)``, one coverage per level (as MAPIE's ``regression_coverage_score``).
     """
-    y = as_array(y, "y", ("n",))
+    y = as_array(y, "y")
+    if y.ndim == 2 and y.shape[1] == 1:  # a column vector, e.g. a one-column data frame
+        y = y[:, 0]
+    if y.ndim not in (1, 2):
+        check_shape(y, "y", ("n",), " or (n, 1), or (n, n_levels) with (n, 2, n_levels) intervals")
     bounds = as_array(intervals, "intervals", interval=EXTENDED)
     if bounds.ndim != 3:
+        if y.ndim == 2:
+            raise ValueError(
+                f"y of shape {y.shape} (one column per confidence level) needs intervals of shape "
+                f"({y.shape[0]}, 2, {y.shape[1]}), got {bounds.shape}"
+            )
         bounds = as_intervals(bounds, "intervals", y.size, f" or ({y.size}, 2, n_levels)")
         return float(np.mean((bounds[:, 0] <= y) & (y <= bounds[:, 1])))
-    check_shape(bounds, "intervals", (y.size, 2, "n_levels"), " (one [lower, upper] per sample and level)")
+    check_shape(
+        bounds, "intervals", (y.shape[0], 2, "n_levels"), " (one [lower, upper] per sample and level)"
+    )
+    if y.ndim == 2 and y.shape[1] != bounds.shape[2]:
+        raise ValueError(
+            f"y of shape {y.shape} must have one column per confidence level of intervals "
+            f"{bounds.shape} ({bounds.shape[2]}), or be ({y.shape[0]},)"
+        )
     lower, upper = bounds[:, 0, :], bounds[:, 1, :]
     if np.any(lower > upper):
         raise ValueError("intervals must have lower <= upper in every row and level")
-    return np.mean((lower <= y[:, None]) & (y[:, None] <= upper), axis=0)
+    y = y if y.ndim == 2 else y[:, None]  # (n, n_levels) or (n, 1)
+    return np.mean((lower <= y) & (y <= upper), axis=0)

@@ -362,10 +362,34 @@ def ert(
     return ert_from_proba(z, proba, fold, t, loss=loss, side=side, level=level)
 
 
+# MAPIE's keywords of excess_risk_target_coverage and ours: refused by name rather than taken as aliases,
+# since with MAPIE's other defaults (random_state=42, a plain HistGradientBoostingClassifier) they would
+# give other numbers than MAPIE's under the same call
+MAPIE_KEYWORDS = {
+    "n_splits": "cv=n_splits",
+    "model_cls": "classifier=model_cls(**model_kwargs)",
+    "model_kwargs": "classifier=model_cls(**model_kwargs)",
+    "fit_kwargs": "a classifier whose fit needs no extra arguments (e.g. a Pipeline)",
+}
+
+
 def excess_risk_target_coverage(
     x, y, confidence_level=0.9, *, y_intervals=None, y_sets=None, **kwargs
 ) -> float:
-    """MAPIE-style name and argument order (``mapie.metrics.conditional``): the ERT estimate as a float."""
+    """MAPIE-style name and argument order (``mapie.metrics.conditional``): the ERT estimate as a float.
+
+    ``kwargs`` are those of :func:`ert`. MAPIE's ``n_splits``, ``model_cls``, ``model_kwargs`` and
+    ``fit_kwargs`` are refused with a TypeError that names our equivalent: MAPIE's numbers come from
+    ``classifier=model_cls(**model_kwargs), cv=n_splits, random_state=42`` (its default seed); our own
+    defaults (``default_classifier()``, ``random_state=None``) differ from MAPIE's.
+    """
+    mapie_only = sorted(set(kwargs) & set(MAPIE_KEYWORDS))
+    if mapie_only:
+        name = mapie_only[0]
+        raise TypeError(
+            f"excess_risk_target_coverage does not take MAPIE's {name}: pass {MAPIE_KEYWORDS[name]} instead "
+            "(MAPIE's numbers: classifier=model_cls(**model_kwargs), cv=n_splits, random_state=42, its seed)"
+        )
     return ert(
         x, confidence_level=confidence_level, y=y, y_intervals=y_intervals, y_sets=y_sets, **kwargs
     ).estimate
