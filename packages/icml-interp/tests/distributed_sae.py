@@ -5,13 +5,14 @@
 Each rank gets its row shard of every global batch of a planted-sparse-dictionary data set (rank r: rows
 ``[r * b, (r + 1) * b)`` of each batch of ``B = N * b`` tokens), trains the four architectures and saves
 ``{arch: (parameters, log)}`` (and ``"nan_error"``: the error of a run where one rank's batch holds a NaN)
-to ``OUT.rank<r>``; rank 0 then trains the same configs in one process
+to ``OUT.rank<r>``, and ``"empty_error"``: the error of a run where one rank's shard is empty, rank 0 then trains the same configs in one process
 (``distributed=False``) on the whole data and saves them to ``OUT.single``. With ``SAE_DIE_AT_BATCH=i``
 rank 1 exits with status 3 when its source hands out its i-th batch (a worker that dies mid-training).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 
@@ -78,7 +79,7 @@ def result(sae, log) -> tuple[dict, dict]:
 
 def main(out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))  # a stuck collective fails
     rank, world = dist.get_rank(), dist.get_world_size()
     tokens = planted_tokens(BATCH * DATA_BATCHES)
     src = source(shard(tokens, rank, world))
@@ -98,6 +99,14 @@ def main(out: str) -> None:
         results["nan_error"] = None
     except ValueError as err:
         results["nan_error"] = str(err)
+    # rank 1's shard is empty: every rank must raise (before, rank 1 raised alone and rank 0 waited in the
+    # next collective)
+    try:
+        empty = local[:0] if rank == 1 else local
+        train_sae(empty, config("topk"), progress=False, distributed=True)
+        results["empty_error"] = None
+    except ValueError as err:
+        results["empty_error"] = str(err)
     torch.save(results, f"{out}.rank{rank}")
     dist.barrier()  # every rank has saved: the group is torn down together
     dist.destroy_process_group()

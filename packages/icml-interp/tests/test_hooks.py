@@ -447,9 +447,6 @@ def test_scores_softmax_to_the_pattern_and_rotation_keeps_norms(model):
     if hooked.rotary:
         q, rot_q = c["blocks.1.attn.hook_q"], c["blocks.1.attn.hook_rot_q"]
         k, rot_k = c["blocks.1.attn.hook_k"], c["blocks.1.attn.hook_rot_k"]
-        if model.config.model_type == "qwen3":  # hook_q / hook_k before its query / key norms (as in TL)
-            attn = hooked.blocks[1].self_attn
-            q, k = attn.q_norm(q), attn.k_norm(k)
         assert rot_q.shape == q.shape and rot_k.shape == k.shape  # (batch, seq, heads or kv heads, d_head)
         torch.testing.assert_close(rot_q.norm(dim=-1), q.norm(dim=-1))  # a rotation (partial in GPT-NeoX)
         torch.testing.assert_close(rot_q[:, 0], q[:, 0])  # position 0: rotation by angle 0
@@ -512,7 +509,8 @@ def test_esm_masked_lm_is_mapped(zoo):
 
 
 def _new_arch(zoo, arch):
-    return {"gemma": zoo.gemma, "gemma2": zoo.gemma2, "gemma3_text": zoo.gemma3, "olmo2": zoo.olmo2}[arch]()
+    factories = {"gemma": zoo.gemma, "gemma2": zoo.gemma2, "gemma3_text": zoo.gemma3, "olmo2": zoo.olmo2}
+    return {**factories, "qwen3": zoo.qwen3}[arch]()
 
 
 @pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3_text", "olmo2"])
@@ -611,7 +609,7 @@ def test_attn_out_and_mlp_out_are_the_normed_outputs_the_stream_gets(zoo, arch):
     assert torch.equal(w["blocks.1.hook_resid_mid"], c["resid_pre", 1])
 
 
-@pytest.mark.parametrize("arch", ["gemma3_text", "olmo2"])
+@pytest.mark.parametrize("arch", ["gemma3_text", "olmo2", "qwen3"])
 def test_hook_q_and_k_are_the_normed_queries_and_keys_that_rotary_rotates(zoo, arch):
     model = _new_arch(zoo, arch)
     hooked = HookedModel(model)
@@ -625,7 +623,7 @@ def test_hook_q_and_k_are_the_normed_queries_and_keys_that_rotary_rotates(zoo, a
         raw = proj(inp).unflatten(-1, (-1, hooked.d_head))
         if arch == "olmo2":  # one norm over the whole projection, then the split into heads
             want = norm(proj(inp)).unflatten(-1, (-1, hooked.d_head))
-        else:  # Gemma 3: each head's norm
+        else:  # Gemma 3, Qwen 3: each head's norm
             want = norm(raw)
         torch.testing.assert_close(c[which, 1], want, rtol=1e-6, atol=1e-6)
         assert (raw - c[which, 1]).abs().max() > 0.1  # hook_q / hook_k sit after the norm
@@ -825,28 +823,66 @@ def test_gpt2_hook_pos_embed_is_per_prompt(zoo, one_torch_thread):
         assert (want[2] - logits[2]).abs().max() > 1e-2 and torch.equal(want[:2], logits[:2])
 
 
-def test_qwen3_hook_q_and_k_are_the_projections_before_its_norms_as_in_transformer_lens(
-    zoo, one_torch_thread
-):
-    """Qwen 3 maps no qk_norm: its hook_q / hook_k are the projections' outputs and its query / key norms
-    follow them, as TransformerLens places hook_q / hook_k (before use_qk_norm's norms). Gemma 3 and OLMo 2
-    hook the normed outputs instead (their ArchSpec names qk_norm, see above)."""
+def test_qwen3_hook_q_and_k_are_what_its_rotary_embedding_receives(zoo, one_torch_thread):
+    """Qwen 3 norms each head's queries and keys (q_norm / k_norm on (batch, seq, heads, d_head)) before the
+    rotary embedding: hook_q / hook_k are those norms' outputs, as for Gemma 3 and OLMo 2. Before, Qwen 3 used
+    Llama's map: hook_q / hook_k were the raw projections (max |difference| from q_norm's output 4.0, k_norm's
+    3.1), hook_rot_q was not the rotation of hook_q (off by 4.0), and a write went through the norm again (twice
+    hook_q moved the logits by 2.7e-6, against 0.13 for twice the normed queries)."""
+    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
     model = zoo.qwen3()
     hooked = HookedModel(model)
-    assert hooked.spec.qk_norm is None
+    assert hooked.spec.qk_norm == ("q_norm", "k_norm") and hooked.spec.qk_norm_layout == "bshd"
     x = ids((2, 6), seed=43)
-    shorts = ("ln1_normalized", "q", "k", "rot_q", "rot_k")
+    attn = hooked.blocks[1].self_attn
+    own = {}
+
+    def keep(name):
+        return lambda module, args, output: own.__setitem__(name, output)
+
+    handles = [attn.q_norm.register_forward_hook(keep("q")), attn.k_norm.register_forward_hook(keep("k"))]
+    try:
+        with torch.no_grad():
+            reference = model(input_ids=x, use_cache=False).logits
+    finally:
+        for handle in handles:
+            handle.remove()
     with torch.no_grad():
-        _, c = hooked.run_with_cache(x, [act_name(s, 1) for s in shorts])
-        attn = hooked.blocks[1].self_attn
-        for which, proj, norm in (("q", attn.q_proj, attn.q_norm), ("k", attn.k_proj, attn.k_norm)):
-            raw = proj(c["ln1_normalized", 1]).unflatten(-1, (-1, hooked.d_head))
-            assert torch.equal(c[which, 1], raw)
-            assert (norm(raw) - raw).abs().max() > 0.1  # the norm matters
-            # written there, a value passes through the norm: doubling it leaves rot_q / rot_k as they were, up
-            # to the norm's eps (measured max |difference| 1.1e-4 for q, 5.8e-5 for k, on values up to 4.4;
-            # had hook_q sat after the norm, rot_q would double)
-            _, doubled = hooked.run_with_cache(
-                x, [act_name(f"rot_{which}", 1)], fwd_hooks=[(act_name(which, 1), lambda a, h: 2 * a)]
+        # reads: the model's own q_norm / k_norm outputs, bit for bit (no attention internal cached: the model's
+        # own attention implementation, the same pass)
+        logits, c = hooked.run_with_cache(x, [act_name("q", 1), act_name("k", 1)])
+        assert torch.equal(logits, reference)
+        assert torch.equal(c["q", 1], own["q"]) and torch.equal(c["k", 1], own["k"])
+        # hook_rot_q / hook_rot_k are Qwen 3's rotary embedding applied to hook_q / hook_k (measured 0.0)
+        names = [act_name(s, 1) for s in ("q", "k", "rot_q", "rot_k")]
+        _, r = hooked.run_with_cache(x, names)
+        cos, sin = model.model.rotary_emb(r["q", 1], torch.arange(6)[None].expand(2, 6))
+        rot_q, rot_k = apply_rotary_pos_emb(r["q", 1].transpose(1, 2), r["k", 1].transpose(1, 2), cos, sin)
+        assert torch.equal(r["rot_q", 1], rot_q.transpose(1, 2))
+        assert torch.equal(r["rot_k", 1], rot_k.transpose(1, 2))
+        # writes: the value written is what the rotary embedding receives. The read value written back leaves
+        # the logits as they were, bit for bit; a perturbed or doubled write gives the logits of the model whose
+        # q_norm / k_norm output is perturbed or doubled (measured max |difference| 0.0; the writes move the
+        # logits by 0.065 to 0.14; before, by the old map, got and want differed by 0.13 to 0.20)
+        for which, norm in (("q", attn.q_norm), ("k", attn.k_norm)):
+            shape = c[which, 1].shape
+            assert torch.equal(
+                hooked.run_with_hooks(x, [(act_name(which, 1), lambda a, h: a.clone())]), reference
             )
-            torch.testing.assert_close(doubled[f"rot_{which}", 1], c[f"rot_{which}", 1], rtol=0, atol=5e-4)
+            delta = 0.5 * torch.randn(shape, generator=torch.Generator().manual_seed(7))
+            for change in (lambda a, delta=delta: a + delta, lambda a: 2 * a):
+                got = hooked.run_with_hooks(x, [(act_name(which, 1), lambda a, h, change=change: change(a))])
+                handle = norm.register_forward_hook(lambda m, a, o, change=change: change(o))
+                try:
+                    want = model(input_ids=x, use_cache=False).logits
+                finally:
+                    handle.remove()
+                assert (want - reference).abs().max() > 1e-2
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    # LLaVA with a Qwen 3 language model maps it as Qwen 3 (its query / key norms included)
+    vlm = zoo.llava(model)
+    assert HookedModel(vlm).spec.qk_norm == ("q_norm", "k_norm")
+    with torch.no_grad():
+        _, v = HookedModel(vlm).run_with_cache(x, [act_name("q", 1)])
+    assert torch.equal(v["q", 1], c["q", 1])

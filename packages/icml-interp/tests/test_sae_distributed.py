@@ -7,9 +7,10 @@ order, and the rounding is amplified where it moves an activation across a discr
 near-tie, a ReLU edge) and Adam normalizes the tiny gradient difference. Measured on this test's
 configuration (40 steps), one process trained on the same batches with the rows of each batch permuted
 differs from the unpermuted run by up to 1e-4 (relative to each tensor's largest entry) in a few latents and
-by <= 1e-6 in the per-step losses; after 80 steps by up to 7e-3 in parameters. Two ranks versus one process
-measured 4e-7 (parameters) and 3e-7 (losses). A missing reduction (BatchTopK per rank, the dead-latent
-counter per rank) gives differences of 1e-2 and more from the first steps.
+by <= 1e-6 in the per-step losses (remeasured 2026-12-07: BatchTopK 8e-5 after 40 and 80 steps in three of
+four permutations, TopK 4e-6). Two ranks versus one process measured 4.3e-7 (parameters) and 2.8e-7 (losses).
+A missing reduction shows at once: BatchTopK's threshold per rank moved the losses by 5e-3 in the first step
+and the parameters by 7e-2 after 40 steps.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from icml_interp.sae import SAEConfig, train_sae
+from icml_interp.sae import ActivationSource, SAEConfig, train_sae
 
 HERE = Path(__file__).parent
 WORKER = HERE / "distributed_sae.py"
@@ -106,6 +107,8 @@ def test_two_processes_train_the_same_sae_as_one(tmp_path):
     # one rank's NaN batch raises on every rank (instead of one rank leaving the others in a collective)
     for result in (rank0, rank1):
         assert "rank 1 of 2" in result["nan_error"] and "NaN" in result["nan_error"]
+        # one rank's empty shard raises on every rank too (before: on rank 1 alone, rank 0 stuck in a collective)
+        assert "rank 1 of 2" in result["empty_error"] and "non-empty" in result["empty_error"]
 
 
 @pytest.mark.slow
@@ -154,6 +157,34 @@ def test_bad_first_batches_raise_on_a_process_group(one_process_group):
         train_sae(x, SAEConfig(**SMALL), progress=False, distributed=True)
     with pytest.raises(ValueError, match="d_in"):
         train_sae(planted(2048)[:, :8], SAEConfig(**SMALL), progress=False, distributed=True)
+
+
+class _FailingSource(ActivationSource):
+    """A source whose ``fail_at``-th batch raises ``ValueError`` (as a width change between inputs does)."""
+
+    fail_at = -1
+
+    def batches(self, batch_size, **kwargs):
+        for i, batch in enumerate(super().batches(batch_size, **kwargs)):
+            if i == self.fail_at:
+                raise ValueError("activation width changed from 16 to 8 between inputs")
+            yield batch
+
+
+def test_a_failing_source_raises_on_every_rank_naming_it(one_process_group):
+    # a rank whose source raises ValueError (an empty shard; a failure mid-training) must raise on every rank:
+    # the error goes through a collective and names the rank. Before, it was raised on that rank alone (no
+    # "rank 0 of 1"), and on two ranks the other rank waited in its next collective (gloo: "Connection
+    # closed by peer", or the timeout)
+    with pytest.raises(ValueError, match=r"rank 0 of 1: source must be a non-empty"):
+        train_sae(planted(256)[:0], SAEConfig(**SMALL), progress=False, distributed=True)
+    src = _FailingSource.from_activations(planted(2048), shuffle=False)
+    src.fail_at = 18  # in training, after the 16 initialization batches (16,384 tokens)
+    cfg = SAEConfig(**{**SMALL, "batch_size": 1024, "total_tokens": 1024 * 20})
+    with pytest.raises(ValueError, match=r"rank 0 of 1: source raised ValueError: activation width changed"):
+        train_sae(src, cfg, progress=False, distributed=True)
+    with pytest.raises(ValueError, match=r"^activation width changed"):  # one process: the source's own error
+        train_sae(src, cfg, progress=False)
 
 
 # ------------------------------------------------------------------------------------------- bad input

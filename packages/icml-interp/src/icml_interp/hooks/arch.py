@@ -38,10 +38,11 @@ class ArchSpec:
     Blocks that norm a sublayer's output before adding it (Gemma 2 / 3, OLMo 2) name that norm as ``attn_out``
     / ``mlp_out``; a block with no norm before attention or the MLP (OLMo 2) leaves ``ln1`` / ``ln2`` ``None``
     (no ``hook_scale`` / ``hook_normalized`` there). ``qk_norm`` (in attn) names the query and key norms applied
-    before the rotary embeddings (Gemma 3, OLMo 2): ``hook_q`` / ``hook_k`` are their outputs, the queries and
-    keys that ``hook_rot_q`` / ``hook_rot_k`` rotate; ``qk_norm_layout`` is the shape of those outputs:
-    ``"flat"`` ``(batch, seq, heads * d_head)`` (OLMo 2's norm of the whole projection), ``"bshd"``
-    ``(batch, seq, heads, d_head)`` or ``"bhsd"`` ``(batch, heads, seq, d_head)`` (Gemma 3's per-head norm).
+    before the rotary embeddings (Gemma 3, OLMo 2, Qwen 3): ``hook_q`` / ``hook_k`` are their outputs, the
+    queries and keys that ``hook_rot_q`` / ``hook_rot_k`` rotate; ``qk_norm_layout`` is the shape of those
+    outputs: ``"flat"`` ``(batch, seq, heads * d_head)`` (OLMo 2's norm of the whole projection), ``"bshd"``
+    ``(batch, seq, heads, d_head)`` (Qwen 3's per-head norm) or ``"bhsd"`` ``(batch, heads, seq, d_head)``
+    (Gemma 3's per-head norm).
     ``norm_weight_offset`` is added to every norm's weight where the norm multiplies by ``offset + weight``
     (Gemma's RMSNorm: ``1 + weight``); ``hook_scale`` needs it to rebuild a norm's output from a written scale.
     """
@@ -165,7 +166,9 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     "llama": _LLAMA,  # also SmolLM2
     "mistral": _LLAMA,
     "qwen2": _LLAMA,
-    "qwen3": _LLAMA,
+    # Qwen 3: Llama's layout plus a norm of each head's queries and keys, on (batch, seq, heads, d_head), before
+    # the rotary embeddings (hook_q / hook_k are their outputs, as for Gemma 3 and OLMo 2)
+    "qwen3": replace(_LLAMA, qk_norm=("q_norm", "k_norm"), qk_norm_layout="bshd"),
     # Gemma: Llama's layout; its RMSNorm scales by 1 + weight, and its embedding module multiplies by
     # sqrt(d_model) (hook_embed is the scaled embedding, = blocks.0.hook_resid_pre)
     "gemma": replace(_LLAMA, norm_weight_offset=1.0),

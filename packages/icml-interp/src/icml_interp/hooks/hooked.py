@@ -27,9 +27,9 @@ name                                what                                   shape
 ``blocks.L.ln1.hook_normalized``    the norm's output                      ``(batch, seq, d_model)``
 ``blocks.L.attn.hook_q/k/v``        per-head queries / keys / values,      ``(batch, seq, heads, d_head)``
                                     before rotary embeddings (after the    (keys, values: kv heads)
-                                    query / key norms of Gemma 3, OLMo 2;
-                                    before Qwen 3's, as TransformerLens
-                                    places them for every model)
+                                    query / key norms of Gemma 3, OLMo 2
+                                    and Qwen 3: what hook_rot_q/k rotate;
+                                    before them in TransformerLens)
 ``blocks.L.attn.hook_rot_q/k``      queries / keys after rotary            ``(batch, seq, heads, d_head)``
                                     embeddings (rotary models only)        (keys: kv heads)
 ``blocks.L.attn.hook_attn_scores``  scores after scaling, softcapping      ``(batch, heads, seq_q, seq_k)``

@@ -161,15 +161,25 @@ def _head_weights(hooked: HookedModel, layer: int) -> torch.Tensor:
 
 
 def _qkv(hooked: HookedModel, layer: int, normed: torch.Tensor) -> list[torch.Tensor]:
-    """Per-head ``[q, k, v]`` (``(..., heads, d_head)``, as ``hook_q/k/v``) from ln1's output ``normed``.
+    """Per-head ``[q, k, v]`` (``(..., heads, d_head)``, as ``hook_q/k/v``) from ln1's output ``normed``,
+    through the query / key norms where the spec maps them (Qwen 3: ``hook_q`` / ``hook_k`` are their outputs).
     Modules are called through ``.forward`` here: their hooks (ours included) must not fire again."""
     attn, spec = _attn(hooked, layer), hooked.spec
     if spec.qkv == "separate":
         counts = (hooked.n_heads, hooked.n_kv_heads, hooked.n_kv_heads)
-        return [
-            get_module(attn, path).forward(normed).unflatten(-1, (count, hooked.d_head))
-            for path, count in zip(spec.qkv_modules, counts, strict=True)
-        ]
+        out = []
+        for i, (path, count) in enumerate(zip(spec.qkv_modules, counts, strict=True)):
+            proj = get_module(attn, path).forward(normed)
+            norm = get_module(attn, spec.qk_norm[i]).forward if spec.qk_norm and i < 2 else None
+            if norm is not None and spec.qk_norm_layout == "flat":
+                proj = norm(proj)
+            proj = proj.unflatten(-1, (count, hooked.d_head))
+            if norm is not None and spec.qk_norm_layout == "bshd":
+                proj = norm(proj)
+            elif norm is not None and spec.qk_norm_layout == "bhsd":
+                proj = norm(proj.transpose(-3, -2)).transpose(-3, -2)
+            out.append(proj)
+        return out
     out = get_module(attn, spec.qkv_modules[0]).forward(normed)
     return split_fused_qkv(out, spec.qkv, hooked.n_heads, hooked.d_head)
 
@@ -267,18 +277,14 @@ def _check_common(model, clean_ids, corrupt_ids, metric):
                 f"edge attribution needs the block norms in the architecture map ({which} is None for "
                 f"{name}): add ln1/ln2 paths to its ArchSpec"
             )
-    # the graph's head senders are slices of the output projection added to the stream as they are, and its
-    # query / key receivers are the projections of ln1's output: a norm after either breaks that
+    # the graph's head senders are slices of the output projection added to the stream as they are: a norm
+    # after it breaks that (the query / key receivers are recomputed through a mapped qk_norm, see _qkv)
     attn = _attn(hooked, 0)
     attn_out = get_module(hooked.blocks[0], spec.attn_out) if spec.attn_out else attn
     if attn_out is not attn and attn_out is not get_module(attn, spec.o_proj):
         raise ValueError(
             f"edge attribution needs attention outputs that are the sum of the heads' outputs; {name} norms "
             f"its attention output ({spec.attn_out}) before adding it to the stream"
-        )
-    if spec.qk_norm is not None:
-        raise ValueError(
-            f"edge attribution does not support the query / key norms of {name} (ArchSpec.qk_norm)"
         )
     return hooked, clean, corrupt
 

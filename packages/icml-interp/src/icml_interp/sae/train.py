@@ -410,23 +410,29 @@ def train_sae(
     resumed = None if resume_path is None else _load_checkpoint(resume_path, cfg)
     ranks = Ranks.joined(cfg.batch_size) if distributed else None
     world = 1 if ranks is None else ranks.world
-    src = _as_source(source, cfg)
-    batches = src.batches(cfg.batch_size // world, cycle=True)
-
     # ---- initialization from the first batches (also used for training)
     first: list[torch.Tensor] = []
+    read_error = None
     try:
+        src = _as_source(source, cfg)
+        batches = src.batches(cfg.batch_size // world, cycle=True)
         while sum(b.shape[0] for b in first) * world < min(INIT_TOKENS, cfg.total_tokens):
             first.append(next(batches))
     except StopIteration:
         pass
+    except ValueError as err:
+        if ranks is None:
+            raise
+        # this rank's source is unusable (an empty shard, every token dropped): raised on every rank below,
+        # where raising here alone would leave the other ranks waiting in the next collective
+        read_error = str(err)
     if ranks is None:
         problem = _first_batches_problem(first, cfg, f"batch_size={cfg.batch_size}")
         if problem is not None:
             raise ValueError(problem)
     else:
         batch_text = f"batch_size // world_size = {cfg.batch_size // world}"
-        ranks.raise_if_any(_first_batches_problem(first, cfg, batch_text))
+        ranks.raise_if_any(read_error or _first_batches_problem(first, cfg, batch_text))
         first = first[: ranks.min_int(len(first))]  # the first batches every rank has
     init = torch.cat(first)
     if ranks is None:
@@ -495,9 +501,19 @@ def train_sae(
 
     def stream():
         yield from first
-        yield from batches
-        if ranks is not None:
-            yield None  # this rank's source ran out: the others must learn it in the next collective
+        if ranks is None:
+            yield from batches
+            return
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except ValueError as err:  # raised on every rank in the next collective
+                yield f"source raised ValueError: {err}"
+                return
+            yield batch
+        yield None  # this rank's source ran out: the others must learn it in the next collective
 
     shown = progress and (ranks is None or ranks.rank == 0)
     bar = tqdm(
@@ -519,7 +535,9 @@ def train_sae(
                 start = time.perf_counter()  # the log's seconds count training, not the replay
             continue
         bad_batch = None
-        if batch is not None and not bool(torch.isfinite(batch).all()):
+        if isinstance(batch, str):  # distributed: this rank's source failed
+            bad_batch, batch = batch, torch.zeros(0, cfg.d_in)
+        elif batch is not None and not bool(torch.isfinite(batch).all()):
             bad_batch = (
                 f"source's activations contain NaN or inf (in the batch for step {step}): an SAE trained on "
                 "them would have NaN parameters; drop or repair those tokens"
