@@ -341,6 +341,69 @@ def test_cached_hf_backend_follows_the_weights_as_they_train(smol_tokenizer):
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_cached_hf_backend_sees_writes_through_data_and_numpy(smol_tokenizer):
+    """Writes through ``.data`` or NumPy bump no version counter: ``cache_id`` kept the earlier weights' hash
+    and a CachedBackend served their answers (2 hits for 2 prompts, stale, for each route below). A sample of
+    the values (every row of every matrix, at least 256 values per tensor) is now compared on each call.
+    A write missing every sampled value is the documented limit: ``rehash()`` is the way out."""
+    import icml_agents.backends.hf as hf
+    from icml_tools.assets import tiny_llama
+
+    prompts = ["Hello there", "The capital of"]
+
+    def copy_through_data(model, first):  # weight surgery: another model's weights copied in
+        donor = tiny_llama(seed=7, vocab=len(smol_tokenizer))
+        for p, q in zip(model.parameters(), donor.parameters(), strict=True):
+            p.data.copy_(q.data)
+
+    def scale_through_numpy(model, first):
+        for p in model.parameters():
+            p.detach().numpy()[...] *= 1.5
+
+    def one_row_through_data(model, first):  # one row of the output embedding: another token wins
+        w = model.get_output_embeddings().weight
+        w.data[first + 1] = 100 * w.data[first]
+
+    for change in (copy_through_data, scale_through_numpy, one_row_through_data):
+        model = tiny_llama(vocab=len(smol_tokenizer))
+        backend = HFLocalBackend(model, smol_tokenizer, batch_size=2)
+        cached = CachedBackend(backend, ":memory:")
+        first = cached.generate(prompts, max_new_tokens=6)
+        before = backend.cache_id
+        change(model, first[0].token_ids[0])
+        fresh = HFLocalBackend(model, smol_tokenizer, batch_size=2)
+        assert backend.cache_id == fresh.cache_id != before, change.__name__
+        again = cached.generate(prompts, max_new_tokens=6)
+        assert again == fresh.generate(prompts, max_new_tokens=6) != first, change.__name__
+        assert cached.hits == 0 and cached.misses == 4, change.__name__
+
+    # one element that no sample reads: unseen until rehash(), which hashes the weights again
+    model = tiny_llama(vocab=len(smol_tokenizer))
+    backend = HFLocalBackend(model, smol_tokenizer, batch_size=2)
+    cached = CachedBackend(backend, ":memory:")
+    first = cached.generate(prompts, max_new_tokens=6)
+    before = backend.cache_id
+    w = model.get_input_embeddings().weight
+    row = smol_tokenizer(prompts[0])["input_ids"][0]
+    read = set(hf._sample_positions(w.shape, w.device).tolist())
+    col = next(c for c in range(w.shape[1]) if row * w.shape[1] + c not in read)
+    w.data[row, col] = 1e4
+    assert backend.cache_id == before  # the limit the docs state
+    backend.rehash()
+    assert backend.cache_id == HFLocalBackend(model, smol_tokenizer).cache_id != before
+    again = cached.generate(prompts, max_new_tokens=6)
+    assert (
+        again
+        == HFLocalBackend(model, smol_tokenizer, batch_size=2).generate(prompts, max_new_tokens=6)
+        != first
+    )
+    assert cached.hits == 0 and cached.misses == 4
+    named = HFLocalBackend(model, smol_tokenizer, cache_id="mine")
+    named.rehash()
+    assert named.cache_id == "mine"  # a given id is the caller's: kept
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_hf_from_pretrained_honours_dtype_and_torch_dtype(tiny_model, smol_tokenizer, tmp_path):
     """``torch_dtype`` (transformers' older name of ``dtype``) was dropped for float32."""
     tiny_model.save_pretrained(tmp_path)
