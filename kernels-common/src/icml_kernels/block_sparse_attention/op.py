@@ -110,7 +110,8 @@ def block_sparse_attention(
         reference (``ICML_KERNELS_IMPL=torch|triton`` forces one).
 
     The kernel is forward only: when autograd is on and ``q``, ``k`` or ``v`` requires grad, the torch
-    reference runs instead (differentiable; memory ``B*H*block_size*N`` scores per query block).
+    reference runs instead, whatever ``ICML_KERNELS_IMPL`` says (differentiable; memory
+    ``B*H*block_size*N`` scores per query block).
 
     Raises ValueError/TypeError naming the argument for a wrong type, dtype, shape or device, an index
     outside ``-1..NKB-1`` or listed twice in a row, NaN or infinite entries of ``q``, ``k``, ``v``, a

@@ -74,7 +74,7 @@ def echo_combine(
         ``(B, H, Q, S, D)`` in ``u``'s dtype, accumulated in float32 (float64 for float64). The Triton
         kernel on CUDA, the torch reference elsewhere (``ICML_KERNELS_IMPL=torch|triton`` forces one).
         Differentiable in ``u``, ``vbar``, ``a``, ``b``: the kernel is forward only, so when autograd is on
-        and one of them requires grad the torch reference runs instead.
+        and one of them requires grad the torch reference runs instead, whatever ``ICML_KERNELS_IMPL`` says.
 
     Raises ValueError/TypeError naming the argument for a wrong type, dtype, shape or device, an index out
     of range, or NaN or infinite entries of ``u``, ``vbar``, ``a``, ``b``; warns (RuntimeWarning) when the

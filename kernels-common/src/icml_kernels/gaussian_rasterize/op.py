@@ -94,7 +94,7 @@ def rasterize_gaussians(
         ``alpha = 1 - T``, ``(height, width)``, in the inputs' dtype. The Triton kernel on CUDA, the torch
         reference elsewhere (``ICML_KERNELS_IMPL=torch|triton`` forces one). Differentiable in every
         tensor argument through the reference: the kernel is forward only, so when autograd is on and one
-        of them requires grad the reference runs instead.
+        of them requires grad the reference runs instead, whatever ``ICML_KERNELS_IMPL`` says.
 
     Raises ValueError/TypeError naming the argument for a wrong type, dtype, shape or device, a size out of
     range, NaN or infinite entries, opacities outside ``[0, 1]`` or a conic that is not positive definite;
