@@ -4,7 +4,8 @@ A benchmark is ``run(budget: "quick" | "full", seed: int) -> list[dict]`` regist
 entry-point group ``icml.benchmarks``; each row is a flat dict of JSON scalars (shape, implementation,
 median time, ratio to the baseline measured in the same run, correctness). Benchmarks check correctness
 before timing and leave the speed-up empty when their op is wrong.
-Results go to ``<out>/<timestamp>/<name>.csv`` and ``results.json``; exit code 1 when one raised.
+Results go to ``<out>/<timestamp>/<name>.csv`` and ``results.json``; exit code 1 when one raised, 2 for a bad
+command line (an unknown ``--only`` name included).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ together with ``uv pip install --resolution lowest-direct``, so each of them res
 its specifier admits; then the distribution itself without
 dependencies, with the published workspace distributions it depends on (in its base or an extra); then
 ``pytest <distribution>/tests`` with the root configuration (the fast tier).
-Only the standard library is used here, so it runs before the workspace is synced::
+Only the standard library is used here on Python 3.11 or later (``tomllib``; on 3.10 it needs ``tomli``), so
+it runs before the workspace is synced::
 
-    PYTHONPATH=tools/src python -m icml_tools.lowest --python 3.10 [--only icml-stats] [--keep DIR]
+    PYTHONPATH=tools/src python3.11 -m icml_tools.lowest --python 3.10 [--only icml-stats] [--keep DIR]
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from icml_tools.protocol import check_run_args
 
-REPRODUCTION = "proteus-gaussian"  # 8 s per seed on 2 cores, reduces on torch's threads
+# reduces on torch's threads; 16-19 s a seed on 2 cores since c78a237 (7 s at 095f17f, when the
+# docs/repro_ray_sweep_cpu.json table was measured)
+REPRODUCTION = "proteus-gaussian"
 SEEDS = {"quick": "0-3", "full": "0-7"}
 RELATIVE = 1e-6
 

@@ -5,7 +5,8 @@ reproduction (from the report's ``results.json``; a registered one the report la
 with a line saying when, where and on which commit it was measured, and writes it between the README's
 ``<!-- repro-table:start -->`` and ``<!-- repro-table:end -->`` markers. Without ``REPORT_DIR`` it takes
 the newest report under ``./reports``. ``--check`` writes nothing and exits 1 when the README differs. A seed
-sweep's report (``icml-repro --seeds``) is refused: the table shows one run per reproduction.
+sweep's report (``icml-repro --seeds``) is refused: the table shows one run per reproduction. Exit code 2 when
+the report or the README (its markers) cannot be read, or the report is a seed sweep's.
 """
 
 from __future__ import annotations
