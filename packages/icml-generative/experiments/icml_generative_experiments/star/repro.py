@@ -59,7 +59,7 @@ CLAIM = (
 )
 CHANNELS, BETA_MIN, BETA_MAX, PRIMARY_GAMMA = 16, 1e-5, 1e-2, 2.0
 BUDGETS: dict[str, dict[str, Any]] = {
-    "quick": {"seeds": 1, "gammas": (2.0,), "train": 512, "heldout": 64, "vae_steps": 200, "flow_steps": 60},
+    "quick": {"seeds": 1, "gammas": (2.0,), "train": 512, "heldout": 64, "vae_steps": 140, "flow_steps": 15},
     "full": {
         "seeds": 3,
         "gammas": (1.0, 2.0, 3.0),
