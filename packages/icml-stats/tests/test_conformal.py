@@ -198,3 +198,13 @@ def test_bad_level_layout_input():
         coverage(np.zeros(3), bad)
     with pytest.raises(TypeError, match="intervals must be an array of real numbers"):
         coverage(np.zeros(3), ok.astype(complex))
+
+
+@pytest.mark.parametrize(
+    ("y_shape", "bounds_shape"), [((0,), (0, 2)), ((0, 1), (0, 2)), ((0, 3), (0, 2, 3)), ((0,), (0, 2, 3))]
+)
+def test_coverage_of_no_targets_raises(y_shape, bounds_shape):
+    # taking MAPIE's (n, 1) and (n, n_levels) targets dropped the n >= 1 check: these gave NaN and a
+    # RuntimeWarning ("Mean of empty slice")
+    with pytest.raises(ValueError, match=r"y must have shape"):
+        coverage(np.zeros(y_shape), np.zeros(bounds_shape))

@@ -200,7 +200,11 @@ def coverage(y, intervals) -> float | np.ndarray:
     y = as_array(y, "y")
     if y.ndim == 2 and y.shape[1] == 1:  # a column vector, e.g. a one-column data frame
         y = y[:, 0]
-    if y.ndim not in (1, 2):
+    if y.ndim == 2:  # one column of targets per confidence level, at least one row
+        check_shape(
+            y, "y", ("n", "n_levels"), " (one column per level of (n, 2, n_levels) intervals) or (n,)"
+        )
+    else:
         check_shape(y, "y", ("n",), " or (n, 1), or (n, n_levels) with (n, 2, n_levels) intervals")
     bounds = as_array(intervals, "intervals", interval=EXTENDED)
     if bounds.ndim != 3:
