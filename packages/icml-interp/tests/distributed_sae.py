@@ -4,9 +4,9 @@
 
 Each rank gets its row shard of every global batch of a planted-sparse-dictionary data set (rank r: rows
 ``[r * b, (r + 1) * b)`` of each batch of ``B = N * b`` tokens), trains the four architectures and saves
-``{arch: (parameters, log)}`` (and ``"nan_error"``: the error of a run where one rank's batch holds a NaN)
-to ``OUT.rank<r>``, and ``"empty_error"``: the error of a run where one rank's shard is empty, rank 0 then trains the same configs in one process
-(``distributed=False``) on the whole data and saves them to ``OUT.single``. With ``SAE_DIE_AT_BATCH=i``
+``{arch: (parameters, log)}``, ``"nan_error"`` (the error of a run where one rank's batch holds a NaN) and
+``"empty_error"`` (the error of a run where one rank's shard is empty) to ``OUT.rank<r>``; rank 0 then trains
+the same configs in one process (``distributed=False``) on the whole data and saves them to ``OUT.single``. With ``SAE_DIE_AT_BATCH=i``
 rank 1 exits with status 3 when its source hands out its i-th batch (a worker that dies mid-training).
 """
 

@@ -187,6 +187,20 @@ def test_a_failing_source_raises_on_every_rank_naming_it(one_process_group):
         train_sae(src, cfg, progress=False)
 
 
+def test_a_bad_batch_raises_even_when_another_rank_ran_out_in_that_step(one_process_group, monkeypatch):
+    # the step's rows of every rank come through one gather; a second rank whose source ran out is added to
+    # it here. Before, spread() returned None (every rank stops with the run-out warning) before it looked at
+    # the bad-batch flags, so rank 0's error was lost
+    from icml_interp.sae._distributed import Ranks
+
+    ranks = Ranks(1, 0)
+    real = ranks.gather
+    monkeypatch.setattr(ranks, "gather", lambda t: [*real(t), torch.zeros_like(t)])  # rank 1: ran out
+    with pytest.raises(ValueError, match=r"rank 0 of 1: source raised ValueError: width changed"):
+        ranks.spread(torch.zeros(0, 4), 4, "source raised ValueError: width changed")
+    assert ranks.spread(None, 4) is None  # no bad batch: the run-out still ends the run
+
+
 # ------------------------------------------------------------------------------------------- bad input
 def test_distributed_without_a_process_group_is_a_clear_error():
     assert not dist.is_initialized()

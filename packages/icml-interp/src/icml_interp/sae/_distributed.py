@@ -90,7 +90,7 @@ class Ranks:
         self, x: torch.Tensor | None, d_in: int, message: str | None = None
     ) -> tuple[int, torch.Tensor, float] | None:
         """``(tokens, sum ||x - mean||^2, sum ||x||^2)`` over the global batch whose rows on this rank are
-        ``x (b, d_in)``; None on every rank when some rank has no batch (``x`` None: its source ran out).
+        ``x (b, d_in)``; None on every rank when some rank has no batch (``x`` None: its source ran out) and no rank a bad one.
         ``message``: this rank's batch is bad (raised on every rank). The spread is combined from each
         rank's own mean and spread (Chan et al.'s parallel variance, in float64), not from ``sum x^2``
         minus ``n mean^2``, which would cancel catastrophically for activations far from the origin."""
@@ -105,9 +105,10 @@ class Ranks:
                 row[4] = float(torch.linalg.vector_norm(x)) ** 2
                 row[5:] = x.sum(0, dtype=torch.float64)
         rows = torch.stack(self.gather(row))  # (world, 5 + d_in)
+        # a bad batch raises even where another rank ran out in the same step: its error is not lost
+        self.raise_if_any(message, anyone=bool(rows[:, 1].any()))
         if bool((rows[:, 0] == 0).any()):
             return None
-        self.raise_if_any(message, anyone=bool(rows[:, 1].any()))
         counts, sums = rows[:, 2], rows[:, 5:]
         n = int(counts.sum())
         mean = sums.sum(0) / n
