@@ -344,7 +344,8 @@ def test_cached_hf_backend_follows_the_weights_as_they_train(smol_tokenizer):
 def test_cached_hf_backend_sees_writes_through_data_and_numpy(smol_tokenizer):
     """Writes through ``.data`` or NumPy bump no version counter: ``cache_id`` kept the earlier weights' hash
     and a CachedBackend served their answers (2 hits for 2 prompts, stale, for each route below). A sample of
-    the values (every row of every matrix, at least 256 values per tensor) is now compared on each call.
+    the values (every value of a tensor of up to 256, else 256 spread over it and one in every row of a
+    matrix) is now compared on each call.
     A write missing every sampled value is the documented limit: ``rehash()`` is the way out."""
     import icml_agents.backends.hf as hf
     from icml_tools.assets import tiny_llama
@@ -356,6 +357,10 @@ def test_cached_hf_backend_sees_writes_through_data_and_numpy(smol_tokenizer):
         for p, q in zip(model.parameters(), donor.parameters(), strict=True):
             p.data.copy_(q.data)
 
+    def scale_through_data(model, first):  # a hand-written EMA or decay step
+        for p in model.parameters():
+            p.data.mul_(1.5)
+
     def scale_through_numpy(model, first):
         for p in model.parameters():
             p.detach().numpy()[...] *= 1.5
@@ -364,7 +369,7 @@ def test_cached_hf_backend_sees_writes_through_data_and_numpy(smol_tokenizer):
         w = model.get_output_embeddings().weight
         w.data[first + 1] = 100 * w.data[first]
 
-    for change in (copy_through_data, scale_through_numpy, one_row_through_data):
+    for change in (copy_through_data, scale_through_data, scale_through_numpy, one_row_through_data):
         model = tiny_llama(vocab=len(smol_tokenizer))
         backend = HFLocalBackend(model, smol_tokenizer, batch_size=2)
         cached = CachedBackend(backend, ":memory:")
