@@ -162,6 +162,12 @@ TINY_VISION = dict(
 )
 
 
+@pytest.fixture(scope="session")
+def tiny_vision():
+    """:data:`TINY_VISION` for test modules (importlib mode: they cannot import this conftest)."""
+    return dict(TINY_VISION)
+
+
 def tiny_gemma3_vlm(seed: int = 0, layers: int = 2, final_logit_softcapping: float | None = None):
     """A tiny Gemma 3 vision-language model (Gemma3ForConditionalGeneration, model_type "gemma3") whose language
     model is :func:`tiny_gemma3`'s, weights included, and a 1-layer SigLIP tower: 32x32 images, 4 image tokens

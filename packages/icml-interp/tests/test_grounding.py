@@ -656,18 +656,10 @@ IMAGE_TOKEN = 39
 
 
 @pytest.fixture(scope="module")
-def llava():
+def llava(tiny_vision):
     from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
-    vision = CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=8,
-        projection_dim=32,
-    )
+    vision = CLIPVisionConfig(**tiny_vision, projection_dim=32)
     text = LlamaConfig(
         vocab_size=40,
         hidden_size=32,
