@@ -142,6 +142,23 @@ def test_affine_invariant_mean_equals_pyriemann_mean_riemann_for_positive_weight
         np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("w0", [0.5, 0.7, 0.3])
+def test_sphere_mean_of_antipodal_points_minimizes_the_objective(d, w0):
+    # the log of an antipodal point was taken as 0, so the start (one of the points) looked stationary and
+    # was returned: objective pi^2 / 2 = 4.93 at equal weights (the largest possible; minimum pi^2 / 4 =
+    # 2.47), 0.3 pi^2 = 2.96 at weights (0.7, 0.3) (minimum 0.21 pi^2 = 2.07). The minimizers lie at
+    # angle w1 pi from the first point, in any direction.
+    y0 = np.eye(d)[0]
+    y = np.stack([y0, -y0])
+    w = np.array([w0, 1 - w0])
+    m = Sphere().mean(y, w)
+    assert Sphere().objective(y, w, m) == pytest.approx(
+        np.pi**2 * w0 * (1 - w0), rel=1e-12
+    )  # measured: exact
+    assert np.arccos(np.clip(m @ y0, -1, 1)) == pytest.approx((1 - w0) * np.pi, rel=1e-9)  # measured 1.1e-16
+
+
 def test_sphere_and_compositional_means_of_symmetric_points():
     t = 0.4
     pts = np.array(

@@ -135,6 +135,25 @@ def test_bad_payoffs_and_fractions():
         WealthProcess(None).step(0.1)
 
 
+def test_ons_with_the_full_fraction_survives_a_total_loss():
+    # ONS(max_fraction=1) reaches the fraction 1 after a payoff of 1; a payoff of -1 then made
+    # 1 + lambda g = 0 and observe raised ZeroDivisionError, after the wealth process had already set its
+    # wealth to 0 (path and fractions one step short). The wealth is 0 from then on; the ONS step's limit
+    # (z -> -inf: z / (curvature + z^2) -> 0) leaves the fraction at 1 with an infinite curvature.
+    strategy = ONS(max_fraction=1.0)
+    process = WealthProcess(strategy, alpha=0.05)
+    for g in (1.0, -1.0, 1.0, 0.5, -0.3):
+        process.step(g)
+    assert process.path == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert process.fractions == [0.0, 1.0, 1.0, 1.0, 1.0]
+    assert math.isinf(strategy._curvature)
+    # the limit of payoffs -1 + eps as eps -> 0: fraction 0.99999999998 and curvature 1e28 at eps = 1e-14
+    near = ONS(max_fraction=1.0)
+    near.observe(1.0)
+    near.observe(-1.0 + 1e-14)
+    assert near.fraction() > 1 - 1e-10 and near._curvature > 1e27
+
+
 def test_wealth_plot():
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")

@@ -152,6 +152,16 @@ def test_median_bandwidth():
     assert median_bandwidth(np.zeros((5, 2))) == 1.0  # constant data falls back to 1
 
 
+@pytest.mark.parametrize("scale", [1e-160, 1e-200, 1e-300, 1e200])
+def test_median_bandwidth_scales_with_tiny_and_huge_data(scale):
+    # data below ~1e-154 had squared distances that underflowed to 0: the bandwidth fell back to 1.0 (the
+    # constant-data value; 1e+200 times too large at 1e-200, 2.4e-5 off relative at 1e-160), so SKCI on
+    # gaussian_ci(300, d=2, effect=0.5) times 1e-200 had all-ones kernels and p-value 1.0 (0.016 unscaled)
+    x = np.random.default_rng(0).standard_normal((50, 2))
+    # measured: the ratio matches the unscaled bandwidth to 2.2e-16 relative at every scale here
+    assert median_bandwidth(x * scale) / scale == pytest.approx(median_bandwidth(x), rel=1e-13)
+
+
 @pytest.mark.parametrize("offset", [1e6, 1e8])
 def test_rbf_and_median_bandwidth_do_not_lose_digits_to_a_common_offset(offset):
     # |x|^2 + |y|^2 - 2 x.y of rows near 1e6 cancelled to 1.8e-4 relative error (at 1e8: K off by 0.94)

@@ -584,11 +584,24 @@ class Sphere(Space):
 
     @staticmethod
     def _log(x, y):
-        """Riemannian log at ``x`` of the points ``y (n, d)``."""
+        """Riemannian log at ``x`` of the points ``y (n, d)``.
+
+        For a point antipodal to ``x`` (no tangent direction to it, at angle pi) every direction is a
+        shortest path, and moving ``x`` any way brings it nearer: its log is taken as ``theta u`` along one
+        fixed unit tangent ``u`` (the coordinate axis most orthogonal to ``x``, projected), not 0, which
+        would make ``x`` look stationary where it maximizes the distance."""
         v, theta = Sphere._tangent(x, y)
         nv = np.linalg.norm(v, axis=1)
         scale = np.where(nv > 1e-15, theta / np.maximum(nv, 1e-300), 1.0)
-        return v * scale[:, None]
+        out = v * scale[:, None]
+        antipodal = (nv <= 1e-15) & (theta > np.pi / 2)
+        if antipodal.any():
+            xv = np.asarray(x, dtype=float).reshape(-1)
+            u = np.zeros_like(xv)
+            u[int(np.argmin(np.abs(xv)))] = 1.0
+            u -= (u @ xv) / (xv @ xv) * xv
+            out[antipodal] = theta[antipodal, None] * (u / np.linalg.norm(u))
+        return out
 
     @staticmethod
     def _exp(x, v):

@@ -92,6 +92,12 @@ class ONS:
 
     def observe(self, payoff) -> None:
         g = _payoff(payoff)
+        if 1.0 + self.value * g == 0.0:
+            # the whole wealth bet (max_fraction = 1) and a payoff of -1: the loss -log(1 + lambda g) is
+            # infinite (z = -inf), and the step's limit z / (curvature + z^2) -> 0 leaves the fraction as it
+            # is, with an infinite curvature; the wealth is 0 from here on whatever the later fractions
+            self._curvature = math.inf
+            return
         z = g / (1.0 + self.value * g)  # minus the derivative of log(1 + lambda g)
         self._curvature += z * z
         # z / curvature first: a payoff near the float limit would make ONS_RATE * z overflow (inf / inf)

@@ -70,7 +70,9 @@ def _pair(x, y) -> tuple[np.ndarray, np.ndarray]:
 def median_bandwidth(x, max_points: int = MEDIAN_MAX, rng=None) -> float:
     """The median heuristic: median pairwise distance between distinct rows (at most ``max_points`` rows).
 
-    Falls back to 1.0 when all distances are zero (a constant variable).
+    Falls back to 1.0 when all distances are zero (a constant variable). Data beyond 1e100 or below
+    1e-100 in size are measured in units of their largest entry, so that squared distances neither
+    overflow nor underflow: the bandwidth scales with the data at every magnitude.
     """
     x = as_samples(x, "x")
     max_points = check_int(max_points, "max_points", 2)
@@ -78,7 +80,8 @@ def median_bandwidth(x, max_points: int = MEDIAN_MAX, rng=None) -> float:
     if x.shape[0] > max_points:
         x = x[rng.choice(x.shape[0], max_points, replace=False)]
     top = float(np.abs(x).max())
-    scale = top if top > 1e100 else 1.0  # squared distances of huge entries would overflow
+    # squared distances of huge entries would overflow, those of tiny ones (below ~1e-154) underflow to 0
+    scale = top if top > 1e100 or 0.0 < top < 1e-100 else 1.0
     d = sq_distances(x / scale, x / scale)[np.triu_indices(x.shape[0], 1)]
     d = d[d > 0]
     return min(scale * float(math.sqrt(np.median(d))), np.finfo(float).max) if d.size else 1.0
