@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -399,3 +400,26 @@ def test_label_neurons_finds_planted_neurons():
     assert np.allclose(result.auroc[0], auroc(acts, hydrophobic), atol=1e-6)
     rejects(label_neurons, acts, {"x": hydrophobic[:-1]}, name="labels")
     rejects(label_neurons, acts, {"x": hydrophobic}, threshold=0.5, name="threshold")
+
+
+def test_label_neurons_negative_boundary_is_inclusive():
+    # A neuron whose AUROC is exactly 1 - threshold is inhibitory: its negated activation has AUROC exactly
+    # threshold. Before, the AUROC was compared with 1 - threshold, which rounds below it (1 - 0.8 =
+    # 0.19999999999999996 < 0.2), and such neurons were left out of `negative`.
+    y = np.array([True] * 5 + [False] * 5)
+    boundary = np.array([0, 1, 2, 3, 9, 4, 5, 6, 7, 8], dtype=float)  # U = 5 of 25 pairs: AUROC 0.2
+    assert auroc(boundary, y) == 0.2 and auroc(-boundary, y) == 0.8
+    found = label_neurons(np.stack([boundary, -boundary, np.zeros(10), boundary], 1), {"c": y})
+    assert found.negative["c"].tolist() == [0, 3] and found.positive["c"].tolist() == [1]
+    # against exact rational AUROCs (pair counts, ties 1/2) of 0/1 activations, 10 positives and 10
+    # negatives: many AUROCs fall on 1 - threshold. Before: 1 of the 3 neurons found at 0.8, 0 of 1 at 0.9.
+    labels = np.arange(20) % 2 == 0
+    acts = np.random.default_rng(0).integers(0, 2, size=(20, 400)).astype(float)
+    pos, neg = acts[labels], acts[~labels]
+    twice_u = ((pos[:, None] < neg[None]) * 2 + (pos[:, None] == neg[None])).sum((0, 1))  # of -acts
+    for threshold in (0.6, 0.7, 0.8, 0.9):
+        exact = [j for j, v in enumerate(twice_u) if Fraction(int(v), 200) >= Fraction(str(threshold))]
+        found = label_neurons(acts, {"c": labels}, threshold=threshold)
+        assert sorted(found.negative["c"].tolist()) == exact, threshold
+        up = label_neurons(-acts, {"c": labels}, threshold=threshold).positive["c"]
+        assert sorted(up.tolist()) == exact, threshold

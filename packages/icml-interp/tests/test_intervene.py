@@ -154,3 +154,22 @@ def test_bad_input():
     with pytest.raises(TypeError, match="module must be"):
         with intervene("conv", sae, Add([0], 1.0)):
             pass
+
+
+def test_repeated_latents_are_rejected():
+    # A latent named twice was written twice by one indexed assignment, which keeps one of the values (torch
+    # leaves which one undefined): Add([1, 1], amount=[1, 5]) gave latent 1 a +5 (neither +6 nor an error),
+    # Clamp([2, 2], [0, 3]) clamped it to 3.
+    f = torch.zeros(2, 4)
+    for make in (
+        lambda: Add([1, 1], torch.tensor([1.0, 5.0])),
+        lambda: Add(torch.tensor([3, 0, 3]), 1.0),
+        lambda: Scale([0, 2, 0], 2.0),
+        lambda: Clamp([2, 2], torch.tensor([0.0, 3.0])),
+    ):
+        with pytest.raises(ValueError, match="latents must be distinct"):
+            make()(f)  # raised when the edit is made (before: applied, one value kept)
+    # distinct latents, and a bool mask (distinct by construction), still work
+    torch.testing.assert_close(
+        Add(torch.tensor([False, True, False, True]), 2.0)(f)[0], torch.tensor([0.0, 2, 0, 2])
+    )

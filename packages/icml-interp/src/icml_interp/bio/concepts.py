@@ -72,14 +72,23 @@ def auroc(scores, labels) -> np.ndarray:
     """
     x = _scores(scores, "scores")
     y = _labels(labels, "labels", x.shape[0])
+    u, pairs = _mann_whitney_u(x, y)
+    return u / pairs
+
+
+def _mann_whitney_u(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(U, n_pos * n_neg)`` of each column of checked scores ``x`` against checked labels ``y``: ``U`` is
+    the number of (positive, negative) pairs the column orders correctly, ties counting 1/2, shape
+    ``x.shape[1:]``. ``U`` is a multiple of 1/2 computed exactly (rank sums of average ranks are), so the
+    negated scores' ``U`` is exactly ``n_pos * n_neg - U``."""
     cols = x.reshape(x.shape[0], -1)
     n_pos = int(y.sum())
     n_neg = y.size - n_pos
     out = np.empty(cols.shape[1])
     for start in range(0, cols.shape[1], _CHUNK):
         ranks = rankdata(cols[:, start : start + _CHUNK], axis=0)  # average ranks for ties
-        out[start : start + _CHUNK] = (ranks[y].sum(axis=0) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-    return out.reshape(x.shape[1:])
+        out[start : start + _CHUNK] = ranks[y].sum(axis=0) - n_pos * (n_pos + 1) / 2
+    return out.reshape(x.shape[1:]), n_pos * n_neg
 
 
 def _members(concept) -> frozenset[str]:
@@ -152,7 +161,8 @@ class NeuronLabels:
     threshold : float
         A neuron is ``positive`` for a concept at AUROC >= threshold, ``negative`` (inhibitory: its
         activation falls on the concept, i.e. its negated activation has AUROC >= threshold) at AUROC <=
-        1 - threshold.
+        1 - threshold, boundary included: the comparison is of the negated activation's AUROC, computed
+        exactly as ``auroc(-activations, labels)``, with ``threshold``.
     positive, negative : dict of str to np.ndarray
         Neuron indices per concept, strongest first.
     """
@@ -197,18 +207,22 @@ def label_neurons(activations, labels: Mapping[str, object], *, threshold: float
     if not isinstance(labels, Mapping) or not labels:
         raise TypeError(f"labels must be a non-empty dict of concept name to bool array, got {labels!r:.80}")
     threshold = check_number(threshold, "threshold", minimum=0.5, maximum=1, open_min=True)
-    names, rows = [], []
+    names, rows, flipped = [], [], []
     for name, y in labels.items():
         if not isinstance(name, str):
             raise TypeError(f"labels keys must be concept names (str), got {name!r}")
         names.append(name)
-        rows.append(auroc(x, _labels(y, f"labels[{name!r}]", x.shape[0])))
+        u, pairs = _mann_whitney_u(x, _labels(y, f"labels[{name!r}]", x.shape[0]))
+        rows.append(u / pairs)
+        # the negated activations' AUROC, exactly as auroc(-activations, y) gives it: comparing the AUROC
+        # with 1 - threshold instead misses the boundary (1 - 0.8 rounds to 0.19999999999999996 < 0.2)
+        flipped.append((pairs - u) / pairs)
     table = np.stack(rows)  # (n_concepts, n_neurons)
     table.setflags(write=False)
     positive, negative = {}, {}
-    for name, row in zip(names, table, strict=True):
+    for name, row, inverse in zip(names, table, flipped, strict=True):
         up = np.flatnonzero(row >= threshold)
-        down = np.flatnonzero(row <= 1 - threshold)
+        down = np.flatnonzero(inverse >= threshold)
         positive[name] = up[np.argsort(-row[up], kind="stable")]
         negative[name] = down[np.argsort(row[down], kind="stable")]
     return NeuronLabels(tuple(names), table, threshold, positive, negative)

@@ -50,6 +50,10 @@ def _latent_index(latents, d_sae: int | None = None) -> torch.Tensor:
         raise ValueError("latents must name at least one latent")
     if int(idx.min()) < 0:
         raise ValueError(f"latents must be indices >= 0, got {idx.tolist()}")
+    if idx.unique().numel() != idx.numel():
+        # an indexed write with a repeated index keeps one of the values (which one torch leaves undefined):
+        # Add([1, 1], amount=[1, 5]) gave latent 1 a +5, neither +6 nor an error
+        raise ValueError(f"latents must be distinct indices (each latent edited once), got {idx.tolist()}")
     if d_sae is not None and (int(idx.min()) < 0 or int(idx.max()) >= d_sae):
         raise ValueError(f"latents must lie in [0, {d_sae}) for this SAE, got {idx.tolist()}")
     return idx
