@@ -372,3 +372,24 @@ def test_smollm2_compressed_by_cgc_round_trips_and_answers(tmp_path):
         assert torch.equal(again(ids).logits, logits)
     out = again.generate(ids, max_new_tokens=6, do_sample=False)
     assert out.shape[1] > ids.shape[1] and tokenizer.decode(out[0, ids.shape[1] :]).strip()
+
+
+@pytest.mark.parametrize("s", [1e-14, 1e-20])
+def test_fit_is_scale_invariant_in_tiny_moments(s):
+    # input moments with mean diagonal below 1e-12 (inputs of RMS < 1e-6): the damping was clamped to an
+    # absolute 0.01 * 1e-12, which outweighed them. Before the fix, two 16x32 layers at rank 8 cost
+    # [10.52, 6.98] x 1e-14 with H * 1e-14 against [0.769, 0.898] with H (1e-20: [20.08, 13.57]), the
+    # reconstructed weight 2.4 apart; now the same fit for every scale (weights within 1.2e-14 down to 1e-280)
+    g = torch.Generator().manual_seed(0)
+    W = [torch.randn(16, 32, generator=g, dtype=torch.float64) for _ in range(2)]
+    X = torch.randn(200, 32, generator=g, dtype=torch.float64) * torch.logspace(
+        0, -3, 32, dtype=torch.float64
+    )
+    H = X.T @ X / 200
+    ref = fit_shared_basis(W, [H, H], 8)
+    fit = fit_shared_basis(W, [H * s, H * s], 8)
+    assert [c / s for c in fit.costs] == pytest.approx(ref.costs, rel=1e-9)  # measured 1e-15
+    torch.testing.assert_close(fit.weight(0), ref.weight(0), rtol=0, atol=1e-10)  # measured 1e-14
+    assert [c / s for c in group_costs([w.T @ w for w in W], [H * s, H * s], 8)] == pytest.approx(
+        group_costs([w.T @ w for w in W], [H, H], 8), rel=1e-9
+    )

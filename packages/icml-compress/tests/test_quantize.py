@@ -35,7 +35,7 @@ from icml_compress.quantize.incoherence import (
     unrotate_weight,
 )
 from icml_compress.quantize.ldlq import block_ldl, ldlq, proxy_error
-from icml_compress.quantize.model import find_linears
+from icml_compress.quantize.model import find_linears, quantize_linear_trellis
 
 FAST = {"L": 8, "T": 32, "n_calibration": 4, "seq_len": 32, "n_candidates": 2, "select_rows": 8}
 
@@ -107,6 +107,29 @@ def test_non_pd_hessian_is_repaired_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         regularize(torch.eye(3), 0.01)
+
+
+@pytest.mark.parametrize("s", [1e-14, 1e-20, 1e-100])
+def test_damping_is_relative_for_tiny_hessians(s, one_torch_thread):
+    # H of inputs with RMS below 1e-6 (mean diagonal < 1e-12): the damping was clamped to 0.01 * 1e-12, so
+    # it outweighed H and the result depended on H's scale. Before the fix, H * 1e-14 gave a 1mad layer
+    # (64 inputs, L=8, T=32) other codes than H, proxy error 0.0882 against 0.0644 (1e-20: 0.0876); now
+    # the same codes for every scale down to 1e-280 (checked), regularize(s H) = s regularize(H)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(400, 64, generator=g, dtype=torch.float64) * torch.logspace(
+        0, -2, 64, dtype=torch.float64
+    )
+    H = X.T @ X / 400
+    # measured: relative difference 1.5e-16 or less; rtol 1e-12
+    torch.testing.assert_close(regularize(H * s, 0.01) / s, regularize(H, 0.01), rtol=1e-12, atol=0)
+    lin = nn.Linear(64, 16, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(16, 64, generator=g))
+    cfg = QuantConfig(method="trellis", code="1mad", L=8, T=32)
+    ref, st_ref = quantize_linear_trellis(lin, H, cfg, "layer")
+    mod, st = quantize_linear_trellis(lin, H * s, cfg, "layer")
+    assert torch.equal(mod.packed, ref.packed)
+    assert st["proxy"] == pytest.approx(st_ref["proxy"], rel=1e-12)
 
 
 # --- LDLQ --------------------------------------------------------------------------------------------
@@ -349,6 +372,24 @@ def test_fixed_code_baseline_gets_the_same_compensation_and_distillation(ids):
     for kw in ({"compensation": True}, {"distill_steps": 2}):
         with pytest.raises(ValueError, match="compensation and distill_steps apply to the trellis methods"):
             QuantConfig(method="rtn", **kw)
+
+
+@pytest.mark.parametrize("outlier, bits", [(-7e4, 4), (2.2e5, 2), (7e4, 1)])
+def test_rtn_refuses_weights_beyond_float16_scales(ids, outlier, bits, one_torch_thread):
+    # RTNLinear stores float16 offsets and steps: one weight of -7e4 (a float32 model) made the group's
+    # offset -inf, 2.2e5 at 2 bits a step of 7.3e4 -> inf (7e4 at 1 bit too), and before the fix the
+    # quantized model's logits were all non-finite without a word; now a ValueError names the layer
+    model = tiny()
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = outlier
+    cfg = QuantConfig(method="rtn", bits=bits, group_size=64, seq_len=32)
+    with pytest.raises(ValueError, match=r"layers\.0\.mlp\.down_proj.*float16.*65504"):
+        quantize_model(model, cfg, ids, progress=False)
+    with torch.no_grad():  # just inside float16's range: quantized, finite logits
+        model.model.layers[0].mlp.down_proj.weight[0, 0] = -6e4 if outlier < 0 else 6e4 * (2**bits - 1) / 2
+    q = quantize_model(model, cfg, ids, progress=False)
+    with torch.no_grad():
+        assert torch.isfinite(q(ids[None, :8]).logits).all()
 
 
 def test_rtn_method_and_distillation_keep_indices(ids, tmp_path):

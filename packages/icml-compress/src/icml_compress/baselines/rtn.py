@@ -53,13 +53,36 @@ def rtn_quantize(weight: torch.Tensor, bits: int, group_size: int) -> RTNQuantiz
         *weight.shape[:-1], size // group_size, group_size
     )  # (..., G, g)
     lo = w.amin(dim=-1, keepdim=True)  # (..., G, 1)
-    scale = (w.amax(dim=-1, keepdim=True) - lo) / top  # (..., G, 1)
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # constant group: every code is 0
-    codes = torch.clamp(torch.round((w - lo) / safe), 0, top)  # (..., G, g)
-    dequantized = (lo + codes * scale).reshape(weight.shape).to(weight.dtype)
+    hi = w.amax(dim=-1, keepdim=True)  # (..., G, 1)
+    if bool(torch.isinf(hi - lo).any()):
+        # a group's range max - min overflows the compute dtype (weights near its largest value, e.g.
+        # bfloat16 near ±3.4e38): halving every weight is exact (but for subnormals, far below a step this
+        # large), so the grid is found on w / 2 (the same codes) and scaled back; the dequantized weights
+        # lie in [min, max] (clamped: a last rounding step past the largest float would overflow)
+        codes, scale = _codes(w / 2, lo / 2, hi / 2, top)
+        dequantized = torch.minimum(torch.maximum((lo / 2 + codes * scale) * 2, lo), hi)
+        scale = scale * 2
+        if bool(torch.isinf(scale).any()):
+            raise ValueError(
+                f"weight's range in a group (max - min) exceeds {w.dtype}'s largest value "
+                f"{torch.finfo(w.dtype).max:.4g}, so the {bits}-bit grid step (max - min) / {top} is not "
+                "representable: use more bits or smaller weights"
+            )
+    else:
+        codes, scale = _codes(w, lo, hi, top)
+        dequantized = lo + codes * scale
     return RTNQuantized(
-        dequantized=dequantized,
+        dequantized=dequantized.reshape(weight.shape).to(weight.dtype),
         codes=codes.to(torch.uint8).reshape(weight.shape),
         scale=scale.squeeze(-1),
         offset=lo.squeeze(-1),
     )
+
+
+def _codes(
+    w: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, top: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes ``(..., G, g)`` and grid step ``(..., G, 1)`` of the groups ``w`` with minima ``lo``, maxima ``hi``."""
+    scale = (hi - lo) / top  # (..., G, 1)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # constant group: every code is 0
+    return torch.clamp(torch.round((w - lo) / safe), 0, top), scale  # (..., G, g)

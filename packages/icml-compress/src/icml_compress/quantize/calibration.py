@@ -230,7 +230,8 @@ def regularize(H: torch.Tensor, damping: float, name: str = "H") -> torch.Tensor
     check_float_tensor(H, name)
     H = H.double()
     H = (H + H.T) / 2
-    scale = H.diagonal().mean().clamp_min(1e-12).item()
+    mean = H.diagonal().mean().item()
+    scale = mean if mean > 0 else 1e-12  # relative damping: the result scales with H, however small
     eye = torch.eye(H.shape[0], dtype=H.dtype, device=H.device)
     lam = damping
     for _ in range(12):

@@ -162,10 +162,21 @@ def _check_model(model, config) -> dict[str, nn.Linear]:
     return linears
 
 
-def quantize_linear_rtn(lin: nn.Linear, config: QuantConfig) -> RTNLinear:
-    """RTN per group: ``bits``-bit codes, float16 scale and offset per group."""
+def quantize_linear_rtn(lin: nn.Linear, config: QuantConfig, name: str = "layer") -> RTNLinear:
+    """RTN per group: ``bits``-bit codes, float16 scale and offset per group. A group whose offset (its
+    minimum) or grid step does not fit float16 (beyond ±65504) raises ``ValueError`` naming the layer
+    ``name``: stored as infinity, it would make the layer's outputs infinite or NaN."""
     W = lin.weight.detach().float().cpu()
     q = rtn_quantize(W, config.bits, config.group_size)
+    for what, t in (("offset (minimum)", q.offset), ("grid step (max - min) / (2^bits - 1)", q.scale)):
+        if not bool(torch.isfinite(t.half()).all()):
+            worst = float(t.abs().max())
+            raise ValueError(
+                f"{name}: a group's {what} is {worst:.4g}, beyond float16's largest value 65504, which "
+                f"RTNLinear stores its scales and offsets in (bits={config.bits}, "
+                f"group_size={config.group_size}): the layer's weights are too large for RTN: skip it "
+                "(QuantConfig.skip)"
+            )
     mod = RTNLinear(
         W.shape[1], W.shape[0], bits=config.bits, group_size=config.group_size, bias=lin.bias is not None
     )
@@ -436,7 +447,7 @@ def quantize_model(
                 continue
             mod: nn.Module
             if config.method == "rtn":
-                mod, st = quantize_linear_rtn(lin, config), {}
+                mod, st = quantize_linear_rtn(lin, config, name), {}
             else:
                 assert group_h is not None  # for the type checker: collected or given
                 mod, st = quantize_linear_trellis(lin, group_h[name], config, name)
