@@ -197,6 +197,19 @@ def test_sampler_is_reproducible_with_a_generator():
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("temperature", [1e-3, 1e-40, 1e-300])
+def test_a_tiny_temperature_samples_the_argmax_greedily(temperature):
+    # temperature -> 0 is greedy decoding. logits / temperature overflowed float32 below ~1e-38 (and the
+    # temperature itself is 0 in float32 below ~1e-45): log_softmax gave NaN and every token was 0 (measured
+    # here: all 36 tokens 0 at 1e-40 and 1e-300, where the argmax is token 6; 1e-3 was already greedy)
+    model, (cond, _) = tiny(), batch(b=2, seed=4)
+    with torch.no_grad():
+        first = model(cond, torch.full((2, 3, 2, 3), model.mask_id))
+    greedy = first.argmax(-1)  # one step, no Gumbel noise on the confidence: every token is drawn at once
+    out = sample_views(model, cond, steps=1, temperature=temperature, gumbel=0.0, generator=torch.Generator())
+    assert torch.equal(out.tokens, greedy)
+
+
 def test_text_and_classifier_free_guidance():
     model = tiny(text_vocab=5, max_text=3)
     cond, targets = batch()

@@ -77,7 +77,13 @@ def sample_views(
                 condition, tokens, text=torch.full_like(text, model.null_text), camera=camera
             ).float()
             logits = logits + guidance * (logits - uncond)
-        logp = torch.log_softmax(logits.reshape(b, n, -1) / temperature, dim=-1)
+        logits = logits.reshape(b, n, -1)
+        # shifted by the maximum and divided in float64: logits / temperature overflowed float32 to inf for
+        # a temperature below ~1e-38 (accepted; below ~1e-45 it is 0 in float32), and log_softmax(inf - inf)
+        # drew token 0 everywhere instead of the argmax. Shifted, the limit is greedy (0 for the best logit,
+        # -inf for the others); at temperature 1 the values are unchanged
+        scaled = ((logits - logits.amax(-1, keepdim=True)).double() / temperature).float()
+        logp = torch.log_softmax(scaled, dim=-1)
         u = torch.rand(logp.shape, generator=generator, device=random_device(generator, "cpu")).to(device)
         drawn = (logp - torch.log(-torch.log(u.clamp(1e-20, 1 - 1e-7)))).argmax(-1)  # Gumbel-max sampling
         conf = logp.gather(-1, drawn[..., None])[..., 0]
