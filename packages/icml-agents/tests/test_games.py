@@ -439,6 +439,28 @@ def test_pair_regression_recovers_planted_coefficients_and_its_dyadic_errors_mat
     assert "similarity" in res.summary()
 
 
+def test_pair_regression_with_three_models_has_no_dyadic_errors():
+    """With 3 models each pair shares a model with both others, so the dyadic meat is (X'e)(X'e)^T = 0 by
+    the normal equations: the se was rounding noise (1.7e-08 and 3.5e-08 here, seed 1, silently) or 0 with
+    a warning that the fit was exact, and p_dyadic was 0 for an outcome drawn independently of similarity
+    (statsmodels' classical p: 0.59, 0.56). Now NaN with a warning; the rest is unchanged."""
+    pairs = list(combinations(["a", "b", "c"], 2))
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        s, y = rng.normal(size=3), rng.normal(size=3)
+        with pytest.warns(RuntimeWarning, match="3 models"):
+            res = pair_regression(y.tolist(), s.tolist(), models_of_pair=pairs, n_permutations=9)
+        assert np.isnan(res.se).all() and np.isnan(res.t).all() and np.isnan(res.p_dyadic).all()
+        x = np.column_stack([np.ones(3), s])
+        beta = np.linalg.lstsq(x, y, rcond=None)[0]
+        e = y - x @ beta
+        np.testing.assert_allclose(res.coef, beta, rtol=1e-8)
+        np.testing.assert_allclose(
+            res.se_classical, np.sqrt(e @ e * np.diag(np.linalg.inv(x.T @ x))), rtol=1e-8
+        )
+        assert 0.0 < res.p_permutation <= 1.0 and "nan" in res.summary()
+
+
 def test_a_covariance_that_is_not_psd_is_repaired_with_a_warning():
     # the estimate is often indefinite with 12 models (here: seed 0); the repair zeroes the negative
     # eigenvalues with the columns scaled to max |x| = 1 (so it does not depend on the units)

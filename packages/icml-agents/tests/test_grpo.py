@@ -388,3 +388,18 @@ def test_accumulated_micro_batch_losses_equal_trl_grpo_trainer(loss_type):
         # measured: max |difference| 0 (losses) and at most 4.3e-19 (gradients) in float64; bound 1e-14
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-14)
         torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=1e-14)
+
+
+def test_batch_scale_of_tied_and_near_tied_rewards():
+    """A tied batch of float32 1000.1 got A = -0.369 (a rounded mean over its rounded std); and the batch
+    std of rewards one ulp apart, from a rounded mean, was 25% off: -0.0948 and 0.284 against the exact
+    (fractions, mpmath) -0.1255 and 0.3765. Measured error now 3e-8 relative, tolerance 1e-6."""
+    for scale in ("group", "batch", "none"):
+        adv, frac = compute_advantages(torch.full((8,), 1000.1), 4, scale)
+        assert adv.tolist() == [0.0] * 8 and frac == 1.0
+    v = torch.tensor(1000.1)
+    r = torch.cat([v.repeat(7), torch.nextafter(v, torch.tensor(2000.0))[None]])
+    adv, frac = compute_advantages(r, 4, "batch")
+    assert adv[:4].tolist() == [0.0] * 4 and frac == 0.5
+    expected = torch.tensor([-0.12550494463404147] * 3 + [0.37651483390212437], dtype=torch.float64)
+    torch.testing.assert_close(adv[4:].double(), expected, rtol=1e-6, atol=0)

@@ -141,3 +141,27 @@ def test_advantages_of_rewards_near_the_float32_range_are_finite():
     for dtype in (torch.float32, torch.bfloat16):
         adv = group_relative_advantages(torch.tensor(r, dtype=dtype), 4)
         torch.testing.assert_close(adv, expected.to(dtype), rtol=1e-2, atol=0)
+
+
+@pytest.mark.parametrize("normalize_std", [True, False])
+def test_a_tied_group_of_three_or_more_gets_zero_advantages(normalize_std):
+    """A tied group's mean is rounded (three or more copies: the sum is), so r - mean was one ulp of noise
+    and, divided by a std of the same noise, O(1): eight float32 copies of 1000.1 got A = -0.369 each
+    (-6.1e-05 without the std), three float64 copies of 1e30 got -0.816; the exact value is 0."""
+    for r, g in ((torch.full((8,), 1000.1), 8), (torch.full((3,), 1e30, dtype=torch.float64), 3)):
+        adv = group_relative_advantages(r, g, normalize_std=normalize_std)
+        assert adv.tolist() == [0.0] * g
+    # one ulp above the tie: exact reference (fractions, mpmath) -0.0627525 and 0.4392673 (was -0.379 and 0.0);
+    # measured error 3e-9 relative, tolerance 1e-6
+    v = torch.tensor(1000.1)
+    r = torch.cat([v.repeat(7), torch.nextafter(v, torch.tensor(2000.0))[None]])
+    if normalize_std:
+        expected = [-0.06275247231702073] * 7 + [0.4392673062191451]
+    else:
+        expected = [-7.62939453125e-06] * 7 + [5.340576171875e-05]
+    torch.testing.assert_close(
+        group_relative_advantages(r, 8, normalize_std=normalize_std).double(),
+        torch.tensor(expected, dtype=torch.float64),
+        rtol=1e-6,
+        atol=0,
+    )

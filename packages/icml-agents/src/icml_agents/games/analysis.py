@@ -337,7 +337,9 @@ def pair_regression(
       semi-definite, and with few models or weak dyadic dependence it often is not (most draws of a
       12-model synthetic zoo in our tests); it is then repaired by zeroing its negative eigenvalues
       (Cameron, Gelbach & Miller 2011), computed with the (uncentred) columns scaled to a maximum absolute
-      value of 1 so that the repair does not depend on the units, with a warning.
+      value of 1 so that the repair does not depend on the units, with a warning. With 3 models every pair
+      shares a model with every other (one cluster): M is then (X'e)(X'e)^T = 0 for any data, so ``se``,
+      ``t`` and ``p_dyadic`` are NaN, with a warning (``se_classical`` and ``p_permutation`` stand).
     - ``p_dyadic``: 2 (1 - Phi(|t|)) with t = coef / se, a normal reference that is asymptotic in the
       number of models. With few models it is anti-conservative: in our simulation with model effects in
       both the outcome and the similarity (null true, alpha = 0.05) it rejected 35% of the time with 12
@@ -408,31 +410,43 @@ def pair_regression(
     beta = to_uncentred @ beta
     bread = to_uncentred @ bread @ to_uncentred.T
     cov = to_uncentred @ cov @ to_uncentred.T
-    cov = (cov + cov.T) / 2
-    eigval, eigvec = np.linalg.eigh(cov)
-    if eigval.min() < -1e-12 * max(1.0, float(eigval.max())):
-        warnings.warn(
-            "the dyadic-robust covariance is not positive semi-definite; its negative eigenvalues were set to 0",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    if eigval.min() < 0:  # rebuilt only to repair: that rounds each entry by ~eps * the largest eigenvalue
-        cov = (eigvec * np.clip(eigval, 0.0, None)) @ eigvec.T
-    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     sse = float(e @ e)
     se_classical = np.sqrt(sse / (n - k) * np.diag(bread))
     coef = beta * y_scale / scale
-    se_out = se * y_scale / scale
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(se > 0, beta / np.where(se > 0, se, 1.0), np.sign(beta) * np.inf)
-    if not np.isfinite(t).all():
+    if m == 3:
+        # each pair shares a model with both others: the meat is (X'e)(X'e)^T, 0 by the normal equations,
+        # so the estimate was 0 or rounding noise for any data (se 1.7e-08, p_dyadic 0 for pure noise)
         warnings.warn(
-            "the fit is exact or a coefficient has no residual variation: its standard error is 0 and its "
-            "t-statistic infinite",
+            "with 3 models every pair shares a model with every other pair (one cluster): the dyadic-robust "
+            "covariance is 0 for any data, so se, t and p_dyadic are NaN; use p_permutation or se_classical",
             RuntimeWarning,
             stacklevel=2,
         )
-    p_dyadic = np.array([math.erfc(abs(v) / math.sqrt(2.0)) if np.isfinite(v) else 0.0 for v in t])
+        se_out, t, p_dyadic = (np.full(k, np.nan) for _ in range(3))
+    else:
+        cov = (cov + cov.T) / 2
+        eigval, eigvec = np.linalg.eigh(cov)
+        if eigval.min() < -1e-12 * max(1.0, float(eigval.max())):
+            warnings.warn(
+                "the dyadic-robust covariance is not positive semi-definite; its negative eigenvalues were set to 0",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        # rebuilt only to repair: that rounds each entry by ~eps * the largest eigenvalue
+        if eigval.min() < 0:
+            cov = (eigvec * np.clip(eigval, 0.0, None)) @ eigvec.T
+        se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+        se_out = se * y_scale / scale
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(se > 0, beta / np.where(se > 0, se, 1.0), np.sign(beta) * np.inf)
+        if not np.isfinite(t).all():
+            warnings.warn(
+                "the fit is exact or a coefficient has no residual variation: its standard error is 0 and its "
+                "t-statistic infinite",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        p_dyadic = np.array([math.erfc(abs(v) / math.sqrt(2.0)) if np.isfinite(v) else 0.0 for v in t])
     sst = float(((ys - ys.mean()) ** 2).sum())
     r2 = 1.0 - sse / sst if sst > 0 else 1.0
 
