@@ -1072,3 +1072,112 @@ def test_a_generation_after_an_inversion_starts_a_fresh_run(start):
     assert fresh_stats["steps_skipped"] > 0 and len(fresh_stats["records"]) == steps - start
     assert stats == fresh_stats
     assert torch.equal(after, fresh)
+
+
+def _tiny_skyreels_pipeline(scheduler_class):
+    """A diffusers ``SkyReelsV2Pipeline`` (Wan-like, random-init three-block transformer on (1, 3, 4, 8, 8)
+    latents) with ``scheduler_class``; it calls ``cache_context("cond")`` / ``("uncond")`` with no step index
+    and, unlike Flux, passes no ``sigmas`` to ``set_timesteps``, so any diffusers scheduler fits."""
+    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
+    from diffusers import SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel
+
+    torch.manual_seed(0)
+    transformer = SkyReelsV2Transformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=CHANNELS,
+        out_channels=CHANNELS,
+        text_dim=TEXT_DIM,
+        freq_dim=32,
+        ffn_dim=16,
+        num_layers=3,
+        rope_max_seq_len=32,
+    ).eval()
+    pipe = SkyReelsV2Pipeline(
+        tokenizer=None, text_encoder=None, vae=None, transformer=transformer, scheduler=scheduler_class()
+    )
+    pipe.set_progress_bar_config(disable=True)
+    cond = class_tokens(torch.tensor([1]))
+    counter, _ = _count_forwards(transformer)
+
+    def generate(steps):
+        counter["n"] = 0
+        with torch.no_grad():
+            out = pipe(
+                prompt_embeds=cond,
+                negative_prompt_embeds=torch.zeros_like(cond),
+                height=64,
+                width=64,
+                num_frames=13,
+                num_inference_steps=steps,
+                guidance_scale=4.0,  # CFG: "cond" and "uncond" contexts
+                output_type="latent",
+                generator=torch.Generator().manual_seed(0),
+            ).frames
+        return out, counter["n"]
+
+    return pipe, generate
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # KDPM2's numpy 2 deprecations, inside diffusers
+@pytest.mark.parametrize("scheduler", ["HeunDiscreteScheduler", "KDPM2DiscreteScheduler"])
+def test_schedulers_with_two_model_calls_per_step(scheduler):
+    # Heun and KDPM2 call the model 2n-1 times for n steps (len(scheduler.timesteps)). With the pipeline's
+    # num_inference_steps (n = 8) in the config, the step counter restarted the run at call 9 of 15: the
+    # generation was cached as two runs (8 calls, then 7), the second recomputed 2 "alignment" calls, its
+    # last call, the generation's last, was skipped, and the statistics showed 7 steps. At threshold 1e9
+    # (skip when allowed), Heun: 5 of 15 calls per context computed, the last one skipped. It now raises.
+    import diffusers
+
+    steps = 8
+    pipe, generate = _tiny_skyreels_pipeline(getattr(diffusers, scheduler))
+    reference, forwards = generate(steps)
+    calls = len(pipe.scheduler.timesteps)
+    assert calls == 2 * steps - 1 and forwards == 2 * calls  # cond + uncond
+    schedule = {"alignment_steps": 2}
+    apply_navicache(pipe.transformer, NaviCacheConfig(threshold=1e9, num_inference_steps=steps, **schedule))
+    try:
+        with pytest.raises(
+            ValueError,
+            match=r"more than num_inference_steps \(8\) times in one generation \(call 9 .*"
+            r"len\(pipe\.scheduler\.timesteps\).*HeunDiscreteScheduler",
+        ):
+            generate(steps)
+    finally:
+        remove_navicache(pipe.transformer)
+    runs = {}
+    for threshold in (1e-12, 1e9):  # skips nothing / skips every call it may
+        apply_navicache(
+            pipe.transformer, NaviCacheConfig(threshold=threshold, num_inference_steps=calls, **schedule)
+        )
+        try:
+            runs[threshold] = [
+                (*generate(steps), get_cache_stats(pipe.transformer).as_dict()) for _ in range(2)
+            ]
+        finally:
+            remove_navicache(pipe.transformer)
+    for threshold, [(out, forwards, stats), second] in runs.items():
+        assert forwards == 2 * calls and [r["step"] for r in stats["records"]] == list(range(calls))
+        computed = list(range(calls)) if threshold < 1 else [0, 1, calls - 1]  # alignment and last call
+        assert [r["step"] for r in stats["records"] if r["computed"]] == computed
+        assert stats["full_forwards"] == {"cond": len(computed), "uncond": len(computed)}
+        assert torch.equal(second[0], out) and second[2] == stats  # the second generation starts afresh
+    assert torch.equal(
+        runs[1e-12][0][0], reference
+    )  # nothing skipped: bit-identical to the uncached pipeline
+    assert not torch.equal(runs[1e9][0][0], reference)
+
+
+def test_a_step_index_beyond_num_inference_steps_raises(wan):
+    # A loop over Heun's 2n-1 timesteps that passes step_index=i with num_inference_steps=n: steps n-1..2n-2
+    # were all "last steps" (computed, recorded beyond the schedule); it now raises.
+    noise, cond, _ = _inputs()
+    apply_navicache(wan, NaviCacheConfig(threshold=0.5, alignment_steps=2, num_inference_steps=STEPS))
+    try:
+        with torch.no_grad(), cache_context(wan, "cond", step_index=STEPS):
+            with pytest.raises(ValueError, match=r"step_index 12, but num_inference_steps is 12.*2n-1"):
+                wan(noise, timestep=torch.full((1,), 500.0), encoder_hidden_states=cond)
+    finally:
+        remove_navicache(wan)

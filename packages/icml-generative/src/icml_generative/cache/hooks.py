@@ -22,6 +22,9 @@ whose pipeline puts no step index nor timestep in the context, e.g. Flux, the ``
 model's forward: so a generation that raised part-way does not leave the next one inside its run), and at
 the first call whose timestep does not rise after two or more rising ones (an inversion, rising timesteps,
 runs each call as a run of its own: nothing is skipped there, and the sampling run after it starts afresh).
+A step is one model call: ``num_inference_steps`` is ``len(pipe.scheduler.timesteps)``, 2n-1 for n steps of
+Heun or KDPM2. A counter that has run it while the timestep fell and does not rise now raises (the
+generation is longer than the config says), as does a ``step_index`` not below ``num_inference_steps``.
 A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
 an input of its own shape.
 """
@@ -49,6 +52,11 @@ LEVELS = ("blocks", "model")  # what a stack cache caches: the block stack's res
 HEAD_HOOK = "icml_stack_cache_head"
 BLOCK_HOOK = "icml_stack_cache_block"
 TIMESTEP_HOOK = "icml_stack_cache_timestep"
+# diffusers schedulers that call the model 2n-1 times for n inference steps (len(scheduler.timesteps))
+CALLS_PER_STEP_SCHEDULERS = (
+    "HeunDiscreteScheduler, FlowMatchHeunDiscreteScheduler, KDPM2DiscreteScheduler, "
+    "KDPM2AncestralDiscreteScheduler or DPMSolverSDEScheduler"
+)
 NO_CONTEXT_MESSAGE = (
     "{method}: no cache context is set. Wrap every transformer call in a named context, e.g. "
     "`with transformer.cache_context('cond'):` on a diffusers model, or "
@@ -136,6 +144,7 @@ class _SharedState:
         self.run = 0
         self.leader: str | None = None
         self.timestep: float | None = None  # the leading context's last timestep, when the context has one
+        self.fell = False  # whether the leading context's timestep fell within this run
         self.decisions: dict[int, bool] = {}
         self.sigma = 1.0  # of the leading context's current step (1 - step / n when the context has none)
         self.aligning = False
@@ -365,6 +374,7 @@ class StackCacheHook(ModelHook):
             shared.stats.num_inference_steps = n
             policy.reset()
         if leading and timestep is not None:
+            shared.fell = shared.fell or (shared.timestep is not None and timestep < shared.timestep)
             shared.timestep = timestep
             shared.rises = shared.rises + 1 if rose else 0
         if ctx.run != shared.run:
@@ -379,6 +389,12 @@ class StackCacheHook(ModelHook):
             ctx.x_prev = ctx.x_last = ctx.out_last = ctx.residual = None
             ctx.last_compute_step = -1
         if leading:
+            if step >= n:
+                raise ValueError(
+                    f"{policy.name}: context {context.name!r} ran step_index {step}, but num_inference_steps is "
+                    f"{n}; expected step_index < num_inference_steps, the number of model calls per generation "
+                    f"(len(pipe.scheduler.timesteps), 2n-1 for n steps with {CALLS_PER_STEP_SCHEDULERS})"
+                )
             shared.sigma = context.sigma if context.sigma is not None else 1.0 - step / n
             shared.aligning = step < align
             if step in shared.decisions:
@@ -428,7 +444,22 @@ class StackCacheHook(ModelHook):
             # inversion's last one-call run: a DDIM regeneration, whose first timestep is the inversion's
             # last, began at step 1 with the inversion's output as the last computed one
             return True
-        return ctx.run == shared.run and ctx.calls >= n  # the whole schedule ran
+        if not (ctx.run == shared.run and ctx.calls >= n):
+            return False
+        if timestep is not None and shared.timestep is not None and shared.fell:
+            # the whole schedule ran, yet the timestep fell during the run and does not rise now: the same
+            # generation goes on past num_inference_steps calls (a second-order scheduler such as Heun calls
+            # the model 2n-1 times for n steps). Restarting here split it into two runs: the second's
+            # alignment steps were recomputed, its last call (the generation's last) could be skipped, and
+            # the statistics showed only the second run
+            raise ValueError(
+                f"{self.policy.name}: context {context.name!r} called the model more than num_inference_steps "
+                f"({n}) times in one generation (call {ctx.calls + 1} at timestep {timestep:g}, not above the "
+                f"previous {shared.timestep:g}); expected num_inference_steps to be the number of model calls "
+                "per generation, len(pipe.scheduler.timesteps) after set_timesteps: 2n-1 for n steps with "
+                f"{CALLS_PER_STEP_SCHEDULERS}"
+            )
+        return True  # the whole schedule ran
 
     @torch.compiler.disable
     def _end_step(self, out: torch.Tensor) -> None:

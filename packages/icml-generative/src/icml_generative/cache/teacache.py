@@ -69,7 +69,9 @@ class TeaCacheConfig:
         coefficients: the polynomial, highest degree first (``numpy.polyval`` order); required unless
             ``calibrate``.
         alignment_steps: steps always computed at the start; None: 20% of the schedule.
-        num_inference_steps: the schedule's length, None when the cache context carries it.
+        num_inference_steps: the schedule's length in model calls per generation and context,
+            ``len(pipe.scheduler.timesteps)`` (2n-1 for n Heun or KDPM2 steps); None when the cache context
+            carries it.
         calibrate: compute every step and record calibration pairs.
         modulated_input: ``f(block, x, args, kwargs) -> tensor``, the indicator's source.
     """
