@@ -5,6 +5,7 @@ bad input. Runs everywhere (on CUDA the public function runs the kernel, which t
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -238,6 +239,12 @@ INDEX = torch.tensor([[0, 1], [1, -1], [2, 0]])
         ({"block_index": [[0, 1], [1, -1], [2, 0]]}, TypeError, "block_index"),
         ({"block_size": 0}, ValueError, "block_size"),
         ({"block_size": 16.0}, TypeError, "block_size"),
+        # beyond the registered op's int64: torch's RuntimeError ("Expected a value of type 'int'") until 2026-12
+        (
+            {"block_size": 1 << 63, "block_index": torch.tensor([[0]])},
+            ValueError,
+            "block_size must be in 1..",
+        ),
         ({"block_size": 8}, ValueError, "block_index"),  # 5 query blocks, 3 index rows
         ({"scale": math.nan}, ValueError, "scale"),
         ({"scale": "0.5"}, TypeError, "scale"),
@@ -274,6 +281,37 @@ def test_overflow_warns():
     with pytest.warns(RuntimeWarning, match="block_sparse_attention"):
         out = block_sparse_attention(big, K * 1e30, V, INDEX, block_size=16)
     assert not bool(out.isfinite().all())
+
+
+def _scores_all_minus_inf():
+    """float32 q, k, v (1, 1, 4, 8) whose every score q k^T / sqrt(8) is about -1e41: below -3.4e38, so
+    -inf in float32 although q, k are finite; attention over the four keys is the value of key 0 (the
+    largest score), which float64 computes."""
+    q = torch.full((1, 1, 4, 8), 1e20)
+    k = -torch.full((1, 1, 4, 8), 1e20) * torch.arange(1, 5, dtype=torch.float32).view(1, 1, 4, 1)
+    v = qkv(1, 1, 4, 8, dtype=torch.float32)[2]
+    return q, k, v
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize(
+    "attention", [block_sparse_attention, block_sparse_attention_reference, block_sparse_attention_flex]
+)
+def test_rows_whose_scores_all_overflow_to_minus_inf_warn(attention):
+    # until 2026-12 such rows came out as zeros (lse -inf, like a row that lists no key) without a warning:
+    # 1.55 off the float64 attention (measured max abs error), where SDPA in float64 gives v[key 0]
+    q, k, v = _scores_all_minus_inf()
+    index = dense_block_index(4, 2)
+    expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    assert torch.allclose(expected, v[:, :, :1].double().expand(1, 1, 4, 8))
+    with pytest.warns(RuntimeWarning, match=r"every score of 4 query row\(s\) that list key blocks is -inf"):
+        out = attention(q, k, v, index, block_size=2)
+    # still zeros (the Triton kernel, on CUDA: NaN), which the warning says
+    assert not torch.allclose(out.double(), expected, atol=1.0)
+    # a row that lists no key block is zeros and lse -inf by definition: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        attention(*qkv(1, 1, 4, 8, dtype=torch.float32), torch.tensor([[0, -1], [-1, -1]]), block_size=2)
 
 
 # --- flex_attention -------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from icml_kernels.block_sparse_attention.reference import (
     check_block_index,
     check_block_index_values,
     num_blocks,
+    warn_if_rows_lost,
 )
 from icml_kernels.fwht.reference import warn_if_overflowed
 from icml_kernels.validation import check_int
@@ -109,9 +110,20 @@ def block_sparse_attention_flex(
     if q.is_meta:
         return attention_reference(q, k, v, block_index, block_size, scale)[0]
     mask = _block_mask(block_index, q.shape[2], block_size)
-    if q.device.type == "cuda":
-        options = flex_kernel_options(block_size)
-        out = _flex(True)(q, k, v, block_mask=mask, scale=scale, kernel_options=options)
+    compiled = q.device.type == "cuda"
+    options = flex_kernel_options(block_size) if compiled else None
+    # the lse too: a row whose every score overflowed to -inf comes out as zeros (warned below)
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:  # torch before 2.9: return_lse (deprecated since)
+        out, lse = _flex(compiled)(
+            q, k, v, block_mask=mask, scale=scale, kernel_options=options, return_lse=True
+        )
     else:
-        out = _flex(False)(q, k, v, block_mask=mask, scale=scale)
-    return warn_if_overflowed(out, "block_sparse_attention_flex (the scores q k^T * scale)")
+        out, aux = _flex(compiled)(
+            q, k, v, block_mask=mask, scale=scale, kernel_options=options, return_aux=AuxRequest(lse=True)
+        )
+        lse = aux.lse
+    what = "block_sparse_attention_flex (the scores q k^T * scale)"
+    warn_if_rows_lost(lse, block_index, block_size, what)
+    return warn_if_overflowed(out, what)

@@ -16,6 +16,7 @@ from icml_kernels.block_sparse_attention.reference import (
     check_block_index,
     check_qkv,
     num_blocks,
+    warn_if_rows_lost,
 )
 from icml_kernels.fwht.reference import warn_if_overflowed
 from icml_kernels.validation import check_int
@@ -115,7 +116,9 @@ def block_sparse_attention(
 
     Raises ValueError/TypeError naming the argument for a wrong type, dtype, shape or device, an index
     outside ``-1..NKB-1`` or listed twice in a row, NaN or infinite entries of ``q``, ``k``, ``v``, a
-    ``block_size`` below 1 or a non-finite ``scale``; warns (RuntimeWarning) when the scores overflow.
+    ``block_size`` below 1 or above ``2**63 - 1`` or a non-finite ``scale``; warns (RuntimeWarning) when
+    the scores overflow: a NaN or infinite output, or a row that lists key blocks but whose every score is
+    ``-inf`` (zeros and an lse of ``-inf``, as a row that lists none).
     These checks read ``block_index``, ``q``, ``k``, ``v`` and the result (a host sync on a GPU);
     ``torch.ops.icml_kernels.block_sparse_attention`` (:func:`block_sparse_attention_op`, which returns
     ``(out, lse)`` and takes ``block_size`` and ``scale`` positionally) checks types, shapes and dtypes
@@ -129,4 +132,5 @@ def block_sparse_attention(
     else:
         out, lse = block_sparse_attention_op(q, k, v, block_index, block_size, scale)
     warn_if_overflowed(out, "block_sparse_attention (the scores q k^T * scale)")
+    warn_if_rows_lost(lse, block_index, block_size, "block_sparse_attention (the scores q k^T * scale)")
     return (out, lse) if return_lse else out

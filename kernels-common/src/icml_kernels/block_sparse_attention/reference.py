@@ -9,6 +9,7 @@ with ``N`` tokens there are ``ceil(N / block_size)`` of each, the last one possi
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -24,6 +25,9 @@ KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)  # powers of two: tl.dot tiles of the 
 # ptxas on sm_90); float32 runs exact (not tf32) products, which need more registers
 KERNEL_MAX_TILE = 128 * 128
 KERNEL_MAX_TILE_FLOAT32 = 64 * 64
+# the registered op takes block_size as an int64: a larger int made it raise torch's RuntimeError ("Expected a
+# value of type 'int' for argument 'block_size'") where the reference ran (any size >= N is one block)
+MAX_BLOCK_SIZE = (1 << 63) - 1
 MAX_DENSE_BLOCKS = 1 << 14  # dense_block_index: a (2^14)^2 int64 table is 2 GiB
 
 
@@ -91,7 +95,7 @@ def check_attention(q, k, v, block_index, block_size, scale) -> tuple[int, float
     """All checks of the public functions: ``(D, scale)`` with the default scale filled in. Reads
     ``block_index`` and ``q``, ``k``, ``v`` (NaN and infinite entries refused): a host sync on a GPU."""
     batch, heads, n, d = check_qkv(q, k, v)
-    block_size = check_int(block_size, "block_size", minimum=1)
+    block_size = check_int(block_size, "block_size", minimum=1, maximum=MAX_BLOCK_SIZE)
     scale = 1.0 / math.sqrt(d) if scale is None else check_finite_float(scale, "scale")
     check_block_index(block_index, num_blocks(n, block_size), (batch, heads))
     if block_index.device != q.device:
@@ -100,6 +104,26 @@ def check_attention(q, k, v, block_index, block_size, scale) -> tuple[int, float
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_finite_tensor(t, name)
     return d, scale
+
+
+def warn_if_rows_lost(lse: torch.Tensor, block_index: torch.Tensor, block_size: int, what: str) -> None:
+    """A RuntimeWarning when a query row that lists key blocks has an lse of ``-inf``: every one of its
+    scores ``q k^T * scale`` overflowed to ``-inf`` (float32 scores of finite inputs, e.g. entries near
+    1e20 or a huge ``scale``), so it came out as zeros, like a row that lists no key, where attention over
+    its keys is not zero. Reads ``lse`` and ``block_index``; skipped while ``torch.compile`` traces and for
+    meta or fake tensors (:func:`~icml_kernels.validation.values_readable`)."""
+    if not values_readable(lse, block_index) or lse.numel() == 0:
+        return
+    listed = (block_index >= 0).any(-1)  # (..., NQB): the query blocks that list a key block
+    row_listed = listed[..., torch.arange(lse.shape[-1], device=listed.device) // block_size]  # (..., N)
+    lost = int((row_listed & (lse == -math.inf)).sum())
+    if lost:
+        warnings.warn(
+            f"{what} overflowed: every score of {lost} query row(s) that list key blocks is -inf, so "
+            "they are zeros (lse -inf) as if they listed no key",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def dense_block_index(n: int, block_size: int = 64) -> torch.Tensor:
@@ -179,4 +203,7 @@ def block_sparse_attention_reference(
     _, scale = check_attention(q, k, v, block_index, block_size, scale)
     out, lse = attention_reference(q, k, v, block_index, block_size, scale)
     warn_if_overflowed(out, "block_sparse_attention_reference (the scores q k^T * scale)")
+    warn_if_rows_lost(
+        lse, block_index, block_size, "block_sparse_attention_reference (the scores q k^T * scale)"
+    )
     return (out, lse) if return_lse else out
