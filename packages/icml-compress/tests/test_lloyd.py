@@ -1,6 +1,7 @@
 """Lloyd–Max: never worse than its RTN start, monotone, and the known 4-level Gaussian optimum."""
 
 import math
+import warnings
 from itertools import pairwise
 
 import numpy as np
@@ -79,3 +80,41 @@ def test_bad_input():
         lloyd_max(torch.randn(8), levels=2, iters=-1)
     with pytest.raises(ValueError, match="init must have shape"):
         lloyd_max(torch.randn(2, 8), levels=2, init=torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "big"), [(torch.bfloat16, 3e38), (torch.float32, 3e38), (torch.float64, 1.7e308)]
+)
+def test_values_near_the_largest_float(dtype, big):
+    # the RTN grid's step (max - min) / 3 and the cells' sums overflow the compute dtype: the fit runs on
+    # x / 2^k (exact) and is scaled back. Before, the step was inf (inf * 0 = NaN), every value dequantized
+    # to 2.49e37 (bfloat16) and the levels were [2.49e37, inf, inf, inf]
+    x = torch.tensor([-big, -big / 3, big / 3, big], dtype=dtype)
+    with pytest.warns(RuntimeWarning, match="mse holds infinite entries"):  # RTN's error squared: inf
+        result = lloyd_max(x, levels=4, iters=3)
+    assert torch.equal(result.dequantized, x)  # four values, four levels: each its own level
+    assert torch.equal(result.levels, x)
+    assert result.mse[-1].item() == 0.0 and not bool(torch.isnan(result.mse).any())
+    # 50 copies each of two values: the cells' sums (50 x 2e38) overflow float32 unscaled; before, the
+    # levels became [inf, inf] and every value dequantized to inf
+    two = torch.tensor([big / 3] * 50 + [big / 3 * 2] * 50, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the rounded means' error squared may overflow
+        result = lloyd_max(two, levels=2, iters=3)
+    assert bool(torch.isfinite(result.levels).all())
+    # measured largest relative error: 1.01e-7 (float32 mean of 50 copies), 0 (bfloat16, float64); margin 10x
+    torch.testing.assert_close(result.dequantized, two, rtol=1e-6, atol=0)
+
+
+def test_rows_away_from_the_largest_float_are_not_rescaled():
+    # a row near the largest float is fitted on x / 2^k; the other rows are computed exactly as unscaled
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(3))
+    huge = x.clone()
+    huge[0, :2] = torch.tensor([-3e38, 3e38])
+    with pytest.warns(RuntimeWarning, match="mse holds infinite entries"):
+        result = lloyd_max(huge, levels=4, iters=5)
+    alone = lloyd_max(x[1:], levels=4, iters=5)
+    assert torch.equal(result.levels[1:], alone.levels)
+    assert torch.equal(result.dequantized[1:], alone.dequantized)
+    assert torch.equal(result.mse[:, 1:], alone.mse)
+    assert bool(torch.isfinite(result.levels).all())

@@ -241,6 +241,22 @@ def test_ties_and_dare_rules():
     assert torch.equal(merge_tensor(big, zeros, ones, zeros, MergeSettings(method="dare")), ones)
 
 
+@pytest.mark.parametrize(
+    ("density", "n", "kept"),
+    [(0.07, 100, 7), (0.06, 100, 6), (0.14, 50, 7), (0.28, 50, 14), (0.55, 100, 55), (0.56, 100, 56),
+     (0.14, 100, 14), (0.28, 100, 28), (0.56, 50, 28), (0.5, 7, 4), (0.001, 10, 1)],
+)  # fmt: skip
+def test_ties_keeps_the_ceiling_of_the_exact_density_product(density, n, kept):
+    # ⌈density · numel⌉ (at least 1) of distinct magnitudes kept; before, the float product rounded up past
+    # the integer (0.07 * 100 = 7.000000000000001): 8 of 100 kept at density 0.07 (6 at 0.06), 8 of 50 at 0.14
+    s = MergeSettings(method="ties", density=density)
+    act = plan_tensor("w", ((n,), torch.float32), ((n,), torch.float32), ((n,), torch.float32), s)
+    cpt, zeros = torch.arange(1.0, n + 1), torch.zeros(n)
+    out = merge_tensor(act, cpt, zeros, zeros, s)
+    assert int((out != 0).sum()) == kept
+    assert torch.equal(out[n - kept :], cpt[n - kept :])  # the largest magnitudes
+
+
 def test_bad_input(trio):
     cpt, instruct, base = trio
     with pytest.raises(ValueError, match="architectures differ"):

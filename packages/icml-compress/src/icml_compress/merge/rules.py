@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -222,11 +223,13 @@ def _dare(tau: torch.Tensor, density: float, gen: torch.Generator) -> torch.Tens
 
 
 def _trim(tau: torch.Tensor, density: float) -> torch.Tensor:
-    """``tau`` with all but its ``density`` fraction of largest magnitudes set to 0 (ties at the threshold
-    kept)."""
+    """``tau`` with all but its ``⌈density · numel⌉`` (at least 1) largest magnitudes set to 0 (ties at the
+    threshold kept)."""
     if density == 1 or tau.numel() == 0:
         return tau
-    k = max(1, math.ceil(density * tau.numel()))
+    # the product taken exactly on the density as written (its shortest decimal): the float product rounds
+    # up past an integer (0.07 * 100 = 7.000000000000001, ceil 8) where the decimal one is exact (7)
+    k = max(1, math.ceil(Fraction(repr(density)) * tau.numel()))
     threshold = tau.abs().flatten().kthvalue(tau.numel() - k + 1).values
     return torch.where(tau.abs() >= threshold, tau, torch.zeros_like(tau))
 
@@ -248,10 +251,11 @@ def merge_tensor(
     delta's entries kept with probability ``density`` and rescaled by ``1/density`` (masks drawn on the CPU
     from ``seed`` and the tensor's name: the same in memory and streaming). ``ties`` (Yadav et al. 2023, as an
     ablation): the two task vectors ``θ_cpt − θ_base`` (weight 1) and ``θ_instruct − θ_base`` (weight λ), each
-    trimmed to its ``density`` fraction of largest magnitudes; per entry the sign of the weighted sum is
-    elected and the weighted entries that agree with it are summed (``normalize=True``: divided by the sum of
-    their weights, the TIES paper's disjoint mean); ``θ = θ_base + merged``. At density 1 without sign
-    conflicts TIES (sum) is task arithmetic.
+    trimmed to its ``density`` fraction of largest magnitudes (``⌈density · numel⌉`` entries, at least 1, the
+    product exact on the density as written); per entry the sign of the weighted sum is elected and the
+    weighted entries that agree with it are summed (``normalize=True``: divided by the sum of their weights,
+    the TIES paper's disjoint mean); ``θ = θ_base + merged``. At density 1 without sign conflicts TIES (sum)
+    is task arithmetic.
     """
     if action.action not in ("delta", "delta-shared-rows"):
         return cpt if inplace else cpt.clone()
