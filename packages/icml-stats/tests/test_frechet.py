@@ -783,3 +783,27 @@ def test_quantiles_of_samples():
     assert q.shape == (3, len(LEVELS))
     Wasserstein().check(q)
     np.testing.assert_allclose(q.mean(0), Z, atol=0.15)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-12, 1e-200, 1e200])
+def test_wasserstein_monotonicity_is_judged_relative_to_the_functions_scale(scale):
+    # the tolerance was 1e-10 * max(1, |value|): absolute below 1, so at scale 1e-12 a quantile function
+    # falling by a third of its range (1e-12) passed as valid while the same function at scale 1 was refused
+    with pytest.raises(ValueError, match=r"y must hold non-decreasing quantile functions .* row 1 decreases"):
+        Wasserstein().check(np.array([[0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 0.5, 3.0]]) * scale)
+    # a decrease of rounding size (4.4e-16 of the scale) still passes at every scale
+    q = np.linspace(0.0, 1.0, 7) * scale
+    q[3] = q[4] * (1 + 4.4e-16)
+    assert np.diff(q).min() < 0
+    np.testing.assert_array_equal(Wasserstein().check(q[None]), q[None])
+
+
+def test_wasserstein_support_is_judged_relative_to_the_functions_scale():
+    # the support check allowed an absolute 1e-10: 1.05e-12 passed as lying in [0, 1e-12], while 1e12
+    # plus one ulp (rounding) was refused from [0, 1e12]; now the slack is 1e-10 of the function's scale
+    with pytest.raises(ValueError, match=r"y must lie in the support \[0.0, 1e-12\]"):
+        Wasserstein(lower=0.0, upper=1e-12).check([[0.0, 1.05e-12]])
+    q = np.array([[0.0, np.nextafter(1e12, np.inf)]])
+    np.testing.assert_array_equal(Wasserstein(lower=0.0, upper=1e12).check(q), q)
+    q = np.array([[-1e-29, 1e-12]])  # a rounding-size excursion below 0 at scale 1e-12 still passes
+    np.testing.assert_array_equal(Wasserstein(lower=0.0, upper=1e-12).check(q), q)

@@ -162,6 +162,30 @@ def test_median_bandwidth_scales_with_tiny_and_huge_data(scale):
     assert median_bandwidth(x * scale) / scale == pytest.approx(median_bandwidth(x), rel=1e-13)
 
 
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e200])
+def test_mean_regression_choices_are_scale_free(scale):
+    # a Linear target Gram underflowed to 0 below ~1e-154 (all LOO losses 0: the first kernel and ridge,
+    # Affine with lam 1e-5 instead of 1e-3 for a), the LOO variance to 0 (std 0, explained 0) and the Gram
+    # overflowed at 1e200 ("K_y must be finite"). Measured now: the same choices, std and explained
+    # within 7.5e-13 relative of the unscaled ones at these scales (margin 130x).
+    from icml_stats.seqci import gaussian_ci
+    from icml_stats.seqci.skci import mean_kernels
+
+    d = gaussian_ci(300, d=2, effect=0.5)
+    h, hs = median_bandwidth(d.c), median_bandwidth(d.c * scale)
+    for y in (d.a, d.b):
+        kernel, lam = choose_kernel_and_ridge(mean_kernels(h), Linear(), d.c, y, rng=np.random.default_rng(0))
+        k_s, lam_s = choose_kernel_and_ridge(
+            mean_kernels(hs), Linear(), d.c * scale, y * scale, rng=np.random.default_rng(0)
+        )
+        assert (type(k_s), lam_s) == (type(kernel), lam)
+        fit = GaussianConditional.estimate(d.c, y, random_state=0)
+        fit_s = GaussianConditional.estimate(d.c * scale, y * scale, random_state=0)
+        assert fit_s.ridge_ == fit.ridge_
+        assert fit_s.std / scale == pytest.approx(fit.std, rel=1e-10)
+        assert fit_s.explained_ == pytest.approx(fit.explained_, rel=1e-10)
+
+
 @pytest.mark.parametrize("offset", [1e6, 1e8])
 def test_rbf_and_median_bandwidth_do_not_lose_digits_to_a_common_offset(offset):
     # |x|^2 + |y|^2 - 2 x.y of rows near 1e6 cancelled to 1.8e-4 relative error (at 1e8: K off by 0.94)

@@ -233,7 +233,8 @@ class Euclidean(Space):
 
 class Wasserstein(Space):
     """1-D distributions under the 2-Wasserstein metric, as quantile functions evaluated on a grid of
-    levels ``(n, m)`` (non-decreasing along the grid). ``d^2`` is the mean over the grid of squared
+    levels ``(n, m)`` (non-decreasing along the grid and inside the support, up to a rounding of ``1e-10``
+    times each function's largest ``|value|``). ``d^2`` is the mean over the grid of squared
     differences (the midpoint rule on equally spaced levels). ``lower``/``upper`` bound the support (the
     mean is clipped to them, which keeps it the projection)."""
 
@@ -254,13 +255,22 @@ class Wasserstein(Space):
         if a.shape[1] < 2:
             raise ValueError(f"{name} must hold quantile functions on at least 2 levels, got {a.shape[1]}")
         steps = np.diff(a, axis=1)
-        if np.any(steps < -1e-10 * np.maximum(1.0, np.abs(a[:, 1:]))):
-            row = int(np.argmax((steps < 0).any(1)))
+        # rounding may leave a decrease of a few ulps: tolerated relative to the function's own scale (its
+        # largest |value|), so that a decrease is judged alike in every unit (an absolute floor of 1e-10
+        # accepted a function at scale 1e-12 falling by 1e-12)
+        scale = np.abs(a).max(axis=1, keepdims=True)  # (n, 1)
+        bad = (steps < -1e-10 * scale).any(1)
+        if np.any(bad):
+            row = int(np.argmax(bad))
             raise ValueError(
-                f"{name} must hold non-decreasing quantile functions (one per row), row {row} decreases"
+                f"{name} must hold non-decreasing quantile functions (one per row), row {row} decreases "
+                f"by {-float(np.diff(a[row]).min()):.3g} (beyond rounding of its scale "
+                f"{float(np.abs(a[row]).max()):.3g})"
             )
         lo, hi = self._bounds()
-        if np.any(a < lo - 1e-10) or np.any(a > hi + 1e-10):
+        # the support is judged with the same rounding (an absolute 1e-10 accepted 1.05e-12 in [0, 1e-12]
+        # and refused 1e12 plus one ulp in [0, 1e12])
+        if np.any(a < lo - 1e-10 * scale) or np.any(a > hi + 1e-10 * scale):
             raise ValueError(
                 f"{name} must lie in the support [{lo}, {hi}], got values in [{a.min()}, {a.max()}]"
             )

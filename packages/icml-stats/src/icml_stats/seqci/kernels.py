@@ -79,9 +79,8 @@ def median_bandwidth(x, max_points: int = MEDIAN_MAX, rng=None) -> float:
     rng = as_rng(0 if rng is None else rng, "rng")
     if x.shape[0] > max_points:
         x = x[rng.choice(x.shape[0], max_points, replace=False)]
-    top = float(np.abs(x).max())
     # squared distances of huge entries would overflow, those of tiny ones (below ~1e-154) underflow to 0
-    scale = top if top > 1e100 or 0.0 < top < 1e-100 else 1.0
+    scale = _unit(x)
     d = sq_distances(x / scale, x / scale)[np.triu_indices(x.shape[0], 1)]
     d = d[d > 0]
     return min(scale * float(math.sqrt(np.median(d))), np.finfo(float).max) if d.size else 1.0
@@ -274,7 +273,7 @@ def choose_kernel_and_ridge(
     loss of the regression of ``phi(y)`` on ``c`` (on at most ``max_select`` random rows)."""
     c, y = _subsample(c, y, max_select, rng)
     lams = _ridge_grid(grid)
-    K_y = output_kernel(y, y)
+    K_y = _target_gram(output_kernel, y)
     best: tuple | None = None
     for kernel in input_kernels:
         losses = loo_losses(kernel(c, c), K_y, c.shape[0] * lams)
@@ -298,7 +297,24 @@ def choose_ridge(
     """:func:`select_ridge` for the regression of ``phi(y)`` on ``c`` with fitted kernels, on at most
     ``max_select`` random rows."""
     c, y = _subsample(c, y, max_select, rng)
-    return select_ridge(input_kernel(c, c), output_kernel(y, y), grid)
+    return select_ridge(input_kernel(c, c), _target_gram(output_kernel, y), grid)
+
+
+def _unit(y: np.ndarray) -> float:
+    """The largest entry's size when ``y`` is beyond 1e100 or below 1e-100 in size (its squares and
+    products would overflow or underflow), else 1.0 (dividing by it is then exact)."""
+    top = float(np.abs(y).max(initial=0.0))
+    return top if top > 1e100 or 0.0 < top < 1e-100 else 1.0
+
+
+def _target_gram(output_kernel, y: np.ndarray) -> np.ndarray:
+    """The target Gram of a ridge choice. A :class:`Linear` Gram is taken in units of :func:`_unit` of
+    ``y``, so that ``y @ y.T`` neither overflows to inf nor underflows to 0 (where every ridge had loss 0
+    and the first candidate won): the LOO losses are then all divided by one constant, which leaves
+    their argmin, the choice, as at an ordinary scale."""
+    if isinstance(output_kernel, Linear):
+        y = y / _unit(y)
+    return output_kernel(y, y)
 
 
 def _subsample(c: np.ndarray, y: np.ndarray, max_select: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -475,13 +491,14 @@ class GaussianConditional:
         W = cho_solve(cho_factor(K + n * lam * np.eye(n)), np.eye(n))  # (K + r I)^-1
         dual = W @ Y  # (n, p)
         loo = dual / np.diag(W)[:, None]  # exact leave-one-out residuals y_i - m_(-i)(c_i)
-        mse = float(np.mean(loo**2))
-        total = float(np.mean((Y - Y.mean(0)) ** 2))
+        unit = _unit(Y)  # squares in units of Y's largest entry beyond 1e+-100: no overflow or underflow
+        mse = float(np.mean((loo / unit) ** 2))
+        total = float(np.mean(((Y - Y.mean(0)) / unit) ** 2))
 
         def mean(cc):
             return kernel(as_samples(cc, "c"), C) @ dual
 
-        out = cls(mean, math.sqrt(mse))
+        out = cls(mean, unit * math.sqrt(mse))
         out.ridge_, out.input_kernel_ = lam, kernel
         out.explained_ = 1.0 - mse / total if total > 0 else 0.0
         return out
