@@ -109,7 +109,7 @@ def test_non_pd_hessian_is_repaired_with_a_warning():
         regularize(torch.eye(3), 0.01)
 
 
-@pytest.mark.parametrize("s", [1e-14, 1e-20, 1e-100])
+@pytest.mark.parametrize("s", [1e-14, 1e-20, 1e-40, 1e-100])
 def test_damping_is_relative_for_tiny_hessians(s, one_torch_thread):
     # H of inputs with RMS below 1e-6 (mean diagonal < 1e-12): the damping was clamped to 0.01 * 1e-12, so
     # it outweighed H and the result depended on H's scale. Before the fix, H * 1e-14 gave a 1mad layer
@@ -130,6 +130,14 @@ def test_damping_is_relative_for_tiny_hessians(s, one_torch_thread):
     mod, st = quantize_linear_trellis(lin, H * s, cfg, "layer")
     assert torch.equal(mod.packed, ref.packed)
     assert st["proxy"] == pytest.approx(st_ref["proxy"], rel=1e-12)
+    # compensation's output scales divided by a floor of 1e-30: sv collapsed to ~0 (relative error 1.0)
+    # at H * 1e-40 and 1e-100; now equal to the unscaled ones (measured: difference 0.0 down to 1e-280)
+    comp = QuantConfig(method="trellis", code="1mad", L=8, T=32, compensation=True)
+    ref, _ = quantize_linear_trellis(lin, H, comp, "layer")
+    mod, _ = quantize_linear_trellis(lin, H * s, comp, "layer")
+    assert torch.equal(mod.packed, ref.packed)
+    torch.testing.assert_close(mod.sv, ref.sv, rtol=1e-12, atol=0)
+    torch.testing.assert_close(mod.su, ref.su, rtol=1e-12, atol=0)
 
 
 # --- LDLQ --------------------------------------------------------------------------------------------

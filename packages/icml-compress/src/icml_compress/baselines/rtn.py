@@ -54,23 +54,26 @@ def rtn_quantize(weight: torch.Tensor, bits: int, group_size: int) -> RTNQuantiz
     )  # (..., G, g)
     lo = w.amin(dim=-1, keepdim=True)  # (..., G, 1)
     hi = w.amax(dim=-1, keepdim=True)  # (..., G, 1)
-    if bool(torch.isinf(hi - lo).any()):
-        # a group's range max - min overflows the compute dtype (weights near its largest value, e.g.
-        # bfloat16 near ±3.4e38): halving every weight is exact (but for subnormals, far below a step this
-        # large), so the grid is found on w / 2 (the same codes) and scaled back; the dequantized weights
-        # lie in [min, max] (clamped: a last rounding step past the largest float would overflow)
-        codes, scale = _codes(w / 2, lo / 2, hi / 2, top)
-        dequantized = torch.minimum(torch.maximum((lo / 2 + codes * scale) * 2, lo), hi)
-        scale = scale * 2
-        if bool(torch.isinf(scale).any()):
+    codes, scale = _codes(w, lo, hi, top)
+    dequantized = lo + codes * scale
+    over = torch.isinf(hi - lo)  # (..., G, 1) groups whose range max - min overflows the compute dtype
+    if bool(over.any()):
+        # weights near the dtype's largest value (e.g. bfloat16 near ±3.4e38): halving every weight is exact
+        # (but for subnormals, far below a step this large), so such a group's grid is found on w / 2 (the
+        # same codes) and scaled back; its dequantized weights lie in [min, max] (clamped: a last rounding
+        # step past the largest float would overflow). Only those groups: the others keep their bits
+        half_codes, half_scale = _codes(w / 2, lo / 2, hi / 2, top)
+        half = torch.minimum(torch.maximum((lo / 2 + half_codes * half_scale) * 2, lo), hi)
+        half_scale = half_scale * 2
+        if bool(torch.isinf(half_scale[over]).any()):
             raise ValueError(
                 f"weight's range in a group (max - min) exceeds {w.dtype}'s largest value "
                 f"{torch.finfo(w.dtype).max:.4g}, so the {bits}-bit grid step (max - min) / {top} is not "
                 "representable: use more bits or smaller weights"
             )
-    else:
-        codes, scale = _codes(w, lo, hi, top)
-        dequantized = lo + codes * scale
+        codes = torch.where(over, half_codes, codes)
+        scale = torch.where(over, half_scale, scale)
+        dequantized = torch.where(over, half, dequantized)
     return RTNQuantized(
         dequantized=dequantized.reshape(weight.shape).to(weight.dtype),
         codes=codes.to(torch.uint8).reshape(weight.shape),

@@ -33,7 +33,9 @@ def compensate(module: ProteusLinear, W: torch.Tensor, H: torch.Tensor) -> tuple
     c = torch.linalg.solve(A + lam * torch.eye(A.shape[0], dtype=A.dtype, device=A.device), r + lam)
     Wc = What * c[None, :]
     WcH = Wc @ Hd
-    g = (Wd * WcH).sum(1) / (Wc * WcH).sum(1).clamp_min(1e-30)
+    den = (Wc * WcH).sum(1)  # (m,) >= 0; 0 for a row quantized to zeros, whose numerator is 0 too
+    # relative to H's scale: a floor of 1e-30 made g ~0 for H below ~1e-30 (sv collapsed at H * 1e-40)
+    g = (Wd * WcH).sum(1) / torch.where(den > 0, den, torch.ones_like(den))
     module.su.mul_(c.to(module.su.dtype))
     module.sv.mul_(g.to(module.sv.dtype))
     return c, g
