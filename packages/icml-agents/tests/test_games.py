@@ -443,7 +443,7 @@ def test_pair_regression_with_three_models_has_no_dyadic_errors():
     """With 3 models each pair shares a model with both others, so the dyadic meat is (X'e)(X'e)^T = 0 by
     the normal equations: the se was rounding noise (1.7e-08 and 3.5e-08 here, seed 1, silently) or 0 with
     a warning that the fit was exact, and p_dyadic was 0 for an outcome drawn independently of similarity
-    (statsmodels' classical p: 0.59, 0.56). Now NaN with a warning; the rest is unchanged."""
+    (statsmodels' classical p at seed 1: intercept 0.59, slope 0.56). Now NaN with a warning; the rest is unchanged."""
     pairs = list(combinations(["a", "b", "c"], 2))
     for seed in range(4):
         rng = np.random.default_rng(seed)

@@ -391,9 +391,10 @@ def test_accumulated_micro_batch_losses_equal_trl_grpo_trainer(loss_type):
 
 
 def test_batch_scale_of_tied_and_near_tied_rewards():
-    """A tied batch of float32 1000.1 got A = -0.369 (a rounded mean over its rounded std); and the batch
-    std of rewards one ulp apart, from a rounded mean, was 25% off: -0.0948 and 0.284 against the exact
-    (fractions, mpmath) -0.1255 and 0.3765. Measured error now 3e-8 relative, tolerance 1e-6."""
+    """A tied batch of float32 1000.1 got A = -0.369 (a rounded mean over its rounded std); a group of
+    rewards one ulp apart, under the batch std of a rounded mean, got 0.0 and 0.379 (measured on the old
+    code) against the exact (fractions, mpmath) -0.1255 and 0.3765. Measured error now 3e-8 relative,
+    tolerance 1e-6."""
     for scale in ("group", "batch", "none"):
         adv, frac = compute_advantages(torch.full((8,), 1000.1), 4, scale)
         assert adv.tolist() == [0.0] * 8 and frac == 1.0
