@@ -40,8 +40,8 @@ import numpy as np
 
 from icml_theory.privacy.tradeoff import (
     REFINE_ROUNDS,
-    SECTION_POINTS,
     TradeoffCurve,
+    _multisection,
     epsilon_delta_tradeoff,
     optimal_from_grid,
     optimal_tradeoff,
@@ -98,14 +98,11 @@ class OptimalConverter:
         ll = np.log(a[np.maximum(i - 1, 1)])  # never 0: searched in log alpha
         lh = np.log(a[np.minimum(i + 1, a.size - 1)])
         ll = np.where(ll >= lh, lh - 7.0, ll)
-        m = SECTION_POINTS
-        frac = np.arange(1, m + 1) / (m + 1)  # (m,)
-        for _ in range(ALPHA_ROUNDS):
-            x = ll[:, None] + frac[None, :] * (lh - ll)[:, None]  # (t, m) log alpha
-            g = objective(np.exp(x), self._power(np.exp(x).ravel()).reshape(x.shape), idx)
-            j = np.argmax(g, axis=1)
-            step = (lh - ll) / (m + 1)
-            ll, lh = ll + j * step, ll + (j + 2) * step
+
+        def values(x):  # x: (t, m) log alpha
+            return objective(np.exp(x), self._power(np.exp(x).ravel()).reshape(x.shape), idx), x
+
+        ll, lh, _, _ = _multisection(ll, lh, values, ALPHA_ROUNDS)
         a_lo, a_hi = np.exp(ll), np.exp(lh)
         upper = bound(a_lo, a_hi, self._power(a_hi), idx[:, 0])
         at0 = np.where(a[None, :] == 0, vals, -np.inf).max(axis=1)  # alpha = 0 lies outside the log search
@@ -200,18 +197,18 @@ class OptimalConverter:
         if not self.refine or t.size < 2 or not math.isfinite(best):
             return best
         lo, hi = math.log(t[max(k - 1, 0)]), math.log(t[min(k + 1, t.size - 1)])
-        m = SECTION_POINTS
-        frac = np.arange(1, m + 1) / (m + 1)
-        for _ in range(REFINE_ROUNDS):
-            tau = np.exp(lo + frac * (hi - lo))
+
+        def at_orders(x):  # x: (1, m) log tau
+            tau = np.exp(x[0])
             with warnings.catch_warnings():  # an overflowing order only gives inf there, never a bound
                 warnings.simplefilter("ignore", RuntimeWarning)
-                vals = per_order(tau, rdp_values(self.profile, tau), target)
-            j = int(np.argmin(vals))
-            best = min(best, float(vals[j]))
-            step = (hi - lo) / (m + 1)
-            lo, hi = lo + j * step, lo + (j + 2) * step
-        return best
+                return per_order(tau, rdp_values(self.profile, tau), target)[None, :], x
+
+        start = (np.array([best]), np.array([np.nan]))
+        _, _, least, _ = _multisection(
+            np.array([lo]), np.array([hi]), at_orders, REFINE_ROUNDS, minimize=True, start=start
+        )
+        return float(least[0])
 
     def _classical_inputs(self) -> tuple[np.ndarray, np.ndarray]:
         """The orders ``> 1`` of the grid and their RDP values: what the classical conversions use."""

@@ -304,25 +304,51 @@ def _refine(profile, a, grid, best, log_beta, order):
     lo = np.log(grid[np.maximum(k - 1, 0)])
     hi = np.log(grid[np.minimum(k + 1, grid.size - 1)])
     aw = a[work][:, None]  # (n, 1)
-    frac = np.arange(1, SECTION_POINTS + 1) / (SECTION_POINTS + 1)  # (m,)
-    top, top_tau = log_beta[work], order[work]
-    rows = np.arange(aw.shape[0])
-    for _ in range(REFINE_ROUNDS):
-        x = lo[:, None] + frac[None, :] * (hi - lo)[:, None]  # (n, m) log tau
+
+    def values(x):  # x: (n, m) log tau
         tau = np.exp(x)
         # neighbouring alphas often share their brackets: the profile is evaluated once per distinct order
         distinct, where = np.unique(tau, return_inverse=True)
         rho = rdp_values(profile, distinct)[where.ravel()].reshape(tau.shape)
-        f = _single_log(np.broadcast_to(aw, x.shape), tau, rho)  # (n, m) log beta
-        j = np.argmax(f, axis=1)
-        better = f[rows, j] > top
-        top = np.where(better, f[rows, j], top)
-        top_tau = np.where(better, tau[rows, j], top_tau)
-        step = (hi - lo) / (SECTION_POINTS + 1)
-        lo, hi = lo + j * step, lo + (j + 2) * step
+        return _single_log(np.broadcast_to(aw, x.shape), tau, rho), tau  # (n, m) log beta, at tau
+
+    _, _, top, top_tau = _multisection(lo, hi, values, REFINE_ROUNDS, start=(log_beta[work], order[work]))
     log_beta, order = log_beta.copy(), order.copy()
     log_beta[work], order[work] = top, top_tau
     return log_beta, order
+
+
+def _multisection(
+    lo, hi, f, rounds: int, *, points: int = SECTION_POINTS, minimize: bool = False, start=None
+):
+    """Multi-section search of ``f`` on the brackets ``[lo[i], hi[i]]`` (arrays of shape ``(n,)``), all at once.
+
+    Each of the ``rounds`` rounds evaluates ``f`` at ``points`` equally spaced interior points of every bracket
+    in one vectorized call, ``f(x) -> (values, at)`` with ``x``, ``values`` and ``at`` of shape
+    ``(n, points)`` (``at``: what to report for a point, e.g. the order ``exp(x)``), and keeps the two cells
+    around the best point (the first maximum, or minimum with ``minimize``): the bracket shrinks by
+    ``2 / (points + 1)`` per round. ``start = (best, best_at)`` (default: none, ``-inf`` / ``inf`` and ``nan``)
+    is the incumbent a point must strictly beat.
+
+    Returns ``(lo, hi, best, best_at)``: the final brackets, and the best value seen per bracket (incumbent
+    included) with its ``at``.
+    """
+    frac = np.arange(1, points + 1) / (points + 1)  # (m,)
+    rows = np.arange(lo.shape[0])
+    if start is None:
+        start = (np.full(lo.shape, np.inf if minimize else -np.inf), np.full(lo.shape, np.nan))
+    best, best_at = start
+    for _ in range(rounds):
+        x = lo[:, None] + frac[None, :] * (hi - lo)[:, None]  # (n, m)
+        vals, at = f(x)
+        j = np.argmin(vals, axis=1) if minimize else np.argmax(vals, axis=1)
+        v = vals[rows, j]
+        better = v < best if minimize else v > best
+        best = np.where(better, v, best)
+        best_at = np.where(better, at[rows, j], best_at)
+        step = (hi - lo) / (points + 1)
+        lo, hi = lo + j * step, lo + (j + 2) * step
+    return lo, hi, best, best_at
 
 
 def gaussian_tradeoff(alphas, mu: float) -> np.ndarray:
