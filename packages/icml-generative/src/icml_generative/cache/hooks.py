@@ -22,8 +22,8 @@ whose pipeline puts no step index nor timestep in the context, e.g. Flux, the ``
 model's forward: so a generation that raised part-way does not leave the next one inside its run), and at
 the first call whose timestep does not rise after two or more rising ones (an inversion, rising timesteps,
 runs each call as a run of its own: nothing is skipped there, and the sampling run after it starts afresh).
-A step is one model call: ``num_inference_steps`` is ``len(pipe.scheduler.timesteps)``, 2n-1 for n steps of
-Heun or KDPM2. A counter that has run it while the timestep fell and does not rise now raises (the
+A step is one model call: ``num_inference_steps`` is the denoising loop's length in model calls (diffusers'
+``pipe.num_timesteps`` after a call), 2n-1 for n steps of Heun or KDPM2. A counter that has run it while the timestep fell and does not rise now raises (the
 generation is longer than the config says), as does a ``step_index`` not below ``num_inference_steps``.
 A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
 an input of its own shape.
@@ -393,7 +393,8 @@ class StackCacheHook(ModelHook):
                 raise ValueError(
                     f"{policy.name}: context {context.name!r} ran step_index {step}, but num_inference_steps is "
                     f"{n}; expected step_index < num_inference_steps, the number of model calls per generation "
-                    f"(len(pipe.scheduler.timesteps), 2n-1 for n steps with {CALLS_PER_STEP_SCHEDULERS})"
+                    f"(the denoising loop's length, pipe.num_timesteps after a call: 2n-1 for n steps with "
+                    f"{CALLS_PER_STEP_SCHEDULERS})"
                 )
             shared.sigma = context.sigma if context.sigma is not None else 1.0 - step / n
             shared.aligning = step < align
@@ -456,7 +457,8 @@ class StackCacheHook(ModelHook):
                 f"{self.policy.name}: context {context.name!r} called the model more than num_inference_steps "
                 f"({n}) times in one generation (call {ctx.calls + 1} at timestep {timestep:g}, not above the "
                 f"previous {shared.timestep:g}); expected num_inference_steps to be the number of model calls "
-                "per generation, len(pipe.scheduler.timesteps) after set_timesteps: 2n-1 for n steps with "
+                "per generation, the denoising loop's length (diffusers' pipe.num_timesteps after a call; e.g. "
+                "len(step_matrix) for SkyReels' diffusion forcing with ar_step > 0): 2n-1 for n steps with "
                 f"{CALLS_PER_STEP_SCHEDULERS}"
             )
         return True  # the whole schedule ran
