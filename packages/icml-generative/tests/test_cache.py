@@ -34,25 +34,27 @@ STEPS = 12
 CHANNELS, FRAMES, SIZE, TEXT_DIM = 3, 4, 8, 8  # pixel-space clips (B, 3, 4, 8, 8), one-hot class tokens of 8
 
 
+# the shared shape of the tiny Wan-style transformers (Wan, SkyReels V2): 3 blocks, 2 heads x 8
+TINY_WAN = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=2,
+    attention_head_dim=8,
+    in_channels=CHANNELS,
+    out_channels=CHANNELS,
+    text_dim=TEXT_DIM,
+    freq_dim=32,
+    ffn_dim=16,
+    num_layers=3,
+    rope_max_seq_len=32,
+)
+
+
 def tiny_wan():
     """A randomly initialised three-block diffusers ``WanTransformer3DModel`` (2 heads × 8, 64 tokens)."""
     from diffusers import WanTransformer3DModel
 
     torch.manual_seed(0)
-    return WanTransformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=8,
-        in_channels=CHANNELS,
-        out_channels=CHANNELS,
-        text_dim=TEXT_DIM,
-        freq_dim=32,
-        ffn_dim=16,
-        num_layers=3,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=32,
-    )
+    return WanTransformer3DModel(**TINY_WAN, cross_attn_norm=True, qk_norm="rms_norm_across_heads")
 
 
 def class_tokens(labels: torch.Tensor) -> torch.Tensor:
@@ -1082,18 +1084,7 @@ def _tiny_skyreels_pipeline(scheduler_class):
     from diffusers import SkyReelsV2Pipeline, SkyReelsV2Transformer3DModel
 
     torch.manual_seed(0)
-    transformer = SkyReelsV2Transformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=8,
-        in_channels=CHANNELS,
-        out_channels=CHANNELS,
-        text_dim=TEXT_DIM,
-        freq_dim=32,
-        ffn_dim=16,
-        num_layers=3,
-        rope_max_seq_len=32,
-    ).eval()
+    transformer = SkyReelsV2Transformer3DModel(**TINY_WAN).eval()
     pipe = SkyReelsV2Pipeline(
         tokenizer=None, text_encoder=None, vae=None, transformer=transformer, scheduler=scheduler_class()
     )
