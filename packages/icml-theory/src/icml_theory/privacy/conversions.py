@@ -41,8 +41,8 @@ import numpy as np
 from icml_theory.privacy.tradeoff import (
     REFINE_ROUNDS,
     TradeoffCurve,
-    _multisection,
     epsilon_delta_tradeoff,
+    multisection,
     optimal_from_grid,
     optimal_tradeoff,
     order_grid,
@@ -102,7 +102,7 @@ class OptimalConverter:
         def values(x):  # x: (t, m) log alpha
             return objective(np.exp(x), self._power(np.exp(x).ravel()).reshape(x.shape), idx), x
 
-        ll, lh, _, _ = _multisection(ll, lh, values, ALPHA_ROUNDS)
+        ll, lh, _, _ = multisection(ll, lh, values, ALPHA_ROUNDS)
         a_lo, a_hi = np.exp(ll), np.exp(lh)
         upper = bound(a_lo, a_hi, self._power(a_hi), idx[:, 0])
         at0 = np.where(a[None, :] == 0, vals, -np.inf).max(axis=1)  # alpha = 0 lies outside the log search
@@ -205,7 +205,7 @@ class OptimalConverter:
                 return per_order(tau, rdp_values(self.profile, tau), target)[None, :], x
 
         start = (np.array([best]), np.array([np.nan]))
-        _, _, least, _ = _multisection(
+        _, _, least, _ = multisection(
             np.array([lo]), np.array([hi]), at_orders, REFINE_ROUNDS, minimize=True, start=start
         )
         return float(least[0])

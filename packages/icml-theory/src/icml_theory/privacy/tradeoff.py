@@ -312,15 +312,13 @@ def _refine(profile, a, grid, best, log_beta, order):
         rho = rdp_values(profile, distinct)[where.ravel()].reshape(tau.shape)
         return _single_log(np.broadcast_to(aw, x.shape), tau, rho), tau  # (n, m) log beta, at tau
 
-    _, _, top, top_tau = _multisection(lo, hi, values, REFINE_ROUNDS, start=(log_beta[work], order[work]))
+    _, _, top, top_tau = multisection(lo, hi, values, REFINE_ROUNDS, start=(log_beta[work], order[work]))
     log_beta, order = log_beta.copy(), order.copy()
     log_beta[work], order[work] = top, top_tau
     return log_beta, order
 
 
-def _multisection(
-    lo, hi, f, rounds: int, *, points: int = SECTION_POINTS, minimize: bool = False, start=None
-):
+def multisection(lo, hi, f, rounds: int, *, points: int = SECTION_POINTS, minimize: bool = False, start=None):
     """Multi-section search of ``f`` on the brackets ``[lo[i], hi[i]]`` (arrays of shape ``(n,)``), all at once.
 
     Each of the ``rounds`` rounds evaluates ``f`` at ``points`` equally spaced interior points of every bracket
