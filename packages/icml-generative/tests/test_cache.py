@@ -1173,3 +1173,168 @@ def test_a_step_index_beyond_num_inference_steps_raises(wan):
                 wan(noise, timestep=torch.full((1,), 500.0), encoder_hidden_states=cond)
     finally:
         remove_navicache(wan)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_skyreels_diffusion_forcing_runs_the_step_matrix_and_the_error_names_pipe_num_timesteps():
+    # SkyReels' diffusion forcing with ar_step > 0 denoises the latent frames staggered: len(step_matrix)
+    # model calls (16 per context for n = 10, 4 latent frames, ar_step=2), while len(pipe.scheduler.timesteps)
+    # stays 10. The leading frame's timestep stays 0 once it is done, so n = 10 raises at call 11; the message
+    # named len(pipe.scheduler.timesteps), the value already set. pipe.num_timesteps (16) is the right one.
+    # A long video's windows (18, then 14 calls) make one run of 32 calls with addnoise_condition=0, while
+    # pipe.num_timesteps is the last window's 14; with addnoise_condition > 0 each window is a run of its own.
+    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
+    from diffusers import (
+        SkyReelsV2DiffusionForcingPipeline,
+        SkyReelsV2Transformer3DModel,
+        UniPCMultistepScheduler,
+    )
+
+    torch.manual_seed(0)
+    transformer = SkyReelsV2Transformer3DModel(**TINY_WAN).eval()
+    scheduler = UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0
+    )
+    pipe = SkyReelsV2DiffusionForcingPipeline(
+        tokenizer=None, text_encoder=None, vae=None, transformer=transformer, scheduler=scheduler
+    )
+    pipe.set_progress_bar_config(disable=True)
+    cond = class_tokens(torch.tensor([1]))
+    counter, _ = _count_forwards(transformer)
+    steps = 10
+
+    def generate(**frames):
+        counter["n"] = 0
+        with torch.no_grad():
+            out = pipe(
+                prompt=None,
+                prompt_embeds=cond,
+                negative_prompt_embeds=torch.zeros_like(cond),
+                height=64,
+                width=64,
+                num_inference_steps=steps,
+                guidance_scale=4.0,  # CFG: "cond" and "uncond" contexts
+                ar_step=2,
+                causal_block_size=1,
+                output_type="latent",
+                generator=torch.Generator().manual_seed(0),
+                **frames,
+            ).frames
+        return out, counter["n"]
+
+    cases = {
+        "short": {"num_frames": 13},
+        "long": {"num_frames": 29, "base_num_frames": 17, "overlap_history": 5},
+    }
+    for case, calls, last_window in (("short", 16, 16), ("long", 32, 14)):
+        reference, forwards = generate(**cases[case])
+        assert forwards == 2 * calls and pipe.num_timesteps == last_window
+        assert len(pipe.scheduler.timesteps) == steps
+        schedule = {"alignment_steps": 2}
+        for wrong in sorted({steps, last_window} - {calls}):  # short: 10; long: 10 and 14
+            apply_navicache(
+                transformer, NaviCacheConfig(threshold=1e9, num_inference_steps=wrong, **schedule)
+            )
+            try:
+                with pytest.raises(
+                    ValueError,
+                    match=rf"more than num_inference_steps \({wrong}\) times .*\(call {wrong + 1} .*"
+                    r"pipe\.num_timesteps after a call \(not len\(pipe\.scheduler\.timesteps\) in general\)"
+                    r".*len\(step_matrix\).*one loop per window",
+                ):
+                    generate(**cases[case])
+            finally:
+                remove_navicache(transformer)
+        runs = {}
+        for threshold in (1e-12, 1e9):  # skips nothing / skips every call it may
+            apply_navicache(
+                transformer, NaviCacheConfig(threshold=threshold, num_inference_steps=calls, **schedule)
+            )
+            try:
+                runs[threshold] = [
+                    (*generate(**cases[case]), get_cache_stats(transformer).as_dict()) for _ in range(2)
+                ]
+            finally:
+                remove_navicache(transformer)
+        for threshold, [(out, forwards, stats), second] in runs.items():
+            assert forwards == 2 * calls and [r["step"] for r in stats["records"]] == list(range(calls))
+            computed = list(range(calls)) if threshold < 1 else [0, 1, calls - 1]  # alignment and last call
+            assert [r["step"] for r in stats["records"] if r["computed"]] == computed
+            assert torch.equal(second[0], out) and second[2] == stats  # the second generation starts afresh
+        assert torch.equal(runs[1e-12][0][0], reference)  # nothing skipped: bit-identical, uncached
+        assert not torch.equal(runs[1e9][0][0], reference)
+    # addnoise_condition > 0: the overlap frame leading window 2 has timestep 20, above the 0 before it, so
+    # window 2 is a run of its own; the longest window's 18 raises nothing, window 2's last call is not forced
+    apply_navicache(transformer, NaviCacheConfig(threshold=1e9, num_inference_steps=18, alignment_steps=2))
+    try:
+        generate(**cases["long"], addnoise_condition=20)
+        stats = get_cache_stats(transformer).as_dict()  # the last run's: window 2
+    finally:
+        remove_navicache(transformer)
+    assert [r["step"] for r in stats["records"]] == list(range(14))
+    assert [r["step"] for r in stats["records"] if r["computed"]] == [0, 1]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_img2img_strength_runs_fewer_calls_and_pipe_num_timesteps_keeps_the_last_one_computed():
+    # img2img with strength 0.5 runs scheduler.timesteps[t_start:], 6 calls for n = 12: with n in the config
+    # nothing raises but the run's last call is not forced (calls 0 and 1 computed at threshold 1e9); with
+    # pipe.num_timesteps (6), as the docs say, calls 0, 1 and 5. FluxImg2ImgPipeline sets no cache context
+    # itself: the test wraps the call in "cond", as a pipeline calling cache_context("cond") would.
+    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxImg2ImgPipeline, FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    transformer = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=64,  # 16 latent channels, packed 2x2 as Flux's VAE latents are
+        num_layers=1,
+        num_single_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        axes_dims_rope=(4, 4, 8),
+    ).eval()
+    pipe = FluxImg2ImgPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=None,
+        text_encoder=None,
+        tokenizer=None,
+        text_encoder_2=None,
+        tokenizer_2=None,
+        transformer=transformer,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    g = torch.Generator().manual_seed(1)
+    embeds = {
+        "prompt_embeds": torch.randn(1, 4, 32, generator=g),
+        "pooled_prompt_embeds": torch.randn(1, 32, generator=g),
+    }
+    image = torch.randn(1, 16, 8, 8, generator=g)  # already 16-channel latents: no VAE
+
+    def generate():
+        with torch.no_grad(), transformer.cache_context("cond"):
+            return pipe(
+                **embeds,
+                image=image,
+                strength=0.5,
+                height=64,
+                width=64,
+                num_inference_steps=STEPS,
+                output_type="latent",
+                generator=torch.Generator().manual_seed(0),
+            ).images
+
+    generate()
+    calls = pipe.num_timesteps
+    assert calls == STEPS // 2 and len(pipe.scheduler.timesteps) == STEPS
+    for n, computed in ((STEPS, [0, 1]), (calls, [0, 1, calls - 1])):
+        apply_navicache(transformer, NaviCacheConfig(threshold=1e9, alignment_steps=2, num_inference_steps=n))
+        try:
+            generate()
+            stats = get_cache_stats(transformer).as_dict()
+        finally:
+            remove_navicache(transformer)
+        assert [r["step"] for r in stats["records"]] == list(range(calls))
+        assert [r["step"] for r in stats["records"] if r["computed"]] == computed

@@ -22,9 +22,11 @@ whose pipeline puts no step index nor timestep in the context, e.g. Flux, the ``
 model's forward: so a generation that raised part-way does not leave the next one inside its run), and at
 the first call whose timestep does not rise after two or more rising ones (an inversion, rising timesteps,
 runs each call as a run of its own: nothing is skipped there, and the sampling run after it starts afresh).
-A step is one model call: ``num_inference_steps`` is the denoising loop's length in model calls (diffusers'
-``pipe.num_timesteps`` after a call), 2n-1 for n steps of Heun or KDPM2. A counter that has run it while the timestep fell and does not rise now raises (the
-generation is longer than the config says), as does a ``step_index`` not below ``num_inference_steps``.
+A step is one model call: ``num_inference_steps`` is the denoising loop's length in model calls, which
+diffusers pipelines expose as ``pipe.num_timesteps`` after a call (2n-1 for n steps of Heun or KDPM2, fewer
+than n with an img2img ``strength`` below 1, ``len(step_matrix)`` for SkyReels' diffusion forcing). A
+counter that has run it while the timestep fell and does not rise now raises (the generation is longer than
+the config says), as does a ``step_index`` not below ``num_inference_steps``.
 A context whose input shape changed (e.g. the batch size) computes: a cached residual is only reused on
 an input of its own shape.
 """
@@ -457,9 +459,10 @@ class StackCacheHook(ModelHook):
                 f"{self.policy.name}: context {context.name!r} called the model more than num_inference_steps "
                 f"({n}) times in one generation (call {ctx.calls + 1} at timestep {timestep:g}, not above the "
                 f"previous {shared.timestep:g}); expected num_inference_steps to be the number of model calls "
-                "per generation, the denoising loop's length (diffusers' pipe.num_timesteps after a call; e.g. "
-                "len(step_matrix) for SkyReels' diffusion forcing with ar_step > 0): 2n-1 for n steps with "
-                f"{CALLS_PER_STEP_SCHEDULERS}"
+                "per generation, the denoising loop's length, which a diffusers pipeline exposes as "
+                "pipe.num_timesteps after a call (not len(pipe.scheduler.timesteps) in general): 2n-1 for n "
+                f"steps with {CALLS_PER_STEP_SCHEDULERS}; len(step_matrix), more than n, for SkyReels' "
+                "diffusion forcing with ar_step > 0 (a long video runs one loop per window: see the docs)"
             )
         return True  # the whole schedule ran
 

@@ -46,8 +46,9 @@ class NaviCacheConfig:
         threshold: skip while the accumulated predicted relative output change is below it (> 0).
         alignment_steps: steps always computed at the start (Initial Alignment); None: 20% of the schedule.
         num_inference_steps: the schedule's length in model calls per generation and context,
-            the denoising loop's length (``pipe.num_timesteps`` after a call; 2n-1 for n Heun or KDPM2 steps); may be None when the cache
-            context carries it.
+            the denoising loop's length (``pipe.num_timesteps`` after a call; 2n-1 for n Heun or KDPM2
+            steps, fewer than n for img2img with ``strength`` < 1); may be None when the cache context
+            carries it.
         state: "ratio" (released), "ratio+drift" (our reconstruction) or "instant" (EasyCache's ablation).
         process_noise, measurement_noise: the Kalman filter's Q and R (released defaults 0.05 and 0.05).
         drift_noise: the drift's process noise (``state="ratio+drift"`` only).

@@ -70,8 +70,8 @@ class TeaCacheConfig:
             ``calibrate``.
         alignment_steps: steps always computed at the start; None: 20% of the schedule.
         num_inference_steps: the schedule's length in model calls per generation and context,
-            the denoising loop's length (``pipe.num_timesteps`` after a call; 2n-1 for n Heun or KDPM2 steps); None when the cache context
-            carries it.
+            the denoising loop's length (``pipe.num_timesteps`` after a call; 2n-1 for n Heun or KDPM2
+            steps, fewer than n for img2img with ``strength`` < 1); None when the cache context carries it.
         calibrate: compute every step and record calibration pairs.
         modulated_input: ``f(block, x, args, kwargs) -> tensor``, the indicator's source.
     """
