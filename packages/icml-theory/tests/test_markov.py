@@ -4,6 +4,7 @@ plateau and phase detection on planted curves, the ODE against its closed form, 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -324,6 +325,26 @@ def test_dynamics_bad_input():
 
 
 # ------------------------------------------------------------------ ODE
+@pytest.mark.parametrize(
+    ("s", "w0", "half"),
+    # half times from mpmath (60 digits) at the float64 inputs
+    [
+        (1e10, 1e-300, 3.5690068941407708e-8),
+        (1.0, 5e-324, 372.22003596069063),
+        (1.0, 0.5 - 1e-10, 2.000000165480742e-10),
+    ],
+)
+def test_logistic_closed_forms_at_extreme_initial_values(s, w0, half):
+    # before: s / w0 overflowed, so the half time was inf and the solution NaN once exp(-2 s t) underflowed
+    # ([0, nan] at t = 0, 1 for s = 1e10, w0 = 1e-300); near w0 = s / 2 ln(s / w0 - 1) lost 2.0e-10 relative.
+    # After: at most 1.6e-16 relative against mpmath over 11 (s, w0) pairs, so 1e-14 leaves a margin of 60
+    assert math.isclose(logistic_half_time(s, w0), half, rel_tol=1e-14)
+    # w(0) = w0, w(half) = s / 2, w(half + 40 / s) = s / (1 + e^-80) = s: measured at most 2.4e-14 relative
+    # (exp amplifies the ulp of ln(s / w0 - 1), up to ~713 here), so 1e-12 leaves a margin of 40
+    w = logistic_solution(np.array([0.0, half, half + 40.0 / s]), s, w0)
+    assert math.isclose(w[0], w0, rel_tol=1e-12) and math.isclose(w[1], s / 2, rel_tol=1e-12) and w[2] == s
+
+
 @pytest.mark.parametrize(("s", "w0"), [(0.5, 1e-6), (2.0, 1e-4)])
 def test_ode_one_head_one_lag_matches_closed_form_at_two_tolerances(s, w0):
     ode = StageODE((s,), (1,), heads=1, candidates=1)

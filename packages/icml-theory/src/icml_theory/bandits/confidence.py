@@ -135,6 +135,15 @@ def effective_dimension(gram, lam: float = 1.0, n: int | None = None) -> float:
     eig = torch.linalg.eigvalsh(G)
     if float(eig.min()) < -1e-9 * max(scale, 1e-300) * G.shape[0]:
         raise ValueError(f"gram must be positive semi-definite, got eigenvalue {float(eig.min()):.3g}")
-    # log(λ + x) − log λ rather than log1p(x / λ): x / λ overflows for tiny λ
-    numerator = float((torch.log(lam + eig.clamp_min(0.0)) - math.log(lam)).sum())
-    return numerator / (math.log(lam + size) - math.log(lam))
+    numerator = float(_log1p_ratio(eig.clamp_min(0.0), lam).sum())
+    return numerator / float(_log1p_ratio(torch.tensor([float(size)], dtype=torch.float64), lam)[0])
+
+
+def _log1p_ratio(x: torch.Tensor, lam: float) -> torch.Tensor:
+    """``log(1 + x / λ)`` for ``x >= 0``, accurate at every scale: ``log1p(x / λ)`` where ``x <= λ`` (no
+    cancellation, as ``log(λ + x) − log λ`` has when ``x << λ``), ``log(x / λ) + log1p(λ / x)`` where
+    ``x > λ`` (``x / λ`` could overflow for tiny λ; the first term then dominates)."""
+    small = x <= lam
+    safe = torch.where(small, torch.ones_like(x), x)  # no log(0) or λ / 0 on the branch not taken
+    large = (torch.log(safe) - math.log(lam)) + torch.log1p(lam / safe)
+    return torch.where(small, torch.log1p(x / lam), large)

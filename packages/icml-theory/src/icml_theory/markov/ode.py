@@ -22,6 +22,7 @@ descent.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -148,7 +149,23 @@ def logistic_solution(t, s: float, w0: float) -> np.ndarray:
     s = check_real(s, "s", "(0, inf)")
     w0 = check_real(w0, "w0", "(0, inf)")
     tt = as_array(t, "t", "[0, inf)", "times")
-    return s / (1.0 + (s / w0 - 1.0) * np.exp(-2.0 * s * tt))
+    if w0 >= s:  # from above (or at) s: s / w0 - 1 is in (-1, 0], nothing overflows
+        return s / (1.0 + (s / w0 - 1.0) * np.exp(-2.0 * s * tt))
+    # from below: s * sigmoid(2 s t - L), L = ln(s / w0 - 1), in logs, since s / w0 overflows for tiny w0
+    # (s = 1e10, w0 = 1e-300) and inf * exp(-2 s t) = inf * 0 is NaN once the exponential underflows
+    x = _log_ratio_minus_one(s, w0) - 2.0 * s * tt  # ln(s / w(t) - 1)
+    with np.errstate(over="ignore"):
+        return np.where(
+            x >= 0, np.exp(math.log(s) - x) / (1.0 + np.exp(-np.abs(x))), s / (1.0 + np.exp(-np.abs(x)))
+        )
+
+
+def _log_ratio_minus_one(s: float, w0: float) -> float:
+    """``ln(s / w0 − 1)`` for ``0 < w0 < s`` without overflow (tiny ``w0``) or cancellation (``w0`` near
+    ``s / 2``, where the value is near 0)."""
+    if w0 < s / 4:  # the value is at least ln 3: a difference of logs loses nothing
+        return math.log(s - w0) - math.log(w0)
+    return math.log1p((s - 2.0 * w0) / w0)
 
 
 def logistic_half_time(s: float, w0: float) -> float:
@@ -157,7 +174,7 @@ def logistic_half_time(s: float, w0: float) -> float:
     w0 = check_real(w0, "w0", "(0, inf)")
     if w0 >= s / 2:
         return 0.0
-    return float(np.log(s / w0 - 1.0) / (2.0 * s))
+    return _log_ratio_minus_one(s, w0) / (2.0 * s)
 
 
 def strengths(chain: MixtureOfLagsChain) -> np.ndarray:

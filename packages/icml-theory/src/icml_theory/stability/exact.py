@@ -42,7 +42,7 @@ def _marginals(marginals, shape: tuple[int, ...]) -> list[np.ndarray]:
             raise ValueError(f"marginals[{i}] must have {k} entries (values.shape[{i}]), got {v.size}")
         if abs(float(v.sum()) - 1) > 1e-9:
             raise ValueError(f"marginals[{i}] must sum to 1, got {float(v.sum())!r}")
-        out.append(v)
+        out.append(v / v.sum())  # exactly a distribution (the sum is checked to 1e-9 above)
     return out
 
 
@@ -58,8 +58,12 @@ def exact_moments(values, marginals, p) -> ExactMoments:
     weight = np.ones(v.shape)
     for i, m in enumerate(probs):
         weight = weight * m.reshape([-1 if j == i else 1 for j in range(v.ndim)])
-    mean = float(np.sum(weight * v))
-    centered = _weighted_norm(v - mean, weight, p)
+    # centred about one of the values first: the mean of v - shift is exact where v is constant and the
+    # centred values keep their digits where v is large next to its spread (1e16 + {0, 2}: 1, not sqrt 2)
+    shift = float(v.flat[0])
+    offset = float(np.sum(weight * (v - shift)))
+    mean = shift + offset
+    centered = _weighted_norm((v - shift) - offset, weight, p)
     diffs = np.empty(v.ndim)
     for i, m in enumerate(probs):
         # Φ(x) − Φ(x with x_i -> y): a new last axis for y, weighted by P(x) P_i(y)
