@@ -757,18 +757,15 @@ def test_model_level_caches_the_whole_forward_residual(wan):
 
 
 # -- issue 22: the step without step_index, new runs, shape changes, stacking, disable_cache -----------------
-def _tiny_flux_pipeline():
-    """A diffusers ``FluxPipeline`` around a random-init two-block ``FluxTransformer2DModel`` (16 latent
-    tokens); the prompt embeddings are passed directly and latents returned (no text encoder, no VAE).
-    Flux, like every diffusers 0.42 pipeline but Wan and Cosmos, calls ``cache_context("cond")`` with no
-    ``step_index``."""
-    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+def _flux_parts(pipeline_class, in_channels: int):
+    """A random-init two-block ``FluxTransformer2DModel`` in ``pipeline_class`` (no text encoder, no VAE)
+    and prompt embeddings to pass directly, drawn from the returned generator."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
 
     torch.manual_seed(0)
     transformer = FluxTransformer2DModel(
         patch_size=1,
-        in_channels=16,
+        in_channels=in_channels,
         num_layers=1,
         num_single_layers=2,
         attention_head_dim=16,
@@ -777,7 +774,7 @@ def _tiny_flux_pipeline():
         pooled_projection_dim=32,
         axes_dims_rope=(4, 4, 8),
     ).eval()
-    pipe = FluxPipeline(
+    pipe = pipeline_class(
         scheduler=FlowMatchEulerDiscreteScheduler(),
         vae=None,
         text_encoder=None,
@@ -792,6 +789,18 @@ def _tiny_flux_pipeline():
         "prompt_embeds": torch.randn(1, 4, 32, generator=g),
         "pooled_prompt_embeds": torch.randn(1, 32, generator=g),
     }
+    return pipe, transformer, embeds, g
+
+
+def _tiny_flux_pipeline():
+    """A diffusers ``FluxPipeline`` around a random-init two-block ``FluxTransformer2DModel`` (16 latent
+    tokens); the prompt embeddings are passed directly and latents returned (no text encoder, no VAE).
+    Flux, like every diffusers 0.42 pipeline but Wan and Cosmos, calls ``cache_context("cond")`` with no
+    ``step_index``."""
+    pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
+    from diffusers import FluxPipeline
+
+    pipe, _, embeds, _ = _flux_parts(FluxPipeline, 16)
 
     negative = {
         "negative_prompt_embeds": torch.zeros(1, 4, 32),
@@ -1282,35 +1291,10 @@ def test_img2img_strength_runs_fewer_calls_and_pipe_num_timesteps_keeps_the_last
     # pipe.num_timesteps (6), as the docs say, calls 0, 1 and 5. FluxImg2ImgPipeline sets no cache context
     # itself: the test wraps the call in "cond", as a pipeline calling cache_context("cond") would.
     pytest.importorskip("transformers")  # diffusers' pipelines import it (icml-generative[hf])
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxImg2ImgPipeline, FluxTransformer2DModel
+    from diffusers import FluxImg2ImgPipeline
 
-    torch.manual_seed(0)
-    transformer = FluxTransformer2DModel(
-        patch_size=1,
-        in_channels=64,  # 16 latent channels, packed 2x2 as Flux's VAE latents are
-        num_layers=1,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        axes_dims_rope=(4, 4, 8),
-    ).eval()
-    pipe = FluxImg2ImgPipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(),
-        vae=None,
-        text_encoder=None,
-        tokenizer=None,
-        text_encoder_2=None,
-        tokenizer_2=None,
-        transformer=transformer,
-    )
-    pipe.set_progress_bar_config(disable=True)
-    g = torch.Generator().manual_seed(1)
-    embeds = {
-        "prompt_embeds": torch.randn(1, 4, 32, generator=g),
-        "pooled_prompt_embeds": torch.randn(1, 32, generator=g),
-    }
+    # 64 input channels: 16 latent channels, packed 2x2 as Flux's VAE latents are
+    pipe, transformer, embeds, g = _flux_parts(FluxImg2ImgPipeline, 64)
     image = torch.randn(1, 16, 8, 8, generator=g)  # already 16-channel latents: no VAE
 
     def generate():
